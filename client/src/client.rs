@@ -1,0 +1,140 @@
+//! The client: the set of independent nodes, the quorum over them, and the
+//! settings every lock made from it shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use crate::config::Config;
+use crate::error::{Error, NodeError, Result};
+use crate::lock::Lock;
+use crate::node::{IntoClient, Node};
+use crate::owner::new_owner_id;
+use crate::protocol::{self, LockInfo};
+use crate::timing;
+
+/// A Redlock client over N independent module-loaded masters (N = 1 is
+/// single-node mode). Cheap to clone: clones share the connections.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), redis_lock_client::Error> {
+/// use std::time::Duration;
+/// use redis_lock_client::Redlock;
+///
+/// let redlock = Redlock::new([
+///     "redis://127.0.0.1:7101",
+///     "redis://127.0.0.1:7102",
+///     "redis://127.0.0.1:7103",
+///     "redis://127.0.0.1:7104",
+///     "redis://127.0.0.1:7105",
+/// ])?;
+/// let lock = redlock.acquire("orders:42", Duration::from_secs(10)).await?;
+/// let token = lock.fencing_token().await?;
+/// println!("holding orders:42 with token {token} for {:?}", lock.validity());
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    nodes: Vec<Node>,
+    quorum: usize,
+    config: Config,
+}
+
+impl Redlock {
+    /// A client with the default [`Config`]. Must be called inside a tokio
+    /// runtime; connecting happens in the background, so nodes that are down
+    /// now only count as failed nodes later.
+    pub fn new<I>(nodes: I) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: IntoClient,
+    {
+        Self::with_config(nodes, Config::default())
+    }
+
+    /// A client with the given settings.
+    pub fn with_config<I>(nodes: I, config: Config) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: IntoClient,
+    {
+        config.validate()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Runtime(
+                "the async client needs a tokio runtime; use redis_lock_client::blocking without one".into(),
+            ));
+        }
+        let nodes = nodes
+            .into_iter()
+            .map(|node| Node::new(node.into_client()?, config.node_timeout))
+            .collect::<Result<Vec<Node>>>()?;
+        if nodes.is_empty() {
+            return Err(Error::InvalidConfig("at least one node is needed".into()));
+        }
+        let quorum = timing::quorum(nodes.len());
+        Ok(Redlock { shared: Arc::new(Shared { nodes, quorum, config }) })
+    }
+
+    /// A handle for `resource` with a fresh owner id, not yet acquired.
+    pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        self.shared.config.validate_ttl(ttl)?;
+        Ok(Lock::new(self.clone(), resource.into(), new_owner_id(), ttl))
+    }
+
+    /// [`Redlock::lock`] and [`Lock::acquire`] in one step.
+    pub async fn acquire(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        let lock = self.lock(resource, ttl)?;
+        lock.acquire().await?;
+        Ok(lock)
+    }
+
+    /// `LOCK.INFO` on every node: who holds `resource` where (for
+    /// diagnostics and demos; not part of the locking protocol).
+    pub async fn info(&self, resource: &str) -> Vec<(String, Result<Option<LockInfo>, NodeError>)> {
+        let cmd = protocol::info(resource);
+        let timeout = self.shared.config.node_timeout;
+        join_all(self.shared.nodes.iter().map(|node| {
+            let cmd = &cmd;
+            async move {
+                let info = node.call(cmd, timeout).await.and_then(protocol::parse_info);
+                (node.name().to_string(), info)
+            }
+        }))
+        .await
+    }
+
+    /// The nodes' names (`host:port`), in the order given.
+    pub fn node_names(&self) -> Vec<String> {
+        self.shared.nodes.iter().map(|node| node.name().to_string()).collect()
+    }
+
+    /// Nodes that must agree: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.shared.quorum
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.shared.nodes
+    }
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.node_names())
+            .field("quorum", &self.shared.quorum)
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}

@@ -1,0 +1,204 @@
+//! Client settings and the checks that reject settings that could never
+//! produce a valid lock.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::timing;
+
+/// How the client talks to the nodes, retries, and accounts for clock drift.
+///
+/// Start from [`Config::default`] and change what you need:
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lock_client::Config;
+///
+/// let config = Config {
+///     node_timeout: Duration::from_millis(20),
+///     retry_count: 10,
+///     ..Config::default()
+/// };
+/// assert!(config.validate().is_ok());
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// How long to wait for one node's reply. Keep it small next to the TTL:
+    /// a dead or paused node then costs at most this much per round.
+    pub node_timeout: Duration,
+    /// Retries after a failed acquisition attempt (0: one attempt only).
+    pub retry_count: u32,
+    /// Base delay before a retry.
+    pub retry_delay: Duration,
+    /// A uniformly random extra delay in `0..=retry_jitter` added to each
+    /// retry, so that clients that collided do not collide again.
+    pub retry_jitter: Duration,
+    /// Overall acquire deadline. `None`: bounded by `retry_count` alone (and
+    /// in single-node mode the server-side wait lasts as long as the retries
+    /// would have, see [`Config::retry_budget`]).
+    pub acquire_timeout: Option<Duration>,
+    /// Clock drift allowance as a fraction of the TTL (0.01 = 1%).
+    pub drift_factor: f64,
+    /// Constant clock drift allowance added to the proportional one.
+    pub drift_min: Duration,
+    /// How often a [`Watchdog`](crate::Watchdog) renews the lease. `None`:
+    /// a third of the TTL.
+    pub watchdog_interval: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_timeout: Duration::from_millis(100),
+            retry_count: 3,
+            retry_delay: Duration::from_millis(200),
+            retry_jitter: Duration::from_millis(100),
+            acquire_timeout: None,
+            drift_factor: 0.01,
+            drift_min: Duration::from_millis(2),
+            watchdog_interval: None,
+        }
+    }
+}
+
+impl Config {
+    /// Rejects settings that can never work, independent of any TTL.
+    pub fn validate(&self) -> Result<()> {
+        if self.node_timeout.is_zero() {
+            return invalid("node_timeout must be positive");
+        }
+        if !(0.0..1.0).contains(&self.drift_factor) {
+            return invalid("drift_factor must be in 0.0..1.0");
+        }
+        if self.acquire_timeout.is_some_and(|t| t.is_zero()) {
+            return invalid("acquire_timeout must be positive");
+        }
+        if self.watchdog_interval.is_some_and(|i| i.is_zero()) {
+            return invalid("watchdog_interval must be positive");
+        }
+        Ok(())
+    }
+
+    /// Rejects a TTL with which no acquisition could ever be valid: one that
+    /// is not a whole positive number of milliseconds, or not longer than one
+    /// round (the per-node timeout) plus the drift allowance.
+    pub fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+        self.validate()?;
+        if ttl.as_millis() == 0 || ttl.subsec_nanos() % 1_000_000 != 0 {
+            return invalid("ttl must be a positive whole number of milliseconds");
+        }
+        if ttl.as_millis() > i64::MAX as u128 {
+            return invalid("ttl is too large");
+        }
+        let drift = self.drift(ttl);
+        if ttl <= self.node_timeout + drift {
+            return invalid(format!(
+                "ttl ({} ms) must exceed node_timeout ({} ms) plus drift ({} ms)",
+                ttl.as_millis(),
+                self.node_timeout.as_millis(),
+                drift.as_millis()
+            ));
+        }
+        if let Some(interval) = self.watchdog_interval {
+            if interval >= ttl - drift {
+                return invalid("watchdog_interval must be shorter than ttl minus drift");
+            }
+        }
+        Ok(())
+    }
+
+    /// The clock drift allowance for `ttl`.
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        timing::drift(ttl, self.drift_factor, self.drift_min)
+    }
+
+    /// The longest the retries can take when every attempt fails: each
+    /// attempt is an acquire round and an undo round (at most `node_timeout`
+    /// each), and each retry waits at most `retry_delay + retry_jitter`. The
+    /// single-node wait lasts this long when no `acquire_timeout` is set.
+    pub fn retry_budget(&self) -> Duration {
+        let rounds = self.node_timeout.saturating_mul(2).saturating_mul(self.retry_count.saturating_add(1));
+        rounds.saturating_add((self.retry_delay + self.retry_jitter).saturating_mul(self.retry_count))
+    }
+
+    /// The renewal period of a watchdog for `ttl`.
+    pub fn watchdog_interval_for(&self, ttl: Duration) -> Duration {
+        self.watchdog_interval.unwrap_or(ttl / 3)
+    }
+}
+
+fn invalid<T>(why: impl Into<String>) -> Result<T> {
+    Err(Error::InvalidConfig(why.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn defaults_are_valid_for_ordinary_ttls() {
+        let config = Config::default();
+        assert!(config.validate().is_ok());
+        assert!(config.validate_ttl(ms(1_000)).is_ok());
+        assert!(config.validate_ttl(ms(30_000)).is_ok());
+    }
+
+    #[test]
+    fn a_ttl_no_round_can_beat_is_rejected() {
+        let config = Config::default();
+        // 100 ms timeout + 2 ms + 1% of 100 ms drift: 100 ms can never work.
+        assert!(matches!(config.validate_ttl(ms(100)), Err(Error::InvalidConfig(_))));
+        assert!(matches!(config.validate_ttl(ms(103)), Err(Error::InvalidConfig(_))));
+        assert!(config.validate_ttl(ms(104)).is_ok());
+    }
+
+    #[test]
+    fn sub_millisecond_ttls_are_rejected() {
+        let config = Config::default();
+        assert!(config.validate_ttl(Duration::ZERO).is_err());
+        assert!(config.validate_ttl(Duration::from_micros(1_000_500)).is_err());
+    }
+
+    #[test]
+    fn nonsensical_settings_are_rejected() {
+        let bad = [
+            Config { node_timeout: Duration::ZERO, ..Config::default() },
+            Config { drift_factor: 1.0, ..Config::default() },
+            Config { drift_factor: -0.1, ..Config::default() },
+            Config { drift_factor: f64::NAN, ..Config::default() },
+            Config { acquire_timeout: Some(Duration::ZERO), ..Config::default() },
+            Config { watchdog_interval: Some(Duration::ZERO), ..Config::default() },
+        ];
+        for config in bad {
+            assert!(matches!(config.validate(), Err(Error::InvalidConfig(_))), "{config:?}");
+        }
+    }
+
+    #[test]
+    fn a_watchdog_slower_than_the_lease_is_rejected() {
+        let config = Config { watchdog_interval: Some(ms(990)), ..Config::default() };
+        assert!(config.validate_ttl(ms(1_000)).is_err());
+        let config = Config { watchdog_interval: Some(ms(500)), ..Config::default() };
+        assert!(config.validate_ttl(ms(1_000)).is_ok());
+        assert_eq!(Config::default().watchdog_interval_for(ms(900)), ms(300));
+    }
+
+    #[test]
+    fn retry_budget_covers_every_attempt() {
+        let config = Config {
+            node_timeout: ms(10),
+            retry_count: 2,
+            retry_delay: ms(100),
+            retry_jitter: ms(50),
+            ..Config::default()
+        };
+        // Three attempts of two 10 ms rounds, two pauses of at most 150 ms.
+        assert_eq!(config.retry_budget(), ms(3 * 2 * 10 + 2 * 150));
+        let once = Config { retry_count: 0, ..config };
+        assert_eq!(once.retry_budget(), ms(20));
+    }
+}

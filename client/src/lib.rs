@@ -1,0 +1,1 @@
+//! Redlock client for the redis-lock module (work in progress).

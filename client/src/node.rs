@@ -1,0 +1,115 @@
+//! One lock node: its address, its shared reconnecting connection, and
+//! command calls bounded by a timeout.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncConnectionConfig, Cmd, Value};
+
+use crate::error::{Error, NodeError, Result};
+
+/// Something that names a node: a `redis://` URL or a ready-made
+/// [`redis::Client`] (for TLS, authentication or RESP3 settings).
+pub trait IntoClient {
+    fn into_client(self) -> Result<redis::Client>;
+}
+
+impl IntoClient for redis::Client {
+    fn into_client(self) -> Result<redis::Client> {
+        Ok(self)
+    }
+}
+
+impl IntoClient for &str {
+    fn into_client(self) -> Result<redis::Client> {
+        redis::Client::open(self).map_err(|e| Error::InvalidConfig(format!("node URL {self:?}: {e}")))
+    }
+}
+
+impl IntoClient for String {
+    fn into_client(self) -> Result<redis::Client> {
+        self.as_str().into_client()
+    }
+}
+
+impl IntoClient for &String {
+    fn into_client(self) -> Result<redis::Client> {
+        self.as_str().into_client()
+    }
+}
+
+/// A node with one multiplexed connection that every lock of the client
+/// shares (commands from concurrent locks are pipelined on it).
+pub(crate) struct Node {
+    name: String,
+    client: redis::Client,
+    conn: ConnectionManager,
+}
+
+impl Node {
+    /// Sets up the node's connection without waiting for it: a node that is
+    /// down now is a failed node in each round, not a construction error.
+    /// Must run inside a tokio runtime (the connection's tasks live there).
+    pub fn new(client: redis::Client, node_timeout: Duration) -> Result<Node> {
+        let name = client.get_connection_info().addr().to_string();
+        // Replies are bounded by our own per-call timeout, so the manager
+        // needs none (a WAIT call legitimately takes long). Reconnection is
+        // kept short and retried on the next command, so that a node that
+        // comes back is used again within a round or two.
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(node_timeout.max(Duration::from_millis(250))))
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(100));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+            .map_err(|e| Error::InvalidConfig(format!("node {name}: {e}")))?;
+        // Connect in the background now, so the first lock round does not
+        // pay the connection set-up inside its per-node timeout.
+        let mut warm = conn.clone();
+        tokio::spawn(async move {
+            let _ = warm.send_packed_command(&redis::cmd("PING")).await;
+        });
+        Ok(Node { name, client, conn })
+    }
+
+    /// `host:port`, used in every report.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sends `cmd` on the shared connection and waits at most `timeout`.
+    pub async fn call(&self, cmd: &Cmd, timeout: Duration) -> Result<Value, NodeError> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
+            Ok(result) => result.map_err(node_error),
+            Err(_) => Err(NodeError::Timeout(timeout)),
+        }
+    }
+
+    /// Sends a command that blocks on the server (`LOCK.ACQUIRE … WAIT`) on
+    /// a connection of its own, closed afterwards: Redis serves a blocked
+    /// client's later commands only once it is unblocked, so on the shared
+    /// connection the wait would stall every other lock of this client.
+    pub async fn call_blocking(&self, cmd: &Cmd, timeout: Duration) -> Result<Value, NodeError> {
+        let config = AsyncConnectionConfig::new().set_response_timeout(None).set_connection_timeout(Some(timeout));
+        let call = async {
+            let mut conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
+            conn.send_packed_command(cmd).await
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(result) => result.map_err(node_error),
+            Err(_) => Err(NodeError::Timeout(timeout)),
+        }
+    }
+}
+
+fn node_error(error: redis::RedisError) -> NodeError {
+    if error.is_timeout() {
+        NodeError::Connection(format!("timed out: {error}"))
+    } else if matches!(error.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension) {
+        NodeError::Reply(error.to_string())
+    } else {
+        NodeError::Connection(error.to_string())
+    }
+}

@@ -1,0 +1,72 @@
+//! Converting lease ends between the process's monotonic clock and the wall
+//! clock. A lease lives on the monotonic clock; it crosses a process boundary
+//! (RDB, AOF, replication) as an absolute wall-clock end, like `PEXPIREAT`.
+//! So after a restart the lease left is what was saved minus the wall-clock
+//! time the node was down, and a replica holds the primary's lease end.
+
+use crate::clock::Clock;
+
+/// The monotonic deadline `ttl_ms` from now.
+pub fn deadline_after(clock: &impl Clock, ttl_ms: u64) -> u64 {
+    clock.monotonic_ms().saturating_add(ttl_ms)
+}
+
+/// Milliseconds left before a monotonic deadline (0 once it has passed).
+pub fn remaining_ms(clock: &impl Clock, deadline: u64) -> u64 {
+    deadline.saturating_sub(clock.monotonic_ms())
+}
+
+/// The wall-clock time (Unix ms) at which a monotonic deadline falls, as the
+/// wall clock reads now.
+pub fn to_wall_ms(clock: &impl Clock, deadline: u64) -> i64 {
+    let left = i64::try_from(remaining_ms(clock, deadline)).unwrap_or(i64::MAX);
+    clock.wall_ms().saturating_add(left)
+}
+
+/// The monotonic deadline of a lease that ends at wall-clock `wall_end_ms`.
+/// An end already in the past gives a deadline of now: the lease is over.
+pub fn from_wall_ms(clock: &impl Clock, wall_end_ms: i64) -> u64 {
+    let left = wall_end_ms.saturating_sub(clock.wall_ms()).max(0);
+    clock.monotonic_ms().saturating_add(u64::try_from(left).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    #[test]
+    fn wall_clock_step_does_not_change_the_lease() {
+        let clock = ManualClock::new(1_000, 1_700_000_000_000);
+        let deadline = deadline_after(&clock, 10_000);
+        clock.step_wall_ms(3_600_000);
+        assert_eq!(remaining_ms(&clock, deadline), 10_000);
+        clock.step_wall_ms(-7_200_000);
+        assert_eq!(remaining_ms(&clock, deadline), 10_000);
+        clock.advance_ms(9_999);
+        assert_eq!(remaining_ms(&clock, deadline), 1);
+        clock.advance_ms(1);
+        assert_eq!(remaining_ms(&clock, deadline), 0);
+    }
+
+    #[test]
+    fn restart_subtracts_the_downtime() {
+        let before = ManualClock::new(50_000, 1_700_000_000_000);
+        let deadline = deadline_after(&before, 30_000);
+        before.advance_ms(5_000);
+        let saved = to_wall_ms(&before, deadline);
+        assert_eq!(saved, 1_700_000_030_000);
+        // A new process: its monotonic clock restarts; 12 s of wall time passed.
+        let after = ManualClock::new(7, 1_700_000_005_000 + 12_000);
+        let loaded = from_wall_ms(&after, saved);
+        assert_eq!(remaining_ms(&after, loaded), 30_000 - 5_000 - 12_000);
+    }
+
+    #[test]
+    fn a_lease_that_ended_while_down_is_over_at_load() {
+        let after = ManualClock::new(7, 2_000);
+        assert_eq!(from_wall_ms(&after, 1_000), 7);
+        assert_eq!(remaining_ms(&after, from_wall_ms(&after, i64::MIN)), 0);
+        assert_eq!(remaining_ms(&after, from_wall_ms(&after, i64::MAX)), u64::try_from(i64::MAX - 2_000).unwrap());
+    }
+}

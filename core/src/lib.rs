@@ -1,0 +1,22 @@
+//! The lock logic of redis-lock, in plain Rust with no Redis FFI.
+//!
+//! The Redis module (the crate at the workspace root) is a thin adapter over
+//! this crate: it parses nothing and decides nothing itself. Everything that
+//! can be wrong about a lock (ownership, re-entrancy, leases, fencing tokens,
+//! argument validation, expiry order, waiter order) lives here and is unit
+//! tested against an in-memory [`Slot`] and a [`ManualClock`].
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod clock;
+pub mod deadlines;
+pub mod lease;
+pub mod lock;
+pub mod ops;
+pub mod stats;
+pub mod token;
+pub mod waiters;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use lock::Lock;
+pub use ops::{Change, Node, Outcome, Slot};

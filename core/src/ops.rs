@@ -1,0 +1,493 @@
+//! The lock operations, one per command, over an abstract [`Slot`] (the value
+//! stored under one key) so that they are tested without Redis.
+//!
+//! Each operation either succeeds and reports the [`Change`] it made, which
+//! the adapter turns into replication, AOF, keyspace events and expiry-index
+//! updates, or fails before touching anything: a rejected command changes
+//! nothing. Operations see a lock whose lease has ended as absent; the
+//! adapter first removes such a lock with [`expire_if_due`] so that its
+//! expiry is replicated and announced like any other.
+
+use crate::clock::Clock;
+use crate::lease;
+use crate::lock::Lock;
+use crate::stats::Stats;
+use crate::token::{TokenCounter, TokensExhausted};
+
+/// The lock stored under one key. The adapter has already checked that the
+/// key holds no other type.
+pub trait Slot {
+    /// The lock stored here, if any (whether or not its lease has ended).
+    fn lock(&mut self) -> Option<&mut Lock>;
+    /// Stores `lock`, replacing what was here.
+    fn store(&mut self, lock: Lock);
+    /// Removes the lock and its key.
+    fn delete(&mut self);
+}
+
+/// Node-wide state: the fencing-token counter and the statistics.
+#[derive(Clone, Debug, Default)]
+pub struct Node {
+    pub tokens: TokenCounter,
+    pub stats: Stats,
+}
+
+/// What an operation did to the slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing.
+    None,
+    /// The slot now holds a lock (new or modified). `previous_deadline` is
+    /// the deadline the slot's lock had before, if it had one.
+    Stored { previous_deadline: Option<u64> },
+    /// The lock was released and its key removed.
+    Deleted { deadline: u64 },
+}
+
+/// The result of an operation: the reply and what changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome<R> {
+    pub reply: R,
+    pub change: Change,
+}
+
+/// Why an operation was refused (it changed nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpError {
+    /// No token greater than every earlier one is left on this node.
+    TokensExhausted,
+    /// The holder already holds the lock `u32::MAX` times.
+    TooManyHolds,
+    /// The node is in its recovery window: no new lock for `left_ms` more.
+    Recovering { left_ms: u64 },
+}
+
+impl From<TokensExhausted> for OpError {
+    fn from(_: TokensExhausted) -> Self {
+        OpError::TokensExhausted
+    }
+}
+
+impl OpError {
+    /// The error reply.
+    pub fn message(&self) -> String {
+        match self {
+            OpError::TokensExhausted => "ERR fencing tokens exhausted on this node".into(),
+            OpError::TooManyHolds => "ERR the lock is already held 4294967295 times by this owner".into(),
+            OpError::Recovering { left_ms } => format!(
+                "RECOVERING this node refuses new locks for another {left_ms} ms (lock.recovery-ms)"
+            ),
+        }
+    }
+}
+
+/// Reply of [`acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// `owner` holds the lock: a fresh acquisition or a re-entry.
+    Granted { token: i64, reentered: bool },
+    /// Another owner holds it.
+    Busy,
+}
+
+/// A snapshot of a held lock for `LOCK.INFO`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub owner: Vec<u8>,
+    pub holds: u32,
+    pub token: i64,
+    pub pttl_ms: u64,
+}
+
+/// Removes a lock whose lease has ended. Returns its deadline if it did.
+/// The adapter calls it before every write command and from the expiry timer.
+pub fn expire_if_due(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) -> Option<u64> {
+    let now = clock.monotonic_ms();
+    let deadline = slot.lock().filter(|lock| lock.has_expired(now))?.deadline();
+    slot.delete();
+    node.stats.expired += 1;
+    Some(deadline)
+}
+
+/// The lock in `slot` if its lease has not ended.
+fn live<'a>(slot: &'a mut impl Slot, clock: &impl Clock) -> Option<&'a mut Lock> {
+    let now = clock.monotonic_ms();
+    slot.lock().filter(|lock| !lock.has_expired(now))
+}
+
+/// `LOCK.ACQUIRE`: a fresh lock with one hold, or one more hold for the
+/// holder with its lease renewed to `ttl_ms`; [`Acquired::Busy`] otherwise.
+/// `recovering` is the time left in the node's recovery window, during which
+/// a fresh lock is refused (re-entry still works).
+pub fn acquire(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+    ttl_ms: u64,
+    recovering: Option<u64>,
+) -> Result<Outcome<Acquired>, OpError> {
+    let deadline = lease::deadline_after(clock, ttl_ms);
+    let (reply, change) = match live(slot, clock) {
+        None => {
+            if let Some(left_ms) = recovering {
+                return Err(OpError::Recovering { left_ms });
+            }
+            let token = node.tokens.issue(clock.wall_us())?;
+            let previous_deadline = slot.lock().map(|ended| ended.deadline());
+            slot.store(Lock::new(owner, 1, token, deadline));
+            node.stats.acquired += 1;
+            (Acquired::Granted { token, reentered: false }, Change::Stored { previous_deadline })
+        }
+        Some(lock) if lock.is_held_by(owner) => {
+            let holds = lock.holds().checked_add(1).ok_or(OpError::TooManyHolds)?;
+            let previous_deadline = Some(lock.deadline());
+            lock.set_holds(holds);
+            lock.set_deadline(deadline);
+            node.stats.reentered += 1;
+            (Acquired::Granted { token: lock.token(), reentered: true }, Change::Stored { previous_deadline })
+        }
+        Some(_) => {
+            node.stats.contended += 1;
+            (Acquired::Busy, Change::None)
+        }
+    };
+    Ok(Outcome { reply, change })
+}
+
+/// Grants a free slot to a waiter: the same effect as a fresh acquisition.
+/// Returns `None` (and changes nothing) if the slot is still held.
+pub fn grant(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+    ttl_ms: u64,
+    recovering: Option<u64>,
+) -> Result<Option<Outcome<i64>>, OpError> {
+    if live(slot, clock).is_some() {
+        return Ok(None);
+    }
+    if let Some(left_ms) = recovering {
+        return Err(OpError::Recovering { left_ms });
+    }
+    let token = node.tokens.issue(clock.wall_us())?;
+    let previous_deadline = slot.lock().map(|ended| ended.deadline());
+    slot.store(Lock::new(owner, 1, token, lease::deadline_after(clock, ttl_ms)));
+    node.stats.acquired += 1;
+    node.stats.wait_grants += 1;
+    Ok(Some(Outcome { reply: token, change: Change::Stored { previous_deadline } }))
+}
+
+/// `LOCK.RELEASE`: drops one hold (or all with `all`); the reply is the
+/// number of holds left, `None` when `owner` does not hold the lock.
+pub fn release(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+    all: bool,
+) -> Outcome<Option<u32>> {
+    let (reply, change) = match live(slot, clock) {
+        Some(lock) if lock.is_held_by(owner) => {
+            let left = if all { 0 } else { lock.holds().saturating_sub(1) };
+            let deadline = lock.deadline();
+            if left == 0 {
+                slot.delete();
+                node.stats.released += 1;
+                (Some(0), Change::Deleted { deadline })
+            } else {
+                lock.set_holds(left);
+                (Some(left), Change::Stored { previous_deadline: Some(deadline) })
+            }
+        }
+        _ => (None, Change::None),
+    };
+    Outcome { reply, change }
+}
+
+/// `LOCK.EXTEND`: the holder's lease now ends `ttl_ms` from now.
+pub fn extend(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+    ttl_ms: u64,
+) -> Outcome<bool> {
+    let (reply, change) = match live(slot, clock) {
+        Some(lock) if lock.is_held_by(owner) => {
+            let previous_deadline = Some(lock.deadline());
+            lock.set_deadline(lease::deadline_after(clock, ttl_ms));
+            node.stats.extended += 1;
+            (true, Change::Stored { previous_deadline })
+        }
+        _ => (false, Change::None),
+    };
+    Outcome { reply, change }
+}
+
+/// `LOCK.FENCE`: the holder's token, first raised to at least `at_least`
+/// (and this node's counter with it, so later tokens here exceed it).
+pub fn fence(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+    at_least: Option<i64>,
+) -> Outcome<Option<i64>> {
+    let (reply, change) = match live(slot, clock) {
+        Some(lock) if lock.is_held_by(owner) => {
+            let mut change = Change::None;
+            if let Some(floor) = at_least {
+                node.tokens.raise(floor);
+                if lock.token() < floor {
+                    lock.set_token(floor);
+                    change = Change::Stored { previous_deadline: Some(lock.deadline()) };
+                }
+            }
+            node.stats.fenced += 1;
+            (Some(lock.token()), change)
+        }
+        _ => (None, Change::None),
+    };
+    Outcome { reply, change }
+}
+
+/// `LOCK.INFO`: the held lock, or `None` if there is none or its lease ended.
+pub fn info(slot: &mut impl Slot, clock: &impl Clock) -> Option<Snapshot> {
+    let lock = live(slot, clock)?;
+    Some(Snapshot {
+        owner: lock.owner().to_vec(),
+        holds: lock.holds(),
+        token: lock.token(),
+        pttl_ms: lease::remaining_ms(clock, lock.deadline()),
+    })
+}
+
+/// Applies a replicated effect (from the primary or the AOF): the slot holds
+/// exactly this lock, its lease ending at wall-clock `wall_end_ms`.
+pub fn apply(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+    holds: u32,
+    token: i64,
+    wall_end_ms: i64,
+) -> Outcome<()> {
+    let previous_deadline = slot.lock().map(|lock| lock.deadline());
+    node.tokens.raise(token);
+    slot.store(Lock::new(owner, holds, token, lease::from_wall_ms(clock, wall_end_ms)));
+    Outcome { reply: (), change: Change::Stored { previous_deadline } }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    #[derive(Default)]
+    struct MemorySlot(Option<Lock>);
+
+    impl Slot for MemorySlot {
+        fn lock(&mut self) -> Option<&mut Lock> {
+            self.0.as_mut()
+        }
+        fn store(&mut self, lock: Lock) {
+            self.0 = Some(lock);
+        }
+        fn delete(&mut self) {
+            self.0 = None;
+        }
+    }
+
+    const WALL: i64 = 1_700_000_000_000;
+
+    fn setup() -> (Node, MemorySlot, ManualClock) {
+        (Node::default(), MemorySlot::default(), ManualClock::new(100, WALL))
+    }
+
+    fn granted(outcome: Result<Outcome<Acquired>, OpError>) -> (i64, bool) {
+        match outcome.map(|o| o.reply) {
+            Ok(Acquired::Granted { token, reentered }) => (token, reentered),
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fresh_acquire_creates_one_hold_with_a_clock_floored_token() {
+        let (mut node, mut slot, clock) = setup();
+        let outcome = acquire(&mut node, &mut slot, &clock, b"a", 1_000, None);
+        assert_eq!(outcome.map(|o| o.change), Ok(Change::Stored { previous_deadline: None }));
+        let lock = slot.0.clone().unwrap();
+        assert_eq!((lock.owner(), lock.holds(), lock.deadline()), (&b"a"[..], 1, 1_100));
+        assert_eq!(lock.token(), WALL * 1000);
+        assert_eq!(node.stats.acquired, 1);
+    }
+
+    #[test]
+    fn reentry_keeps_the_token_adds_a_hold_and_renews_the_lease() {
+        let (mut node, mut slot, clock) = setup();
+        let (first, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        clock.advance_ms(600);
+        let outcome = acquire(&mut node, &mut slot, &clock, b"a", 300, None);
+        assert_eq!(outcome.map(|o| o.change), Ok(Change::Stored { previous_deadline: Some(1_100) }));
+        let lock = slot.0.clone().unwrap();
+        assert_eq!((lock.token(), lock.holds(), lock.deadline()), (first, 2, 1_000));
+        assert_eq!(node.stats.reentered, 1);
+    }
+
+    #[test]
+    fn another_owner_is_refused_and_nothing_changes() {
+        let (mut node, mut slot, clock) = setup();
+        acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+        let before = slot.0.clone();
+        let tokens = node.tokens;
+        let outcome = acquire(&mut node, &mut slot, &clock, b"b", 1_000, None).unwrap();
+        assert_eq!((outcome.reply, outcome.change), (Acquired::Busy, Change::None));
+        assert_eq!(slot.0, before);
+        assert_eq!(node.tokens, tokens);
+        assert_eq!(node.stats.contended, 1);
+    }
+
+    #[test]
+    fn an_ended_lease_frees_the_lock_for_others_with_a_higher_token() {
+        let (mut node, mut slot, clock) = setup();
+        let (first, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        clock.advance_ms(1_000);
+        assert_eq!(expire_if_due(&mut node, &mut slot, &clock), Some(1_100));
+        assert_eq!(node.stats.expired, 1);
+        let (second, reentered) = granted(acquire(&mut node, &mut slot, &clock, b"b", 1_000, None));
+        assert!(second > first && !reentered);
+    }
+
+    #[test]
+    fn a_lease_ends_exactly_at_its_deadline() {
+        let (mut node, mut slot, clock) = setup();
+        acquire(&mut node, &mut slot, &clock, b"a", 10, None).unwrap();
+        clock.advance_ms(9);
+        assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(1));
+        clock.advance_ms(1);
+        assert_eq!(info(&mut slot, &clock), None);
+        assert_eq!(expire_if_due(&mut node, &mut slot, &clock), Some(110));
+        assert!(slot.0.is_none());
+    }
+
+    #[test]
+    fn wall_clock_steps_neither_end_nor_lengthen_a_lease() {
+        let (mut node, mut slot, clock) = setup();
+        acquire(&mut node, &mut slot, &clock, b"a", 10_000, None).unwrap();
+        clock.step_wall_ms(3_600_000);
+        assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(10_000));
+        assert!(matches!(acquire(&mut node, &mut slot, &clock, b"b", 10, None).unwrap().reply, Acquired::Busy));
+        clock.step_wall_ms(-7_200_000);
+        clock.advance_ms(10_000);
+        assert_eq!(info(&mut slot, &clock), None);
+        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"b", 10, None));
+        assert!(token > WALL * 1000, "a backward step must not lower tokens");
+    }
+
+    #[test]
+    fn release_counts_down_then_deletes() {
+        let (mut node, mut slot, clock) = setup();
+        for _ in 0..3 {
+            acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+        }
+        assert_eq!(release(&mut node, &mut slot, &clock, b"b", false).reply, None);
+        let once = release(&mut node, &mut slot, &clock, b"a", false);
+        assert_eq!((once.reply, once.change), (Some(2), Change::Stored { previous_deadline: Some(1_100) }));
+        let all = release(&mut node, &mut slot, &clock, b"a", true);
+        assert_eq!((all.reply, all.change), (Some(0), Change::Deleted { deadline: 1_100 }));
+        assert!(slot.0.is_none());
+        assert_eq!(release(&mut node, &mut slot, &clock, b"a", false).reply, None);
+        assert_eq!(node.stats.released, 1);
+    }
+
+    #[test]
+    fn an_ended_lease_is_absent_even_before_it_is_removed() {
+        let (mut node, mut slot, clock) = setup();
+        acquire(&mut node, &mut slot, &clock, b"a", 10, None).unwrap();
+        clock.advance_ms(10);
+        assert_eq!(release(&mut node, &mut slot, &clock, b"a", false).reply, None);
+        assert!(!extend(&mut node, &mut slot, &clock, b"a", 10).reply);
+        assert_eq!(fence(&mut node, &mut slot, &clock, b"a", None).reply, None);
+        let outcome = acquire(&mut node, &mut slot, &clock, b"b", 10, None).unwrap();
+        assert_eq!(outcome.change, Change::Stored { previous_deadline: Some(110) });
+    }
+
+    #[test]
+    fn extend_only_for_the_holder() {
+        let (mut node, mut slot, clock) = setup();
+        acquire(&mut node, &mut slot, &clock, b"a", 100, None).unwrap();
+        assert!(!extend(&mut node, &mut slot, &clock, b"b", 5_000).reply);
+        clock.advance_ms(50);
+        let outcome = extend(&mut node, &mut slot, &clock, b"a", 5_000);
+        assert!(outcome.reply);
+        assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(5_000));
+    }
+
+    #[test]
+    fn fence_at_least_raises_the_lock_and_the_node() {
+        let (mut node, mut slot, clock) = setup();
+        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        assert_eq!(fence(&mut node, &mut slot, &clock, b"a", None).reply, Some(token));
+        assert_eq!(fence(&mut node, &mut slot, &clock, b"b", Some(token * 2)).reply, None);
+        assert_eq!(node.tokens.last(), token, "a refused fence changes nothing");
+        let raised = fence(&mut node, &mut slot, &clock, b"a", Some(token * 2));
+        assert_eq!(raised.reply, Some(token * 2));
+        assert_eq!(raised.change, Change::Stored { previous_deadline: Some(1_100) });
+        let lower = fence(&mut node, &mut slot, &clock, b"a", Some(5));
+        assert_eq!((lower.reply, lower.change), (Some(token * 2), Change::None));
+        release(&mut node, &mut slot, &clock, b"a", true);
+        let (next, _) = granted(acquire(&mut node, &mut slot, &clock, b"c", 1_000, None));
+        assert!(next > token * 2);
+    }
+
+    #[test]
+    fn apply_reproduces_the_primary_lock_and_raises_the_counter() {
+        let (mut node, mut slot, clock) = setup();
+        apply(&mut node, &mut slot, &clock, b"a", 3, 42, WALL + 2_500);
+        let lock = slot.0.clone().unwrap();
+        assert_eq!((lock.holds(), lock.token(), lock.deadline()), (3, 42, 2_600));
+        assert!(node.tokens.last() >= 42);
+    }
+
+    #[test]
+    fn grant_only_a_free_slot() {
+        let (mut node, mut slot, clock) = setup();
+        acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+        assert_eq!(grant(&mut node, &mut slot, &clock, b"w", 500, None), Ok(None));
+        release(&mut node, &mut slot, &clock, b"a", false);
+        let outcome = grant(&mut node, &mut slot, &clock, b"w", 500, None).unwrap().unwrap();
+        assert!(slot.0.as_ref().unwrap().is_held_by(b"w"));
+        assert_eq!(outcome.reply, slot.0.as_ref().unwrap().token());
+        assert_eq!(node.stats.wait_grants, 1);
+    }
+
+    #[test]
+    fn recovery_window_refuses_fresh_locks_but_not_reentry() {
+        let (mut node, mut slot, clock) = setup();
+        acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+        let reentry = acquire(&mut node, &mut slot, &clock, b"a", 1_000, Some(50));
+        assert!(matches!(reentry.map(|o| o.reply), Ok(Acquired::Granted { reentered: true, .. })));
+        assert!(matches!(acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)).map(|o| o.reply), Ok(Acquired::Busy)));
+        release(&mut node, &mut slot, &clock, b"a", true);
+        let tokens = node.tokens;
+        assert_eq!(acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)), Err(OpError::Recovering { left_ms: 50 }));
+        assert_eq!(grant(&mut node, &mut slot, &clock, b"b", 10, Some(50)), Err(OpError::Recovering { left_ms: 50 }));
+        assert!(slot.0.is_none());
+        assert_eq!(node.tokens, tokens);
+        assert_eq!(
+            OpError::Recovering { left_ms: 50 }.message(),
+            "RECOVERING this node refuses new locks for another 50 ms (lock.recovery-ms)"
+        );
+    }
+
+    #[test]
+    fn exhausted_tokens_refuse_without_change() {
+        let (mut node, mut slot, clock) = setup();
+        node.tokens.raise(i64::MAX);
+        assert_eq!(acquire(&mut node, &mut slot, &clock, b"a", 10, None), Err(OpError::TokensExhausted));
+        assert!(slot.0.is_none());
+    }
+}

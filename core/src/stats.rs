@@ -1,0 +1,25 @@
+//! Counters for `INFO lock`. Each counts events on this node since it started.
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Fresh acquisitions (a new lock with one hold).
+    pub acquired: u64,
+    /// Re-entries by the holder (one more hold).
+    pub reentered: u64,
+    /// Acquisitions refused because another owner held the lock.
+    pub contended: u64,
+    /// Locks freed by their owner (last hold released).
+    pub released: u64,
+    /// Locks whose lease ended.
+    pub expired: u64,
+    /// Successful `LOCK.EXTEND` calls.
+    pub extended: u64,
+    /// Successful `LOCK.FENCE` calls.
+    pub fenced: u64,
+    /// Acquisitions that had to wait in the queue.
+    pub waits: u64,
+    /// Waiters granted the lock after waiting.
+    pub wait_grants: u64,
+    /// Waiters whose timeout passed before a grant.
+    pub wait_timeouts: u64,
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what building and testing redis-lock needs, on Debian/Ubuntu:
+# redis-server (and redis-tools for redis-cli, redis-benchmark) and
+# libclang-dev (bindgen, used by the redis-module crate). As root it runs
+# apt-get itself; otherwise it prints the exact command and stops.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+if ! ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+    missing+=(libclang-dev)
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "error: cargo is not installed. Install Rust from https://rustup.rs (rustup), then run make again." >&2
+    exit 1
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "error: missing packages: ${missing[*]}" >&2
+    echo "Install them with:" >&2
+    echo "    sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: missing ${missing[*]} and this is not a Debian/Ubuntu system; install them with your package manager." >&2
+    exit 1
+fi
+echo "Installing ${missing[*]} ..."
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y "${missing[@]}"

@@ -1,0 +1,234 @@
+//! The `LOCK.*` commands: parse (core), open the key, run the operation
+//! (core), commit, propagate (effects), reply. Nothing here decides anything
+//! the core crate could decide.
+
+use std::ffi::{c_int, CStr};
+
+use redis_lock_core::args::{self, ArgError};
+use redis_lock_core::ops::{self, Acquired, Change, Outcome};
+use redis_lock_core::Slot;
+use redis_module::raw;
+
+use crate::config::{self, DEBUG};
+use crate::effects::{self, Facts, Target};
+use crate::ffi::{self, Ctx, RString};
+use crate::key::{LockKey, WrongType};
+use crate::recovery;
+use crate::state::{with_state, CLOCK};
+use crate::waiting;
+
+/// A command's key, opened and settled (an ended lease removed, waiters
+/// served), ready for the operation.
+struct Opened<'a> {
+    target: Target<'a>,
+    key: LockKey,
+}
+
+fn open<'a>(ctx: Ctx, argv: *mut RString, argc: c_int, write: bool) -> Result<Opened<'a>, c_int> {
+    let Some(name) = ffi::arg(argv, argc, 1) else { return Err(ffi::reply_wrong_arity(ctx)) };
+    let mut key = LockKey::open(ctx, name, write).map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
+    let target = Target { ctx, name, db: ffi::selected_db(ctx), bytes: ffi::bytes(name) };
+    if write && ffi::is_primary(ctx) {
+        waiting::settle(&target, &mut key);
+    }
+    Ok(Opened { target, key })
+}
+
+fn reply_arg_error(ctx: Ctx, error: &ArgError) -> c_int {
+    match error {
+        ArgError::WrongArity => ffi::reply_wrong_arity(ctx),
+        other => ffi::reply_error(ctx, &other.to_string()),
+    }
+}
+
+/// Commits what the operation changed and propagates it.
+fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CStr) {
+    let facts = opened.key.lock().map(|lock| Facts::of(lock));
+    opened.key.commit();
+    match (outcome.change, facts) {
+        (Change::Stored { previous_deadline }, Some(facts)) => {
+            effects::stored(&opened.target, owner, facts, previous_deadline, event);
+        }
+        (Change::Deleted { .. }, _) => {
+            effects::deleted(&opened.target, event);
+            waiting::grant_waiters(&opened.target, &mut opened.key);
+        }
+        _ => {}
+    }
+}
+
+macro_rules! parse_or_reply {
+    ($ctx:expr, $parsed:expr) => {
+        match $parsed {
+            Ok(parsed) => parsed,
+            Err(error) => return reply_arg_error($ctx, &error),
+        }
+    };
+}
+
+macro_rules! open_or_return {
+    ($ctx:expr, $argv:expr, $argc:expr, $write:expr) => {
+        match open($ctx, $argv, $argc, $write) {
+            Ok(opened) => opened,
+            Err(status) => return status,
+        }
+    };
+}
+
+/// Whether this client may block: not inside MULTI, Lua or a function, where
+/// `WAIT` degrades to a plain acquisition.
+fn may_block(ctx: Ctx) -> bool {
+    !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        && !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_MULTI)
+        && !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LUA)
+}
+
+/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    let parsed = parse_or_reply!(ctx, args::parse_acquire(&argv_bytes, &config::limits()));
+    let mut opened = open_or_return!(ctx, argv, argc, true);
+    // Waiters are served first: a free lock with a queue goes to its head.
+    if waiting::waiting(&opened.target.id()) > 0 {
+        waiting::grant_waiters(&opened.target, &mut opened.key);
+    }
+    let refusal = recovery::refusal();
+    let Some(result) = with_state(|state| {
+        ops::acquire(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.ttl_ms, refusal)
+    }) else {
+        return ffi::reply_error(ctx, "ERR internal error: state busy");
+    };
+    match result {
+        Err(error) => ffi::reply_error(ctx, &error.message()),
+        Ok(outcome) => match outcome.reply {
+            Acquired::Granted { token, .. } => {
+                finish(&mut opened, parsed.owner, &outcome, c"lock.acquire");
+                ffi::reply_integer(ctx, token)
+            }
+            Acquired::Busy => match parsed.wait_ms {
+                Some(timeout_ms) if may_block(ctx) => {
+                    waiting::block(ctx, opened.target.id(), parsed.owner, parsed.ttl_ms, timeout_ms)
+                }
+                _ => ffi::reply_null(ctx),
+            },
+        },
+    }
+}
+
+/// `LOCK.RELEASE key owner [ALL]`
+pub fn release(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    let parsed = parse_or_reply!(ctx, args::parse_release(&argv_bytes, &config::limits()));
+    let mut opened = open_or_return!(ctx, argv, argc, true);
+    let Some(outcome) = with_state(|state| ops::release(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.all))
+    else {
+        return ffi::reply_error(ctx, "ERR internal error: state busy");
+    };
+    finish(&mut opened, parsed.owner, &outcome, c"lock.release");
+    match outcome.reply {
+        Some(left) => ffi::reply_integer(ctx, i64::from(left)),
+        None => ffi::reply_null(ctx),
+    }
+}
+
+/// `LOCK.EXTEND key owner ttl-ms`
+pub fn extend(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    let parsed = parse_or_reply!(ctx, args::parse_extend(&argv_bytes, &config::limits()));
+    let mut opened = open_or_return!(ctx, argv, argc, true);
+    let Some(outcome) = with_state(|state| ops::extend(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.ttl_ms))
+    else {
+        return ffi::reply_error(ctx, "ERR internal error: state busy");
+    };
+    finish(&mut opened, parsed.owner, &outcome, c"lock.extend");
+    ffi::reply_integer(ctx, i64::from(outcome.reply))
+}
+
+/// `LOCK.FENCE key owner [ATLEAST n]`
+pub fn fence(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    let parsed = parse_or_reply!(ctx, args::parse_fence(&argv_bytes, &config::limits()));
+    let mut opened = open_or_return!(ctx, argv, argc, true);
+    let Some(outcome) = with_state(|state| ops::fence(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.at_least))
+    else {
+        return ffi::reply_error(ctx, "ERR internal error: state busy");
+    };
+    finish(&mut opened, parsed.owner, &outcome, c"lock.fence");
+    match outcome.reply {
+        Some(token) => ffi::reply_integer(ctx, token),
+        None => ffi::reply_null(ctx),
+    }
+}
+
+/// `LOCK.INFO key`
+pub fn info(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    parse_or_reply!(ctx, args::parse_info(&argv_bytes));
+    let mut opened = open_or_return!(ctx, argv, argc, false);
+    let Some(snapshot) = ops::info(&mut opened.key, &CLOCK) else { return ffi::reply_null(ctx) };
+    let waiters = waiting::waiting(&opened.target.id());
+    ffi::reply_map(ctx, 5);
+    ffi::reply_bulk(ctx, b"owner");
+    ffi::reply_bulk(ctx, &snapshot.owner);
+    ffi::reply_bulk(ctx, b"holds");
+    ffi::reply_integer(ctx, i64::from(snapshot.holds));
+    ffi::reply_bulk(ctx, b"token");
+    ffi::reply_integer(ctx, snapshot.token);
+    ffi::reply_bulk(ctx, b"pttl");
+    ffi::reply_integer(ctx, i64::try_from(snapshot.pttl_ms).unwrap_or(i64::MAX));
+    ffi::reply_bulk(ctx, b"waiters");
+    ffi::reply_integer(ctx, i64::try_from(waiters).unwrap_or(i64::MAX))
+}
+
+/// `LOCK.APPLY key owner holds token wall-end-ms`: the effect a primary
+/// replicates and the AOF logs. Accepted only from the replication link or
+/// while loading the AOF; a user calling it could forge any lock.
+pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    let trusted = ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_REPLICATED)
+        || ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LOADING);
+    if !trusted {
+        return ffi::reply_error(
+            ctx,
+            "ERR LOCK.APPLY is internal: it is accepted only from a primary or while loading the AOF",
+        );
+    }
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    let parsed = parse_or_reply!(ctx, args::parse_apply(&argv_bytes));
+    let Some(name) = ffi::arg(argv, argc, 1) else { return ffi::reply_wrong_arity(ctx) };
+    let Ok(mut key) = LockKey::open(ctx, name, true) else { return ffi::reply_error(ctx, ffi::WRONGTYPE) };
+    let target = Target { ctx, name, db: ffi::selected_db(ctx), bytes: ffi::bytes(name) };
+    let Some(outcome) = with_state(|state| {
+        ops::apply(&mut state.node, &mut key, &CLOCK, parsed.owner, parsed.holds, parsed.token, parsed.wall_end_ms)
+    }) else {
+        return ffi::reply_error(ctx, "ERR internal error: state busy");
+    };
+    let deadline = key.lock().map(|lock| lock.deadline());
+    key.commit();
+    if let (Change::Stored { previous_deadline }, Some(deadline)) = (outcome.change, deadline) {
+        effects::index(&target, deadline, previous_deadline);
+    }
+    ffi::reply_ok(ctx)
+}
+
+/// `LOCK.DEBUG WALLCLOCK-OFFSET [ms]`: shifts the wall clock the module reads,
+/// to show that leases ignore wall-clock steps. Only with `debug yes`.
+pub fn debug(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    if !DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
+        return ffi::reply_error(ctx, "ERR LOCK.DEBUG is disabled: load the module with 'debug yes'");
+    }
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    match argv_bytes.as_slice() {
+        [_, sub] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => {
+            ffi::reply_integer(ctx, CLOCK.wall_offset_ms())
+        }
+        [_, sub, offset] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => match args::parse_i64(offset) {
+            Some(offset) => {
+                CLOCK.set_wall_offset_ms(offset);
+                ffi::reply_ok(ctx)
+            }
+            None => ffi::reply_error(ctx, "ERR the offset must be an integer (milliseconds)"),
+        },
+        [_] => ffi::reply_wrong_arity(ctx),
+        _ => ffi::reply_error(ctx, "ERR unknown LOCK.DEBUG subcommand: try WALLCLOCK-OFFSET [ms]"),
+    }
+}

@@ -1,0 +1,217 @@
+//! The `redislock` data type: how a lock is saved to and loaded from RDB
+//! (and `DUMP`/`RESTORE`, `MIGRATE`), rewritten into the AOF, digested,
+//! measured, copied and freed, plus the node's token counter as RDB aux data.
+//!
+//! On disk a lease is its absolute wall-clock end, so a restart subtracts the
+//! time the node was down; in memory it is a monotonic deadline.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::Ordering;
+
+use redis_lock_core::{lease, Lock};
+use redis_module::{native_types::RedisType, raw};
+
+use crate::expiry;
+use crate::ffi::{self, rm, RString};
+use crate::guard;
+use crate::state::{with_state, CLOCK};
+use crate::stats::LIVE_LOCKS;
+
+/// Bump when the RDB layout changes; loading checks it.
+const ENCODING_VERSION: c_int = 1;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "redislock",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: Some(free_effort),
+        unlink: None,
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(unlink2),
+        copy2: Some(copy2),
+        aux_save2: None,
+    },
+);
+
+/// Our value behind a pointer Redis hands back. Redis only ever passes
+/// values it got from us as `Box<Lock>`.
+fn lock_ref<'a>(value: *const c_void) -> Option<&'a Lock> {
+    // SAFETY: see above; null is handled by as_ref.
+    unsafe { value.cast::<Lock>().as_ref() }
+}
+
+fn null_ctx() -> ffi::Ctx {
+    std::ptr::null_mut()
+}
+
+fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
+    if encver != ENCODING_VERSION {
+        return None;
+    }
+    let mut len: usize = 0;
+    let buffer = rm!(RedisModule_LoadStringBuffer(rdb, &mut len))?;
+    if buffer.is_null() {
+        return None;
+    }
+    // SAFETY: Redis returned `len` bytes it allocated for us; we copy and free.
+    let owner = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), len) }.to_vec();
+    rm!(RedisModule_Free(buffer.cast::<c_void>()));
+    let holds = u32::try_from(rm!(RedisModule_LoadUnsigned(rdb))?).ok().filter(|h| *h > 0)?;
+    let token = rm!(RedisModule_LoadSigned(rdb))?;
+    let wall_end = rm!(RedisModule_LoadSigned(rdb))?;
+    if rm!(RedisModule_IsIOError(rdb)).unwrap_or(0) != 0 || owner.is_empty() || token <= 0 {
+        return None;
+    }
+    with_state(|state| state.node.tokens.raise(token));
+    Some(Lock::new(&owner, holds, token, lease::from_wall_ms(&CLOCK, wall_end)))
+}
+
+extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard::callback(null_ctx(), "rdb_load", std::ptr::null_mut(), || match load_lock(rdb, encver) {
+        Some(lock) => {
+            LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
+            Box::into_raw(Box::new(lock)).cast::<c_void>()
+        }
+        None => std::ptr::null_mut(),
+    })
+}
+
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard::callback(null_ctx(), "rdb_save", (), || {
+        let Some(lock) = lock_ref(value) else { return };
+        let owner = lock.owner();
+        rm!(RedisModule_SaveStringBuffer(rdb, owner.as_ptr().cast::<c_char>(), owner.len()));
+        rm!(RedisModule_SaveUnsigned(rdb, u64::from(lock.holds())));
+        rm!(RedisModule_SaveSigned(rdb, lock.token()));
+        rm!(RedisModule_SaveSigned(rdb, lease::to_wall_ms(&CLOCK, lock.deadline())));
+    });
+}
+
+extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, value: *mut c_void) {
+    guard::callback(null_ctx(), "aof_rewrite", (), || {
+        let Some(lock) = lock_ref(value) else { return };
+        let owner = lock.owner();
+        rm!(RedisModule_EmitAOF(
+            aof,
+            c"LOCK.APPLY".as_ptr(),
+            c"sblll".as_ptr(),
+            key,
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+            i64::from(lock.holds()),
+            lock.token(),
+            lease::to_wall_ms(&CLOCK, lock.deadline()),
+        ));
+    });
+}
+
+extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guard::callback(null_ctx(), "mem_usage", 0, || lock_ref(value).map_or(0, Lock::heap_bytes))
+}
+
+/// Owner, holds and token: what a replica or a reload must reproduce
+/// exactly. The lease is left out: it lives on each process's own
+/// monotonic clock, so it cannot be equal to the millisecond across them.
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guard::callback(null_ctx(), "digest", (), || {
+        let Some(lock) = lock_ref(value) else { return };
+        let owner = lock.owner();
+        rm!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()));
+        rm!(RedisModule_DigestAddLongLong(md, i64::from(lock.holds())));
+        rm!(RedisModule_DigestAddLongLong(md, lock.token()));
+        rm!(RedisModule_DigestEndSequence(md));
+    });
+}
+
+/// May run on Redis's lazy-free thread: touches only the value and an atomic.
+extern "C" fn free(value: *mut c_void) {
+    guard::callback(null_ctx(), "free", (), || {
+        if !value.is_null() {
+            // SAFETY: Redis frees each of our values exactly once.
+            drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+            LIVE_LOCKS.fetch_sub(1, Ordering::Relaxed);
+        }
+    });
+}
+
+/// A lock is small: free it synchronously.
+extern "C" fn free_effort(_key: RString, _value: *const c_void) -> usize {
+    1
+}
+
+/// The node's token counter, saved before the keys so that a restart from
+/// RDB (or an RDB-preamble AOF, or a full sync) continues above it.
+extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guard::callback(null_ctx(), "aux_save", (), || {
+        if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            let last = with_state(|state| state.node.tokens.last()).unwrap_or(0);
+            rm!(RedisModule_SaveSigned(rdb, last));
+        }
+    });
+}
+
+extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
+    guard::callback(null_ctx(), "aux_load", raw::REDISMODULE_ERR as c_int, || {
+        if encver != ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        let Some(last) = rm!(RedisModule_LoadSigned(rdb)) else { return raw::REDISMODULE_ERR as c_int };
+        with_state(|state| state.node.tokens.raise(last));
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+/// The key's name and database from a key-operation context.
+fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<(i32, Box<[u8]>)> {
+    let (name, db) = if to {
+        (rm!(RedisModule_GetToKeyNameFromOptCtx(ctx))?, rm!(RedisModule_GetToDbIdFromOptCtx(ctx))?)
+    } else {
+        (rm!(RedisModule_GetKeyNameFromOptCtx(ctx))?, rm!(RedisModule_GetDbIdFromOptCtx(ctx))?)
+    };
+    Some((db, ffi::bytes(name).into()))
+}
+
+/// A lock key leaves the keyspace (`DEL`, `UNLINK`, overwrite, our own
+/// release or expiry): drop its expiry entry and let its waiters in.
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guard::callback(null_ctx(), "unlink", (), || {
+        let (Some(lock), Some(id)) = (lock_ref(value), key_of(ctx, false)) else { return };
+        with_state(|state| {
+            state.deadlines.remove(lock.deadline(), id.clone());
+            if state.waiters.has_waiters(&id) {
+                state.pending_grants.insert(id);
+                expiry::arm(state);
+            }
+        });
+    });
+}
+
+/// `COPY`: the copy is an independent lock with the same owner, holds,
+/// token and lease, which must end on time too.
+extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
+    guard::callback(null_ctx(), "copy", std::ptr::null_mut(), || {
+        let Some(lock) = lock_ref(value) else { return std::ptr::null_mut() };
+        let copy = lock.clone();
+        if let Some(id) = key_of(ctx, true) {
+            with_state(|state| {
+                state.deadlines.insert(copy.deadline(), id);
+                expiry::arm(state);
+            });
+        }
+        LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
+        Box::into_raw(Box::new(copy)).cast::<c_void>()
+    })
+}

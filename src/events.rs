@@ -1,0 +1,114 @@
+//! Keeping the expiry index and the waiter queues true when keys move
+//! without our commands: loaded from RDB, restored, renamed, moved between
+//! databases, flushed, or databases swapped.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use redis_lock_core::Slot;
+use redis_module::raw;
+
+use crate::expiry;
+use crate::ffi::{self, rm, Ctx, RString};
+use crate::guard;
+use crate::key::LockKey;
+use crate::state::with_state;
+
+/// Keyspace events that put a lock under a (new) name.
+const ARRIVALS: [&CStr; 4] = [c"loaded", c"restore", c"rename_to", c"move_to"];
+
+pub fn subscribe(ctx: Ctx) -> bool {
+    let classes = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
+    let keyspace = rm!(RedisModule_SubscribeToKeyspaceEvents(ctx, classes, Some(on_keyspace_event)));
+    let flush = subscribe_server(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
+    let swap = subscribe_server(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
+    keyspace == Some(raw::REDISMODULE_OK as c_int) && flush && swap
+}
+
+type ServerCallback = extern "C" fn(Ctx, raw::RedisModuleEvent, u64, *mut c_void);
+
+fn subscribe_server(ctx: Ctx, id: u64, callback: ServerCallback) -> bool {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    rm!(RedisModule_SubscribeToServerEvent(ctx, event, Some(callback))) == Some(raw::REDISMODULE_OK as c_int)
+}
+
+extern "C" fn on_keyspace_event(ctx: Ctx, _class: c_int, event: *const c_char, key: RString) -> c_int {
+    guard::callback(ctx, "keyspace event", raw::REDISMODULE_OK as c_int, || {
+        if event.is_null() {
+            return raw::REDISMODULE_OK as c_int;
+        }
+        // SAFETY: Redis passes a NUL-terminated event name.
+        let event = unsafe { CStr::from_ptr(event) };
+        if ARRIVALS.contains(&event) {
+            index_arrival(ctx, key);
+        }
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+/// Indexes the lease of a lock that arrived under `key` in the context's
+/// database. (Notification callbacks may read keys, not write them.)
+fn index_arrival(ctx: Ctx, key: RString) {
+    // The name of a `loaded` key lives on Redis's stack and must not be
+    // retained, which opening it would do: open a copy.
+    let Some(name) = ffi::OwnedString::new(ctx, ffi::bytes(key)) else { return };
+    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), false) else { return };
+    let Some(deadline) = lock_key.lock().map(|lock| lock.deadline()) else { return };
+    let id = (ffi::selected_db(ctx), ffi::bytes(key).into());
+    with_state(|state| {
+        state.deadlines.insert(deadline, id);
+        expiry::arm(state);
+    });
+}
+
+/// `FLUSHDB`/`FLUSHALL` (and the flush before a full sync or `DEBUG RELOAD`):
+/// the flushed database's expiry entries go, and its waiters are served
+/// (their locks were deleted).
+extern "C" fn on_flush(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
+    guard::callback(ctx, "flush event", (), || {
+        if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+            return;
+        }
+        // SAFETY: for this event Redis passes a RedisModuleFlushInfo.
+        let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else { return };
+        let flushed = info.dbnum;
+        let hit = move |db: i32| flushed == -1 || db == flushed;
+        with_state(|state| {
+            state.deadlines.remap(|(db, key)| (!hit(*db)).then(|| (*db, key.clone())));
+            let keys = state.waiters.keys_where(|(db, _)| hit(*db));
+            state.pending_grants.extend(keys);
+            expiry::arm(state);
+        });
+    });
+}
+
+/// What Redis passes with the SWAPDB event (not in the generated bindings).
+#[repr(C)]
+struct SwapDbInfo {
+    version: u64,
+    first: i32,
+    second: i32,
+}
+
+extern "C" fn on_swapdb(ctx: Ctx, _event: raw::RedisModuleEvent, _subevent: u64, data: *mut c_void) {
+    guard::callback(ctx, "swapdb event", (), || {
+        // SAFETY: for this event Redis passes a RedisModuleSwapDbInfo.
+        let Some(info) = (unsafe { data.cast::<SwapDbInfo>().as_ref() }) else { return };
+        let (first, second) = (info.first, info.second);
+        let swap = move |db: i32| match db {
+            db if db == first => second,
+            db if db == second => first,
+            db => db,
+        };
+        with_state(|state| {
+            state.deadlines.remap(|(db, key)| Some((swap(*db), key.clone())));
+            state.waiters.rekey(|(db, key)| (swap(*db), key.clone()));
+            for id in state.blocked.values_mut() {
+                id.0 = swap(id.0);
+            }
+            // Either database may now hold a free lock its waiters want.
+            let keys = state.waiters.keys_where(|(db, _)| *db == first || *db == second);
+            state.pending_grants.extend(keys);
+            expiry::arm(state);
+        });
+    });
+}

@@ -1,0 +1,115 @@
+//! Ending leases on time. One Redis timer is armed for the earliest deadline
+//! in the index; when it fires, every lock whose lease ended is removed with
+//! an `expired` event and a replicated `DEL`, and its waiters are served,
+//! whether or not anyone touches the key. Work per firing is bounded so that
+//! a million leases ending at once never stall the server: the rest is left
+//! to the next firing, one event-loop turn later.
+//!
+//! Only a primary decides expiry; a replica waits for the primary's `DEL`
+//! and rechecks now and then, so that it takes over once promoted.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_lock_core::{Clock, Slot};
+use redis_module::raw;
+
+use crate::effects::{self, Target};
+use crate::ffi::{self, rm, Ctx};
+use crate::guard;
+use crate::key::LockKey;
+use crate::state::{with_state, ModuleState, CLOCK};
+use crate::waiting;
+
+/// A context detached from any client, made at load, for creating timers
+/// from callbacks that have no context of their own (`unlink2`, `copy2`).
+pub static TIMER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// How often a replica looks again at leases that ended.
+const REPLICA_RECHECK_MS: u64 = 100;
+/// Keys expired per index lookup, and time spent per firing.
+const BATCH: usize = 64;
+const BUDGET: Duration = Duration::from_millis(2);
+
+/// Makes sure the timer fires by the earliest deadline (now if grants wait).
+pub fn arm(state: &mut ModuleState) {
+    arm_not_before(state, 0);
+}
+
+fn arm_not_before(state: &mut ModuleState, not_before: u64) {
+    let now = CLOCK.monotonic_ms();
+    let next = match (state.deadlines.next_deadline(), state.pending_grants.is_empty()) {
+        (_, false) => now,
+        (Some(deadline), true) => deadline,
+        (None, true) => return,
+    };
+    let fire_at = next.max(not_before);
+    let ctx = TIMER_CTX.load(Ordering::Relaxed);
+    if ctx.is_null() {
+        return;
+    }
+    if let Some((timer, at)) = state.timer {
+        if at <= fire_at {
+            return;
+        }
+        rm!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()));
+        state.timer = None;
+    }
+    let delay = i64::try_from(fire_at.saturating_sub(now)).unwrap_or(i64::MAX);
+    if let Some(timer) = rm!(RedisModule_CreateTimer(ctx, delay, Some(on_timer), std::ptr::null_mut())) {
+        state.timer = Some((timer, fire_at));
+    }
+}
+
+extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
+    guard::callback(ctx, "expiry timer", (), || run(ctx));
+}
+
+fn run(ctx: Ctx) {
+    with_state(|state| state.timer = None);
+    if !ffi::is_primary(ctx) {
+        let recheck = CLOCK.monotonic_ms().saturating_add(REPLICA_RECHECK_MS);
+        with_state(|state| arm_not_before(state, recheck));
+        return;
+    }
+    let started = Instant::now();
+    while started.elapsed() < BUDGET {
+        let now = CLOCK.monotonic_ms();
+        let due = with_state(|state| state.deadlines.pop_due(now, BATCH)).unwrap_or_default();
+        if due.is_empty() {
+            break;
+        }
+        for (db, key) in due {
+            settle_key(ctx, db, &key);
+        }
+    }
+    let grants = with_state(|state| std::mem::take(&mut state.pending_grants)).unwrap_or_default();
+    for (db, key) in grants {
+        waiting::grant_pending(ctx, db, &key);
+    }
+    with_state(arm);
+}
+
+/// Expires `key` if its lease ended; otherwise re-indexes its real deadline
+/// (the entry was stale: the lease was renewed).
+fn settle_key(ctx: Ctx, db: i32, key: &[u8]) {
+    if !ffi::select_db(ctx, db) {
+        return;
+    }
+    let Some(name) = ffi::OwnedString::new(ctx, key) else { return };
+    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else { return };
+    let target = Target { ctx, name: name.as_ptr(), db, bytes: key };
+    waiting::settle(&target, &mut lock_key);
+    if let Some(deadline) = lock_key.lock().map(|lock| lock.deadline()) {
+        effects::index(&target, deadline, None);
+    }
+}
+
+/// Registers the timer context at load.
+pub fn init(ctx: Ctx) -> bool {
+    let detached = rm!(RedisModule_GetDetachedThreadSafeContext(ctx)).unwrap_or(std::ptr::null_mut());
+    TIMER_CTX.store(detached, Ordering::Relaxed);
+    !detached.is_null()
+}
+

@@ -1,0 +1,195 @@
+//! The thin, unsafe edge to the Redis modules API: calling an API function,
+//! reading argument bytes, replying, and logging. Everything above this file
+//! works with slices, integers and the core crate's types.
+
+use std::ffi::{c_char, c_int, CString};
+
+use redis_module::raw;
+
+pub type Ctx = *mut raw::RedisModuleCtx;
+pub type RString = *mut raw::RedisModuleString;
+
+/// Calls a Redis module API function by name: `Some(result)`, or `None` if
+/// this server does not export it (checked at load for all we depend on).
+macro_rules! rm {
+    ($name:ident($($arg:expr),* $(,)?)) => {
+        // SAFETY: the function pointers are filled once by RedisModule_Init
+        // before any of our code runs, and every caller passes pointers that
+        // Redis gave it for the duration of the callback.
+        match unsafe { redis_module::raw::$name } {
+            Some(function) => Some(unsafe { function($($arg),*) }),
+            None => None,
+        }
+    };
+}
+pub(crate) use rm;
+
+/// The bytes of a Redis string. Valid while Redis keeps the string alive:
+/// for a command argument, until the command returns.
+pub fn bytes<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
+    if string.is_null() {
+        return &[];
+    }
+    let mut len: usize = 0;
+    match rm!(RedisModule_StringPtrLen(string, &mut len)) {
+        Some(ptr) if !ptr.is_null() => {
+            // SAFETY: Redis returns a pointer to `len` bytes owned by `string`.
+            unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+        }
+        _ => &[],
+    }
+}
+
+/// The command line as byte slices.
+pub fn argv_bytes<'a>(argv: *mut RString, argc: c_int) -> Vec<&'a [u8]> {
+    let count = usize::try_from(argc).unwrap_or(0);
+    if argv.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: Redis passes `argc` valid string pointers in `argv`.
+    let strings = unsafe { std::slice::from_raw_parts(argv, count) };
+    strings.iter().map(|&s| bytes(s)).collect()
+}
+
+/// The `index`-th argument pointer, if there is one.
+pub fn arg(argv: *mut RString, argc: c_int, index: usize) -> Option<RString> {
+    if argv.is_null() || index >= usize::try_from(argc).unwrap_or(0) {
+        return None;
+    }
+    // SAFETY: bounds checked against argc above.
+    Some(unsafe { *argv.add(index) })
+}
+
+pub fn reply_integer(ctx: Ctx, value: i64) -> c_int {
+    rm!(RedisModule_ReplyWithLongLong(ctx, value)).unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
+pub fn reply_null(ctx: Ctx) -> c_int {
+    rm!(RedisModule_ReplyWithNull(ctx)).unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
+pub fn reply_ok(ctx: Ctx) -> c_int {
+    rm!(RedisModule_ReplyWithSimpleString(ctx, c"OK".as_ptr())).unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
+pub fn reply_bulk(ctx: Ctx, value: &[u8]) -> c_int {
+    rm!(RedisModule_ReplyWithStringBuffer(ctx, value.as_ptr().cast::<c_char>(), value.len()))
+        .unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
+/// A map reply (RESP3), or a flat array of `pairs * 2` elements (RESP2).
+pub fn reply_map(ctx: Ctx, pairs: usize) -> c_int {
+    let len = std::ffi::c_long::try_from(pairs).unwrap_or(0);
+    rm!(RedisModule_ReplyWithMap(ctx, len)).unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
+/// An error reply; `message` starts with its code (`ERR …`, `WRONGTYPE …`).
+pub fn reply_error(ctx: Ctx, message: &str) -> c_int {
+    let message = CString::new(message.replace(['\0', '\r', '\n'], " "))
+        .unwrap_or_else(|_| CString::from(c"ERR internal error"));
+    rm!(RedisModule_ReplyWithError(ctx, message.as_ptr())).unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// The standard `ERR wrong number of arguments for '…' command`.
+pub fn reply_wrong_arity(ctx: Ctx) -> c_int {
+    rm!(RedisModule_WrongArity(ctx)).unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
+pub fn log_warning(ctx: Ctx, message: &str) {
+    log(ctx, c"warning", message);
+}
+
+fn log(ctx: Ctx, level: &std::ffi::CStr, message: &str) {
+    if let Ok(message) = CString::new(message.replace('\0', " ")) {
+        rm!(RedisModule_Log(ctx, level.as_ptr(), c"%s".as_ptr(), message.as_ptr()));
+    }
+}
+
+/// The client's context flags (role, MULTI, Lua, loading, replicated...).
+pub fn context_flags(ctx: Ctx) -> c_int {
+    rm!(RedisModule_GetContextFlags(ctx)).unwrap_or(0)
+}
+
+pub fn has_flag(ctx: Ctx, flag: u32) -> bool {
+    context_flags(ctx) & (flag as c_int) != 0
+}
+
+/// This node is a primary (so it decides expiry).
+pub fn is_primary(ctx: Ctx) -> bool {
+    has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_MASTER)
+}
+
+pub fn selected_db(ctx: Ctx) -> i32 {
+    rm!(RedisModule_GetSelectedDb(ctx)).unwrap_or(0)
+}
+
+pub fn select_db(ctx: Ctx, db: i32) -> bool {
+    rm!(RedisModule_SelectDb(ctx, db)) == Some(raw::REDISMODULE_OK as c_int)
+}
+
+/// A Redis string owned by us, freed on drop.
+pub struct OwnedString {
+    ctx: Ctx,
+    string: RString,
+}
+
+impl OwnedString {
+    pub fn new(ctx: Ctx, value: &[u8]) -> Option<Self> {
+        let string = rm!(RedisModule_CreateString(ctx, value.as_ptr().cast::<c_char>(), value.len()))?;
+        (!string.is_null()).then_some(OwnedString { ctx, string })
+    }
+
+    pub fn as_ptr(&self) -> RString {
+        self.string
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        rm!(RedisModule_FreeString(self.ctx, self.string));
+    }
+}
+
+/// The API functions the module cannot work without, checked at load so a
+/// server too old for us refuses the module instead of misbehaving later.
+pub fn missing_api() -> Option<&'static str> {
+    macro_rules! require {
+        ($($name:ident),* $(,)?) => {
+            $(
+                // SAFETY: reading a function pointer filled by RedisModule_Init.
+                if unsafe { redis_module::raw::$name }.is_none() {
+                    return Some(stringify!($name));
+                }
+            )*
+        };
+    }
+    require!(
+        RedisModule_CreateCommand,
+        RedisModule_OpenKey,
+        RedisModule_CloseKey,
+        RedisModule_KeyType,
+        RedisModule_ModuleTypeGetType,
+        RedisModule_ModuleTypeGetValue,
+        RedisModule_ModuleTypeSetValue,
+        RedisModule_DeleteKey,
+        RedisModule_Replicate,
+        RedisModule_NotifyKeyspaceEvent,
+        RedisModule_CreateTimer,
+        RedisModule_StopTimer,
+        RedisModule_ReplyWithMap,
+        RedisModule_SubscribeToKeyspaceEvents,
+        RedisModule_SubscribeToServerEvent,
+        RedisModule_GetKeyNameFromOptCtx,
+        RedisModule_GetDbIdFromOptCtx,
+        RedisModule_GetToKeyNameFromOptCtx,
+        RedisModule_GetToDbIdFromOptCtx,
+        RedisModule_BlockClient,
+        RedisModule_UnblockClient,
+        RedisModule_SetDisconnectCallback,
+        RedisModule_SelectDb,
+        RedisModule_EmitAOF,
+    );
+    None
+}

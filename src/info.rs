@@ -1,0 +1,46 @@
+//! `INFO lock`: what this node has done and holds now.
+
+use std::ffi::{c_int, CStr};
+use std::sync::atomic::Ordering;
+
+use redis_module::raw;
+
+use crate::ffi::rm;
+use crate::guard;
+use crate::recovery;
+use crate::state::with_state;
+use crate::stats::LIVE_LOCKS;
+
+pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    guard::callback(std::ptr::null_mut(), "info", (), || {
+        let Some((stats, last_token, waiting)) =
+            with_state(|state| (state.node.stats, state.node.tokens.last(), state.waiters.total()))
+        else {
+            return;
+        };
+        let held = LIVE_LOCKS.load(Ordering::Relaxed);
+        let recovering = recovery::refusal().unwrap_or(0);
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let fields: [(&CStr, i64); 15] = [
+            (c"held", held),
+            (c"acquired", count(stats.acquired)),
+            (c"reentered", count(stats.reentered)),
+            (c"contended", count(stats.contended)),
+            (c"released", count(stats.released)),
+            (c"expired", count(stats.expired)),
+            (c"extended", count(stats.extended)),
+            (c"fenced", count(stats.fenced)),
+            (c"waits", count(stats.waits)),
+            (c"wait_grants", count(stats.wait_grants)),
+            (c"wait_timeouts", count(stats.wait_timeouts)),
+            (c"waiting", i64::try_from(waiting).unwrap_or(i64::MAX)),
+            (c"last_token", last_token),
+            (c"recovery_left_ms", count(recovering)),
+            (c"debug_wall_offset_ms", crate::state::CLOCK.wall_offset_ms()),
+        ];
+        rm!(RedisModule_InfoAddSection(ctx, c"".as_ptr()));
+        for (name, value) in fields {
+            rm!(RedisModule_InfoAddFieldLongLong(ctx, name.as_ptr(), value));
+        }
+    });
+}

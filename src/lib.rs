@@ -1,0 +1,118 @@
+//! redis-lock: native distributed-lock commands for Redis.
+//!
+//! This crate is the thin adapter between the Redis modules API and the lock
+//! logic in `redis-lock-core`: it registers the commands, the data type, the
+//! expiry timer, the event hooks and the configuration. See the README for
+//! the commands and their replies.
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod commands;
+mod config;
+mod datatype;
+mod docs;
+mod effects;
+mod events;
+mod expiry;
+mod ffi;
+mod guard;
+mod info;
+mod key;
+mod recovery;
+mod state;
+mod stats;
+mod waiting;
+
+#[cfg(not(test))]
+mod module {
+    use std::ffi::{c_int, CStr};
+    use std::sync::atomic::Ordering;
+
+    use redis_module::{raw, Context, RedisString, Status};
+
+    use crate::datatype::LOCK_TYPE;
+    use crate::ffi::{self, rm, Ctx, RString};
+    use crate::{commands, config, docs, events, expiry, guard, info, key, recovery};
+
+    /// Wraps a command handler in an `extern "C"` entry point that catches
+    /// panics.
+    macro_rules! entry_point {
+        ($name:ident, $label:literal, $handler:path) => {
+            extern "C" fn $name(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+                guard::command(ctx, $label, || $handler(ctx, argv, argc))
+            }
+        };
+    }
+
+    entry_point!(acquire, "LOCK.ACQUIRE", commands::acquire);
+    entry_point!(release, "LOCK.RELEASE", commands::release);
+    entry_point!(extend, "LOCK.EXTEND", commands::extend);
+    entry_point!(fence, "LOCK.FENCE", commands::fence);
+    entry_point!(info_command, "LOCK.INFO", commands::info);
+    entry_point!(apply, "LOCK.APPLY", commands::apply);
+    entry_point!(debug, "LOCK.DEBUG", commands::debug);
+
+    type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
+
+    /// Name, handler, flags, and the legacy key positions (first, last, step).
+    const COMMANDS: [(&CStr, Handler, &CStr, c_int); 7] = [
+        (c"lock.acquire", acquire, c"write deny-oom fast", 1),
+        (c"lock.release", release, c"write fast", 1),
+        (c"lock.extend", extend, c"write fast", 1),
+        (c"lock.fence", fence, c"write fast", 1),
+        (c"lock.info", info_command, c"readonly fast", 1),
+        (c"lock.apply", apply, c"write", 1),
+        (c"lock.debug", debug, c"admin", 0),
+    ];
+
+    fn fail(ctx: Ctx, why: &str) -> Status {
+        ffi::log_warning(ctx, &format!("redis-lock: not loaded: {why}"));
+        Status::Err
+    }
+
+    fn on_load(context: &Context, args: &[RedisString]) -> Status {
+        let ctx = context.ctx;
+        guard::callback(ctx, "module load", Status::Err, || load(ctx, context, args))
+    }
+
+    fn load(ctx: Ctx, context: &Context, args: &[RedisString]) -> Status {
+        if let Some(missing) = ffi::missing_api() {
+            return fail(ctx, &format!("this Redis lacks {missing}; Redis 7.0 or newer is required"));
+        }
+        match LOCK_TYPE.raw_type.try_borrow() {
+            Ok(raw_type) if !raw_type.is_null() => key::LOCK_TYPE_PTR.store(*raw_type, Ordering::Relaxed),
+            _ => return fail(ctx, "the data type was not created"),
+        }
+        let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+        if let Err(why) = config::apply_module_args(&args) {
+            return fail(ctx, &why);
+        }
+        config::register(context);
+        rm!(RedisModule_LoadConfigs(ctx));
+        for (name, handler, flags, key) in COMMANDS {
+            let created = rm!(RedisModule_CreateCommand(ctx, name.as_ptr(), Some(handler), flags.as_ptr(), key, key, key));
+            if created != Some(raw::REDISMODULE_OK as c_int) {
+                return fail(ctx, &format!("could not create {}", name.to_string_lossy()));
+            }
+        }
+        for doc in &docs::DOCS {
+            docs::describe(ctx, doc);
+        }
+        if !events::subscribe(ctx) {
+            return fail(ctx, "could not subscribe to keyspace and server events");
+        }
+        if !expiry::init(ctx) {
+            return fail(ctx, "could not create the timer context");
+        }
+        rm!(RedisModule_RegisterInfoFunc(ctx, Some(info::info)));
+        recovery::mark_loaded();
+        Status::Ok
+    }
+
+    redis_module::redis_module! {
+        name: "lock",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [LOCK_TYPE],
+        init: on_load,
+    }
+}

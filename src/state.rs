@@ -1,0 +1,41 @@
+//! The module's node-wide state. Redis runs module code on its main thread
+//! (and in fork children, which get a copy), so the state is thread-local:
+//! no locking on the hot path. It is borrowed only for short pure steps and
+//! never across a Redis call that can call back into the module.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+
+use redis_lock_core::deadlines::DeadlineIndex;
+use redis_lock_core::waiters::WaitQueues;
+use redis_lock_core::{Node, SystemClock};
+
+/// The clock every lease and token is read from.
+pub static CLOCK: SystemClock = SystemClock::new();
+
+/// A key in a database: how the expiry index and the waiter queues name it.
+pub type KeyId = (i32, Box<[u8]>);
+
+#[derive(Default)]
+pub struct ModuleState {
+    pub node: Node,
+    pub deadlines: DeadlineIndex<KeyId>,
+    /// The armed expiry timer: its id and the monotonic time it fires at.
+    pub timer: Option<(u64, u64)>,
+    pub waiters: WaitQueues<KeyId, crate::waiting::Waiter>,
+    /// Which queue each blocked client waits in, by its handle's address.
+    pub blocked: HashMap<usize, KeyId>,
+    /// Keys removed outside our commands (`DEL`, `FLUSHDB`) whose waiters
+    /// the timer must serve: a keyspace callback may not write.
+    pub pending_grants: BTreeSet<KeyId>,
+}
+
+thread_local! {
+    static STATE: RefCell<ModuleState> = RefCell::new(ModuleState::default());
+}
+
+/// Runs `f` with the state; `None` if the state is already borrowed further
+/// up the stack (a callback re-entered from inside one of our own steps).
+pub fn with_state<R>(f: impl FnOnce(&mut ModuleState) -> R) -> Option<R> {
+    STATE.with(|cell| cell.try_borrow_mut().ok().map(|mut state| f(&mut state)))
+}

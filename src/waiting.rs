@@ -1,0 +1,190 @@
+//! Server-side waiting (`LOCK.ACQUIRE … WAIT`): the caller is blocked inside
+//! Redis in a per-key FIFO queue and handed the lock the moment it is free,
+//! on release, on lease end, or when the key is deleted. The queue order
+//! lives in the core crate; this file blocks, unblocks and replies.
+//!
+//! Every blocked client is unblocked exactly once through
+//! `RedisModule_UnblockClient`: by a grant, or from our timeout and
+//! disconnect callbacks, as the modules API asks.
+
+use std::ffi::{c_int, c_void};
+
+use redis_lock_core::ops;
+use redis_lock_core::Slot;
+use redis_module::raw;
+
+use crate::effects::{self, Facts, Target};
+use crate::ffi::{self, rm, Ctx, RString};
+use crate::guard;
+use crate::key::LockKey;
+use crate::recovery;
+use crate::state::{with_state, KeyId, CLOCK};
+
+/// One blocked `LOCK.ACQUIRE … WAIT`.
+pub struct Waiter {
+    client: *mut raw::RedisModuleBlockedClient,
+    owner: Box<[u8]>,
+    ttl_ms: u64,
+}
+
+/// What the blocked client is told when it is unblocked by a grant.
+enum Answer {
+    Token(i64),
+    Error(String),
+}
+
+/// Blocks the calling client in `key`'s queue. The caller has checked that
+/// blocking is allowed here (not in MULTI or Lua).
+pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
+    let timeout = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+    let client = rm!(RedisModule_BlockClient(ctx, Some(on_reply), Some(on_timeout), Some(free_answer), timeout))
+        .unwrap_or(std::ptr::null_mut());
+    if client.is_null() {
+        return ffi::reply_error(ctx, "ERR could not block the client");
+    }
+    rm!(RedisModule_SetDisconnectCallback(client, Some(on_disconnect)));
+    with_state(|state| {
+        state.waiters.push(id.clone(), Waiter { client, owner: owner.into(), ttl_ms });
+        state.blocked.insert(client as usize, id);
+        state.node.stats.waits += 1;
+    });
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Hands a free lock to the first waiters of its queue: the first one whose
+/// grant succeeds gets it; one that cannot be granted (tokens exhausted,
+/// recovery window) is answered with the error and the next one is tried.
+pub fn grant_waiters(target: &Target, key: &mut LockKey) {
+    if with_state(|state| state.waiters.total() == 0).unwrap_or(true) {
+        return;
+    }
+    let id = target.id();
+    loop {
+        let Some(Some(waiter)) = with_state(|state| {
+            let waiter = state.waiters.pop_front(&id)?;
+            state.blocked.remove(&(waiter.client as usize));
+            Some(waiter)
+        }) else {
+            return;
+        };
+        let granted = with_state(|state| {
+            let refusal = recovery::refusal();
+            ops::grant(&mut state.node, key, &CLOCK, &waiter.owner, waiter.ttl_ms, refusal)
+        });
+        match granted {
+            Some(Ok(Some(outcome))) => {
+                let facts = key.lock().map(|lock| Facts::of(lock));
+                key.commit();
+                if let (Some(facts), ops::Change::Stored { previous_deadline }) = (facts, outcome.change) {
+                    effects::stored(target, &waiter.owner, facts, previous_deadline, c"lock.acquire");
+                }
+                unblock(waiter.client, Answer::Token(outcome.reply));
+                return;
+            }
+            Some(Ok(None)) => {
+                // Still held: the waiter keeps its place at the head.
+                with_state(|state| {
+                    state.blocked.insert(waiter.client as usize, id.clone());
+                    state.waiters.push_front(id, waiter);
+                });
+                return;
+            }
+            Some(Err(error)) => unblock(waiter.client, Answer::Error(error.message())),
+            None => unblock(waiter.client, Answer::Error("ERR internal error: state busy".into())),
+        }
+    }
+}
+
+/// Grants `key` in `db` to its waiters if it is free: after a `DEL`, a
+/// `FLUSHDB` or anything else that removed a lock outside our commands.
+pub fn grant_pending(ctx: Ctx, db: i32, key: &[u8]) {
+    if !ffi::select_db(ctx, db) {
+        return;
+    }
+    let Some(name) = ffi::OwnedString::new(ctx, key) else { return };
+    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else {
+        // The key now holds another type: nobody can get this lock, so the
+        // waiters time out as they asked; nothing to grant.
+        return;
+    };
+    let target = Target { ctx, name: name.as_ptr(), db, bytes: key };
+    settle(&target, &mut lock_key);
+}
+
+/// Ends a lock whose lease is over (announcing it), then serves the queue.
+/// Every path that may find a free lock calls this first.
+pub fn settle(target: &Target, key: &mut LockKey) {
+    let expired = with_state(|state| ops::expire_if_due(&mut state.node, key, &CLOCK)).flatten();
+    if expired.is_some() {
+        key.commit();
+        effects::expired(target);
+    }
+    grant_waiters(target, key);
+}
+
+fn unblock(client: *mut raw::RedisModuleBlockedClient, answer: Answer) {
+    let answer = Box::into_raw(Box::new(answer)).cast::<c_void>();
+    if rm!(RedisModule_UnblockClient(client, answer)) != Some(raw::REDISMODULE_OK as c_int) {
+        // SAFETY: Redis did not take the answer; it is still ours.
+        drop(unsafe { Box::from_raw(answer.cast::<Answer>()) });
+    }
+}
+
+/// Removes a blocked client from its queue (timeout, disconnect).
+fn forget(client: *mut raw::RedisModuleBlockedClient) -> bool {
+    with_state(|state| {
+        let Some(id) = state.blocked.remove(&(client as usize)) else { return false };
+        state.waiters.remove(&id, |waiter| waiter.client == client).is_some()
+    })
+    .unwrap_or(false)
+}
+
+/// How many wait for `id`.
+pub fn waiting(id: &KeyId) -> usize {
+    with_state(|state| state.waiters.len(id)).unwrap_or(0)
+}
+
+/// The grant's reply, in the unblocked client's context.
+extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
+    guard::command(ctx, "LOCK.ACQUIRE WAIT reply", || {
+        let answer = rm!(RedisModule_GetBlockedClientPrivateData(ctx)).unwrap_or(std::ptr::null_mut());
+        // SAFETY: the private data of our blocked clients is always an Answer
+        // boxed by unblock(), freed by free_answer() after this returns.
+        match unsafe { answer.cast::<Answer>().as_ref() } {
+            Some(Answer::Token(token)) => ffi::reply_integer(ctx, *token),
+            Some(Answer::Error(message)) => ffi::reply_error(ctx, message),
+            None => ffi::reply_null(ctx),
+        }
+    })
+}
+
+/// The wait timed out (or `CLIENT UNBLOCK`): nil, and no trace in the queue.
+extern "C" fn on_timeout(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
+    guard::command(ctx, "LOCK.ACQUIRE WAIT timeout", || {
+        let client = rm!(RedisModule_GetBlockedClientHandle(ctx)).unwrap_or(std::ptr::null_mut());
+        if forget(client) {
+            with_state(|state| state.node.stats.wait_timeouts += 1);
+        }
+        if !client.is_null() {
+            rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
+        }
+        ffi::reply_null(ctx)
+    })
+}
+
+/// The waiting client went away (or `CLIENT UNBLOCK … ERROR`).
+extern "C" fn on_disconnect(ctx: Ctx, client: *mut raw::RedisModuleBlockedClient) {
+    guard::callback(ctx, "LOCK.ACQUIRE WAIT disconnect", (), || {
+        forget(client);
+        rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
+    });
+}
+
+extern "C" fn free_answer(ctx: Ctx, answer: *mut c_void) {
+    guard::callback(ctx, "LOCK.ACQUIRE WAIT free", (), || {
+        if !answer.is_null() {
+            // SAFETY: see on_reply.
+            drop(unsafe { Box::from_raw(answer.cast::<Answer>()) });
+        }
+    });
+}

@@ -1,0 +1,297 @@
+//! Test support for redis-lock: real `redis-server` processes on free loopback
+//! ports, with the module loaded, stopped when their handle is dropped (also
+//! when a test panics). No mocks: every test talks to a real server.
+//!
+//! Tests may panic freely here: a panic is how a test fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Path of the built module. `REDIS_LOCK_MODULE` overrides the default
+/// `target/release/libredis_lock.so` of this workspace.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("REDIS_LOCK_MODULE") {
+        return PathBuf::from(path);
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace.join("target"));
+    let path = target.join("release").join("libredis_lock.so");
+    assert!(
+        path.exists(),
+        "the module is not built at {}: run `make build` (or `cargo build --release -p redis-lock`) first",
+        path.display()
+    );
+    path
+}
+
+/// A loopback port that nothing listens on right now (and, for cluster use,
+/// whose cluster-bus twin at +10000 is free too).
+pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Spread concurrent test binaries over the range by pid, then probe.
+    let start = (std::process::id() % 700) * 50;
+    for _ in 0..35_000 {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % 35_000;
+        let Ok(port) = u16::try_from(20_000 + offset) else { continue };
+        if port_free(port) && port.checked_add(10_000).is_some_and(port_free) {
+            return port;
+        }
+    }
+    panic!("no free loopback port found");
+}
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Polls `check` every few milliseconds until it returns true or `timeout`
+/// passes; returns whether it became true. Use this instead of sleeping.
+pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// How to start a server.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Load the module (default true).
+    pub load_module: bool,
+    /// Arguments after the module path on the `loadmodule` line.
+    pub module_args: Vec<String>,
+    /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
+    pub args: Vec<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            load_module: true,
+            module_args: vec!["debug".into(), "yes".into()],
+            args: Vec::new(),
+        }
+    }
+}
+
+impl ServerOptions {
+    /// Adds `redis-server` arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds module arguments (pairs such as `max-ttl 1000`).
+    pub fn module_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.module_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Starts no module (for baselines).
+    pub fn without_module(mut self) -> Self {
+        self.load_module = false;
+        self
+    }
+}
+
+/// A running `redis-server` that is killed when dropped. Its data directory
+/// is a fresh temporary folder, kept across [`RedisServer::restart`] and
+/// removed on drop.
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    options: ServerOptions,
+}
+
+impl RedisServer {
+    /// Starts a server with the module loaded and the debug knobs on.
+    pub fn start() -> RedisServer {
+        Self::start_with(ServerOptions::default())
+    }
+
+    /// Starts a server with the given options on a free port.
+    pub fn start_with(options: ServerOptions) -> RedisServer {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("redis-lock-test-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut server = RedisServer { child: None, port, dir, options };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
+            .args(["--enable-debug-command", "yes", "--enable-module-command", "yes"])
+            .args(["--repl-diskless-sync-delay", "0"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"));
+        if self.options.load_module {
+            cmd.arg("--loadmodule").arg(module_path()).args(&self.options.module_args);
+        }
+        cmd.args(&self.options.args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let child = cmd.spawn().expect("redis-server must be installed (make test installs it)");
+        self.child = Some(child);
+        let port = self.port;
+        let ready = wait_until(Duration::from_secs(20), || {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("redis-server on port {port} exited at start ({status}); log:\n{}", self.log());
+                }
+            }
+            ping(port) == Some(true)
+        });
+        assert!(ready, "redis-server on port {port} did not answer PING; log:\n{}", self.log());
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A client for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    /// A fresh synchronous connection (RESP2).
+    pub fn conn(&self) -> redis::Connection {
+        let conn = self.client().get_connection().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        conn
+    }
+
+    /// The server's data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(Child::try_wait), Some(Ok(None)))
+    }
+
+    /// `kill -9`: an unclean crash, no shutdown save.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOP: the process freezes (a paused node).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`RedisServer::pause`].
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        if let Some(child) = self.child.as_ref() {
+            let pid = libc::pid_t::try_from(child.id()).unwrap();
+            // SAFETY: plain kill(2) on our own child process.
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+
+    /// Starts the server again on the same port and data directory (after a
+    /// [`RedisServer::kill9`] or [`RedisServer::shutdown`]); kills it first if
+    /// it is still running.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// Restarts with other `redis-server` arguments (same port and data).
+    pub fn restart_with(&mut self, options: ServerOptions) {
+        self.options = options;
+        self.restart();
+    }
+
+    /// A clean `SHUTDOWN` with the given mode (`"NOSAVE"` or `"SAVE"`), then
+    /// waits for the process to exit.
+    pub fn shutdown(&mut self, mode: &str) {
+        let mut conn = self.conn();
+        let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg(mode).query(&mut conn);
+        if let Some(mut child) = self.child.take() {
+            let exited = wait_until(Duration::from_secs(20), || matches!(child.try_wait(), Ok(Some(_))));
+            if !exited {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// Makes this server a replica of `primary` and waits until the initial
+    /// sync is done.
+    pub fn replicate_from(&self, primary: &RedisServer) {
+        let mut conn = self.conn();
+        let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port()).query(&mut conn).unwrap();
+        let synced = wait_until(Duration::from_secs(30), || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut conn).unwrap();
+            info.contains("master_link_status:up")
+        });
+        assert!(synced, "replica did not sync; log:\n{}", self.log());
+    }
+}
+
+/// PING on a fresh connection: Some(true) when it answered PONG.
+fn ping(port: u16) -> Option<bool> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+    let mut conn = client.get_connection_with_timeout(Duration::from_millis(200)).ok()?;
+    let reply: String = redis::cmd("PING").query(&mut conn).ok()?;
+    Some(reply == "PONG")
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.resume();
+        self.kill9();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits until `primary`'s replication offset has reached every replica, so a
+/// read on a replica sees every write made on the primary so far.
+pub fn wait_for_replicas(primary: &RedisServer, replicas: usize) {
+    let mut conn = primary.conn();
+    let acked: usize = redis::cmd("WAIT").arg(replicas).arg(10_000).query(&mut conn).unwrap();
+    assert_eq!(acked, replicas, "replicas did not acknowledge in time");
+}

@@ -1,0 +1,236 @@
+//! Leases: they run on the monotonic clock, end on time by themselves with a
+//! keyspace event, and wall-clock steps neither end nor lengthen them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Value;
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// Receives the next pub/sub message as (channel, payload).
+fn next_message(pubsub: &mut redis::PubSub<'_>) -> (String, String) {
+    let msg = pubsub.get_message().unwrap_or_else(|e| panic!("no keyspace event arrived: {e}"));
+    (msg.get_channel_name().to_string(), msg.get_payload::<String>().unwrap())
+}
+
+fn notify(conn: &mut redis::Connection, classes: &str) {
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg(classes).query(conn).unwrap();
+}
+
+#[test]
+fn an_ended_lease_removes_the_key_by_itself_with_an_expired_event() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    notify(&mut c, "Ex");
+    let mut sub = server.conn();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.set_read_timeout(Some(SOON)).unwrap();
+    pubsub.subscribe("__keyevent@0__:expired").unwrap();
+
+    let (token, grant) = timed(|| acquire(&mut c, "k", "alice", 300));
+    token.unwrap();
+    let (channel, key) = next_message(&mut pubsub);
+    let at = Instant::now();
+    assert_eq!((channel.as_str(), key.as_str()), ("__keyevent@0__:expired", "k"));
+    assert!(at - grant.sent >= Duration::from_millis(300), "the lease ended early: {:?}", at - grant.sent);
+    assert!(!exists(&mut c, "k"), "the key is gone once the event is out");
+    assert_eq!(lock_info(&mut c, "k"), None);
+    assert_eq!(lock_stat(&mut c, "lock_expired"), 1);
+    assert_eq!(lock_stat(&mut c, "lock_held"), 0);
+    let next = acquire(&mut c, "k", "bob", 60_000).unwrap();
+    assert!(next > token.unwrap());
+}
+
+#[test]
+fn many_leases_end_by_themselves_and_are_counted() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let (_, grant) = timed(|| {
+        for i in 0..40u64 {
+            acquire(&mut c, &format!("k{i}"), "alice", 100 + i * 5).unwrap();
+        }
+    });
+    acquire(&mut c, "keeper", "alice", 600_000).unwrap();
+    assert_eq!(lock_stat(&mut c, "lock_held"), 41);
+    let ok = wait_until(Duration::from_millis(300) + SOON, || dbsize(&mut c) == 1);
+    assert!(ok, "{} keys left, expected only the long lease", dbsize(&mut c));
+    assert!(grant.sent.elapsed() >= Duration::from_millis(100));
+    assert!(exists(&mut c, "keeper"));
+    assert_eq!(lock_stat(&mut c, "lock_expired"), 40);
+    assert_eq!(lock_stat(&mut c, "lock_held"), 1);
+}
+
+#[test]
+fn module_commands_emit_keyspace_events() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    notify(&mut c, "Ed");
+    let mut sub = server.conn();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.set_read_timeout(Some(SOON)).unwrap();
+    pubsub.psubscribe("__keyevent@0__:lock.*").unwrap();
+    let mut expect = |event: &str, key: &str| {
+        let (channel, payload) = next_message(&mut pubsub);
+        assert_eq!((channel.as_str(), payload.as_str()), (format!("__keyevent@0__:{event}").as_str(), key));
+    };
+
+    let token = acquire(&mut c, "k", "alice", 60_000).unwrap();
+    expect("lock.acquire", "k");
+    // A refused command emits nothing: the next event is the marker's.
+    assert_eq!(acquire(&mut c, "k", "bob", 60_000), None);
+    assert_eq!(release(&mut c, "k", "bob"), None);
+    assert_eq!(extend(&mut c, "k", "bob", 1_000), 0);
+    assert_eq!(fence(&mut c, "k", "bob", Some(token + 1_000)), None);
+    acquire(&mut c, "marker1", "alice", 60_000).unwrap();
+    expect("lock.acquire", "marker1");
+    acquire(&mut c, "k", "alice", 60_000).unwrap();
+    expect("lock.acquire", "k");
+    assert_eq!(extend(&mut c, "k", "alice", 60_000), 1);
+    expect("lock.extend", "k");
+    assert_eq!(fence(&mut c, "k", "alice", Some(token + 1_000)), Some(token + 1_000));
+    expect("lock.fence", "k");
+    assert_eq!(release(&mut c, "k", "alice"), Some(1));
+    expect("lock.release", "k");
+    assert_eq!(release(&mut c, "k", "alice"), Some(0));
+    expect("lock.release", "k");
+    acquire(&mut c, "marker2", "alice", 60_000).unwrap();
+    expect("lock.acquire", "marker2");
+}
+
+#[test]
+fn the_wallclock_offset_knob_reads_back_and_moves_the_module_clock() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(0));
+    set_wall_offset(&mut c, -HOUR_MS);
+    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(-HOUR_MS));
+    // The first token on a fresh node is its wall clock: the offset shows.
+    let back = acquire(&mut c, "a", "alice", 60_000).unwrap();
+    let now = now_us();
+    assert!(back <= now - HOUR_MS * 1000, "token {back} ignores the -1 h offset (now {now})");
+    set_wall_offset(&mut c, HOUR_MS);
+    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(HOUR_MS));
+    let before = now_us();
+    let ahead = acquire(&mut c, "b", "alice", 60_000).unwrap();
+    assert!(ahead >= before + HOUR_MS * 1000, "token {ahead} ignores the +1 h offset (now {before})");
+    set_wall_offset(&mut c, 0);
+    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(0));
+}
+
+/// Holds a lease across a wall-clock step of `step_ms` and checks that it
+/// runs on real elapsed time: pttl consistent, contenders refused, and the
+/// key gone on time, neither before nor (much) after.
+fn lease_survives_wall_step(step_ms: i64) {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let ttl = 1_500;
+    let (token, grant) = timed(|| acquire(&mut c, "k", "alice", ttl));
+    let token = token.unwrap();
+    set_wall_offset(&mut c, step_ms);
+
+    let (info, query) = timed(|| held(&mut c, "k"));
+    assert_pttl(info.pttl, ttl, grant, query, 1, "after the wall step");
+    assert_eq!(acquire(&mut c, "k", "bob", 60_000), None, "the step must not end the lease");
+    assert_eq!(held(&mut c, "k").owner, b"alice");
+
+    let gone = wait_gone(&mut c, "k", Duration::from_millis(ttl));
+    assert!(gone - grant.sent >= Duration::from_millis(ttl), "the lease ended early: {:?}", gone - grant.sent);
+
+    // Tokens keep increasing whichever way the clock went.
+    let next = acquire(&mut c, "k", "bob", 60_000).unwrap();
+    assert!(next > token, "{next} after {token} with a wall step of {step_ms} ms");
+    let other = acquire(&mut c, "other", "bob", 60_000).unwrap();
+    assert!(other > next);
+}
+
+#[test]
+fn a_forward_wall_clock_step_does_not_end_a_lease() {
+    lease_survives_wall_step(HOUR_MS);
+}
+
+#[test]
+fn a_backward_wall_clock_step_does_not_lengthen_a_lease() {
+    lease_survives_wall_step(-HOUR_MS);
+}
+
+#[test]
+fn a_wall_step_does_not_change_extend_or_reentry_leases() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "alice", 60_000).unwrap();
+    set_wall_offset(&mut c, -HOUR_MS);
+    let (reply, grant) = timed(|| extend(&mut c, "k", "alice", 2_000));
+    assert_eq!(reply, 1);
+    set_wall_offset(&mut c, HOUR_MS);
+    let (info, query) = timed(|| held(&mut c, "k"));
+    assert_pttl(info.pttl, 2_000, grant, query, 1, "extend under wall steps");
+    let (again, grant) = timed(|| acquire(&mut c, "k", "alice", 3_000));
+    assert!(again.is_some());
+    set_wall_offset(&mut c, -2 * HOUR_MS);
+    let (info, query) = timed(|| held(&mut c, "k"));
+    assert_pttl(info.pttl, 3_000, grant, query, 1, "re-entry under wall steps");
+}
+
+#[test]
+fn an_extended_or_renewed_lease_outlives_its_old_deadline() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "extended", "alice", 200).unwrap();
+    acquire(&mut c, "renewed", "alice", 200).unwrap();
+    assert_eq!(extend(&mut c, "extended", "alice", 600_000), 1);
+    assert_eq!(acquire(&mut c, "renewed", "alice", 600_000).map(|_| ()), Some(()));
+    // A marker whose lease ends after both old deadlines.
+    acquire(&mut c, "marker", "alice", 200).unwrap();
+    wait_gone(&mut c, "marker", Duration::from_millis(200));
+    assert_eq!(held(&mut c, "extended").owner, b"alice");
+    assert_eq!(held(&mut c, "renewed").holds, 2);
+}
+
+#[test]
+fn a_stale_deadline_never_removes_a_newer_lock_or_another_type() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    // Released, then taken by another owner with a long lease.
+    acquire(&mut c, "released", "alice", 200).unwrap();
+    release(&mut c, "released", "alice").unwrap();
+    acquire(&mut c, "released", "bob", 600_000).unwrap();
+    // Deleted with DEL, then taken again.
+    acquire(&mut c, "deleted", "alice", 200).unwrap();
+    let _: i64 = redis::cmd("DEL").arg("deleted").query(&mut c).unwrap();
+    acquire(&mut c, "deleted", "bob", 600_000).unwrap();
+    // Overwritten by a string.
+    acquire(&mut c, "overwritten", "alice", 200).unwrap();
+    let _: () = redis::cmd("SET").arg("overwritten").arg("v").query(&mut c).unwrap();
+
+    acquire(&mut c, "marker", "alice", 200).unwrap();
+    wait_gone(&mut c, "marker", Duration::from_millis(200));
+    assert_eq!(held(&mut c, "released").owner, b"bob");
+    assert_eq!(held(&mut c, "deleted").owner, b"bob");
+    let value: String = redis::cmd("GET").arg("overwritten").query(&mut c).unwrap();
+    assert_eq!(value, "v", "the module removed a string that replaced its lock");
+}
+
+#[test]
+fn a_renamed_lock_still_ends_by_itself() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "alice", 300).unwrap();
+    let _: () = redis::cmd("RENAME").arg("k").arg("renamed").query(&mut c).unwrap();
+    acquire(&mut c, "k", "bob", 600_000).unwrap();
+    assert_eq!(held(&mut c, "renamed").owner, b"alice");
+    wait_gone(&mut c, "renamed", Duration::from_millis(300));
+    assert_eq!(held(&mut c, "k").owner, b"bob", "the old name's deadline must not end the new lock");
+}
+
+#[test]
+fn a_lease_of_one_millisecond_ends() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "alice", 1).unwrap();
+    wait_gone(&mut c, "k", Duration::from_millis(1));
+    assert!(acquire(&mut c, "k", "bob", 1_000).is_some());
+}
