@@ -25,9 +25,17 @@ struct Opened<'a> {
 }
 
 fn open<'a>(ctx: Ctx, argv: *mut RString, argc: c_int, write: bool) -> Result<Opened<'a>, c_int> {
-    let Some(name) = ffi::arg(argv, argc, 1) else { return Err(ffi::reply_wrong_arity(ctx)) };
-    let mut key = LockKey::open(ctx, name, write).map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
-    let target = Target { ctx, name, db: ffi::selected_db(ctx), bytes: ffi::bytes(name) };
+    let Some(name) = ffi::arg(argv, argc, 1) else {
+        return Err(ffi::reply_wrong_arity(ctx));
+    };
+    let mut key = LockKey::open(ctx, name, write)
+        .map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
+    let target = Target {
+        ctx,
+        name,
+        db: ffi::selected_db(ctx),
+        bytes: ffi::bytes(name),
+    };
     if write && ffi::is_primary(ctx) {
         waiting::settle(&target, &mut key);
     }
@@ -94,7 +102,14 @@ pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     }
     let refusal = recovery::refusal();
     let Some(result) = with_state(|state| {
-        ops::acquire(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.ttl_ms, refusal)
+        ops::acquire(
+            &mut state.node,
+            &mut opened.key,
+            &CLOCK,
+            parsed.owner,
+            parsed.ttl_ms,
+            refusal,
+        )
     }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
@@ -106,9 +121,13 @@ pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
                 ffi::reply_integer(ctx, token)
             }
             Acquired::Busy => match parsed.wait_ms {
-                Some(timeout_ms) if may_block(ctx) => {
-                    waiting::block(ctx, opened.target.id(), parsed.owner, parsed.ttl_ms, timeout_ms)
-                }
+                Some(timeout_ms) if may_block(ctx) => waiting::block(
+                    ctx,
+                    opened.target.id(),
+                    parsed.owner,
+                    parsed.ttl_ms,
+                    timeout_ms,
+                ),
                 _ => ffi::reply_null(ctx),
             },
         },
@@ -120,8 +139,15 @@ pub fn release(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let argv_bytes = ffi::argv_bytes(argv, argc);
     let parsed = parse_or_reply!(ctx, args::parse_release(&argv_bytes, &config::limits()));
     let mut opened = open_or_return!(ctx, argv, argc, true);
-    let Some(outcome) = with_state(|state| ops::release(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.all))
-    else {
+    let Some(outcome) = with_state(|state| {
+        ops::release(
+            &mut state.node,
+            &mut opened.key,
+            &CLOCK,
+            parsed.owner,
+            parsed.all,
+        )
+    }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.release");
@@ -136,8 +162,15 @@ pub fn extend(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let argv_bytes = ffi::argv_bytes(argv, argc);
     let parsed = parse_or_reply!(ctx, args::parse_extend(&argv_bytes, &config::limits()));
     let mut opened = open_or_return!(ctx, argv, argc, true);
-    let Some(outcome) = with_state(|state| ops::extend(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.ttl_ms))
-    else {
+    let Some(outcome) = with_state(|state| {
+        ops::extend(
+            &mut state.node,
+            &mut opened.key,
+            &CLOCK,
+            parsed.owner,
+            parsed.ttl_ms,
+        )
+    }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.extend");
@@ -149,8 +182,15 @@ pub fn fence(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let argv_bytes = ffi::argv_bytes(argv, argc);
     let parsed = parse_or_reply!(ctx, args::parse_fence(&argv_bytes, &config::limits()));
     let mut opened = open_or_return!(ctx, argv, argc, true);
-    let Some(outcome) = with_state(|state| ops::fence(&mut state.node, &mut opened.key, &CLOCK, parsed.owner, parsed.at_least))
-    else {
+    let Some(outcome) = with_state(|state| {
+        ops::fence(
+            &mut state.node,
+            &mut opened.key,
+            &CLOCK,
+            parsed.owner,
+            parsed.at_least,
+        )
+    }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.fence");
@@ -165,7 +205,9 @@ pub fn info(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let argv_bytes = ffi::argv_bytes(argv, argc);
     parse_or_reply!(ctx, args::parse_info(&argv_bytes));
     let mut opened = open_or_return!(ctx, argv, argc, false);
-    let Some(snapshot) = ops::info(&mut opened.key, &CLOCK) else { return ffi::reply_null(ctx) };
+    let Some(snapshot) = ops::info(&mut opened.key, &CLOCK) else {
+        return ffi::reply_null(ctx);
+    };
     let waiters = waiting::waiting(&opened.target.id());
     ffi::reply_map(ctx, 5);
     ffi::reply_bulk(ctx, b"owner");
@@ -194,11 +236,28 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     }
     let argv_bytes = ffi::argv_bytes(argv, argc);
     let parsed = parse_or_reply!(ctx, args::parse_apply(&argv_bytes));
-    let Some(name) = ffi::arg(argv, argc, 1) else { return ffi::reply_wrong_arity(ctx) };
-    let Ok(mut key) = LockKey::open(ctx, name, true) else { return ffi::reply_error(ctx, ffi::WRONGTYPE) };
-    let target = Target { ctx, name, db: ffi::selected_db(ctx), bytes: ffi::bytes(name) };
+    let Some(name) = ffi::arg(argv, argc, 1) else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let Ok(mut key) = LockKey::open(ctx, name, true) else {
+        return ffi::reply_error(ctx, ffi::WRONGTYPE);
+    };
+    let target = Target {
+        ctx,
+        name,
+        db: ffi::selected_db(ctx),
+        bytes: ffi::bytes(name),
+    };
     let Some(outcome) = with_state(|state| {
-        ops::apply(&mut state.node, &mut key, &CLOCK, parsed.owner, parsed.holds, parsed.token, parsed.wall_end_ms)
+        ops::apply(
+            &mut state.node,
+            &mut key,
+            &CLOCK,
+            parsed.owner,
+            parsed.holds,
+            parsed.token,
+            parsed.wall_end_ms,
+        )
     }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
@@ -214,21 +273,29 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
 /// to show that leases ignore wall-clock steps. Only with `debug yes`.
 pub fn debug(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     if !DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
-        return ffi::reply_error(ctx, "ERR LOCK.DEBUG is disabled: load the module with 'debug yes'");
+        return ffi::reply_error(
+            ctx,
+            "ERR LOCK.DEBUG is disabled: load the module with 'debug yes'",
+        );
     }
     let argv_bytes = ffi::argv_bytes(argv, argc);
     match argv_bytes.as_slice() {
         [_, sub] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => {
             ffi::reply_integer(ctx, CLOCK.wall_offset_ms())
         }
-        [_, sub, offset] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => match args::parse_i64(offset) {
-            Some(offset) => {
-                CLOCK.set_wall_offset_ms(offset);
-                ffi::reply_ok(ctx)
+        [_, sub, offset] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => {
+            match args::parse_i64(offset) {
+                Some(offset) => {
+                    CLOCK.set_wall_offset_ms(offset);
+                    ffi::reply_ok(ctx)
+                }
+                None => ffi::reply_error(ctx, "ERR the offset must be an integer (milliseconds)"),
             }
-            None => ffi::reply_error(ctx, "ERR the offset must be an integer (milliseconds)"),
-        },
+        }
         [_] => ffi::reply_wrong_arity(ctx),
-        _ => ffi::reply_error(ctx, "ERR unknown LOCK.DEBUG subcommand: try WALLCLOCK-OFFSET [ms]"),
+        _ => ffi::reply_error(
+            ctx,
+            "ERR unknown LOCK.DEBUG subcommand: try WALLCLOCK-OFFSET [ms]",
+        ),
     }
 }

@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_lock_core::args::{parse_i64, Limits};
-use redis_module::configuration::{register_bool_configuration, register_i64_configuration, ConfigurationFlags};
+use redis_module::configuration::{
+    register_bool_configuration, register_i64_configuration, ConfigurationFlags,
+};
 use redis_module::Context;
 
 /// `lock.max-ttl`: the longest lease in ms (default one day).
@@ -28,9 +30,24 @@ struct Numeric {
 }
 
 const NUMERIC: [Numeric; 3] = [
-    Numeric { name: "max-ttl", value: &MAX_TTL, min: 1, max: TEN_YEARS_MS },
-    Numeric { name: "max-owner-bytes", value: &MAX_OWNER_BYTES, min: 1, max: 1 << 20 },
-    Numeric { name: "recovery-ms", value: &RECOVERY_MS, min: 0, max: TEN_YEARS_MS },
+    Numeric {
+        name: "max-ttl",
+        value: &MAX_TTL,
+        min: 1,
+        max: TEN_YEARS_MS,
+    },
+    Numeric {
+        name: "max-owner-bytes",
+        value: &MAX_OWNER_BYTES,
+        min: 1,
+        max: 1 << 20,
+    },
+    Numeric {
+        name: "recovery-ms",
+        value: &RECOVERY_MS,
+        min: 0,
+        max: TEN_YEARS_MS,
+    },
 ];
 
 /// The limits the argument parser enforces now.
@@ -69,7 +86,12 @@ pub fn apply_module_args(args: &[&[u8]]) -> Result<(), String> {
             .ok_or_else(|| format!("unknown module argument '{name}' (known: max-ttl, max-owner-bytes, recovery-ms, debug)"))?;
         let parsed = parse_i64(value)
             .filter(|v| (numeric.min..=numeric.max).contains(v))
-            .ok_or_else(|| format!("module argument {name} must be an integer between {} and {}", numeric.min, numeric.max))?;
+            .ok_or_else(|| {
+                format!(
+                    "module argument {name} must be an integer between {} and {}",
+                    numeric.min, numeric.max
+                )
+            })?;
         numeric.value.store(parsed, Ordering::Relaxed);
     }
     Ok(())
@@ -92,7 +114,14 @@ pub fn register(ctx: &Context) {
         );
     }
     let debug = DEBUG.load(Ordering::Relaxed);
-    register_bool_configuration(ctx, "debug", &DEBUG, debug, ConfigurationFlags::IMMUTABLE, None);
+    register_bool_configuration(
+        ctx,
+        "debug",
+        &DEBUG,
+        debug,
+        ConfigurationFlags::IMMUTABLE,
+        None,
+    );
 }
 
 #[cfg(test)]
@@ -102,7 +131,13 @@ mod tests {
     #[test]
     fn module_arguments() {
         assert!(apply_module_args(&[b"max-ttl", b"5000", b"lock.max-owner-bytes", b"8"]).is_ok());
-        assert_eq!(limits(), Limits { max_ttl_ms: 5000, max_owner_bytes: 8 });
+        assert_eq!(
+            limits(),
+            Limits {
+                max_ttl_ms: 5000,
+                max_owner_bytes: 8
+            }
+        );
         assert!(apply_module_args(&[b"max-ttl"]).is_err());
         assert!(apply_module_args(&[b"nope", b"1"]).is_err());
         assert!(apply_module_args(&[b"max-ttl", b"0"]).is_err());

@@ -69,34 +69,53 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     // SAFETY: Redis returned `len` bytes it allocated for us; we copy and free.
     let owner = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), len) }.to_vec();
     rm!(RedisModule_Free(buffer.cast::<c_void>()));
-    let holds = u32::try_from(rm!(RedisModule_LoadUnsigned(rdb))?).ok().filter(|h| *h > 0)?;
+    let holds = u32::try_from(rm!(RedisModule_LoadUnsigned(rdb))?)
+        .ok()
+        .filter(|h| *h > 0)?;
     let token = rm!(RedisModule_LoadSigned(rdb))?;
     let wall_end = rm!(RedisModule_LoadSigned(rdb))?;
     if rm!(RedisModule_IsIOError(rdb)).unwrap_or(0) != 0 || owner.is_empty() || token <= 0 {
         return None;
     }
     with_state(|state| state.node.tokens.raise(token));
-    Some(Lock::new(&owner, holds, token, lease::from_wall_ms(&CLOCK, wall_end)))
+    Some(Lock::new(
+        &owner,
+        holds,
+        token,
+        lease::from_wall_ms(&CLOCK, wall_end),
+    ))
 }
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    guard::callback(null_ctx(), "rdb_load", std::ptr::null_mut(), || match load_lock(rdb, encver) {
-        Some(lock) => {
-            LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
-            Box::into_raw(Box::new(lock)).cast::<c_void>()
-        }
-        None => std::ptr::null_mut(),
-    })
+    guard::callback(
+        null_ctx(),
+        "rdb_load",
+        std::ptr::null_mut(),
+        || match load_lock(rdb, encver) {
+            Some(lock) => {
+                LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
+                Box::into_raw(Box::new(lock)).cast::<c_void>()
+            }
+            None => std::ptr::null_mut(),
+        },
+    )
 }
 
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::callback(null_ctx(), "rdb_save", (), || {
         let Some(lock) = lock_ref(value) else { return };
         let owner = lock.owner();
-        rm!(RedisModule_SaveStringBuffer(rdb, owner.as_ptr().cast::<c_char>(), owner.len()));
+        rm!(RedisModule_SaveStringBuffer(
+            rdb,
+            owner.as_ptr().cast::<c_char>(),
+            owner.len()
+        ));
         rm!(RedisModule_SaveUnsigned(rdb, u64::from(lock.holds())));
         rm!(RedisModule_SaveSigned(rdb, lock.token()));
-        rm!(RedisModule_SaveSigned(rdb, lease::to_wall_ms(&CLOCK, lock.deadline())));
+        rm!(RedisModule_SaveSigned(
+            rdb,
+            lease::to_wall_ms(&CLOCK, lock.deadline())
+        ));
     });
 }
 
@@ -119,7 +138,9 @@ extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, value: *mu
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
-    guard::callback(null_ctx(), "mem_usage", 0, || lock_ref(value).map_or(0, Lock::heap_bytes))
+    guard::callback(null_ctx(), "mem_usage", 0, || {
+        lock_ref(value).map_or(0, Lock::heap_bytes)
+    })
 }
 
 /// Owner, holds and token: what a replica or a reload must reproduce
@@ -129,7 +150,11 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard::callback(null_ctx(), "digest", (), || {
         let Some(lock) = lock_ref(value) else { return };
         let owner = lock.owner();
-        rm!(RedisModule_DigestAddStringBuffer(md, owner.as_ptr().cast::<c_char>(), owner.len()));
+        rm!(RedisModule_DigestAddStringBuffer(
+            md,
+            owner.as_ptr().cast::<c_char>(),
+            owner.len()
+        ));
         rm!(RedisModule_DigestAddLongLong(md, i64::from(lock.holds())));
         rm!(RedisModule_DigestAddLongLong(md, lock.token()));
         rm!(RedisModule_DigestEndSequence(md));
@@ -164,22 +189,35 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
 }
 
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
-    guard::callback(null_ctx(), "aux_load", raw::REDISMODULE_ERR as c_int, || {
-        if encver != ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-            return raw::REDISMODULE_ERR as c_int;
-        }
-        let Some(last) = rm!(RedisModule_LoadSigned(rdb)) else { return raw::REDISMODULE_ERR as c_int };
-        with_state(|state| state.node.tokens.raise(last));
-        raw::REDISMODULE_OK as c_int
-    })
+    guard::callback(
+        null_ctx(),
+        "aux_load",
+        raw::REDISMODULE_ERR as c_int,
+        || {
+            if encver != ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+                return raw::REDISMODULE_ERR as c_int;
+            }
+            let Some(last) = rm!(RedisModule_LoadSigned(rdb)) else {
+                return raw::REDISMODULE_ERR as c_int;
+            };
+            with_state(|state| state.node.tokens.raise(last));
+            raw::REDISMODULE_OK as c_int
+        },
+    )
 }
 
 /// The key's name and database from a key-operation context.
 fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<(i32, Box<[u8]>)> {
     let (name, db) = if to {
-        (rm!(RedisModule_GetToKeyNameFromOptCtx(ctx))?, rm!(RedisModule_GetToDbIdFromOptCtx(ctx))?)
+        (
+            rm!(RedisModule_GetToKeyNameFromOptCtx(ctx))?,
+            rm!(RedisModule_GetToDbIdFromOptCtx(ctx))?,
+        )
     } else {
-        (rm!(RedisModule_GetKeyNameFromOptCtx(ctx))?, rm!(RedisModule_GetDbIdFromOptCtx(ctx))?)
+        (
+            rm!(RedisModule_GetKeyNameFromOptCtx(ctx))?,
+            rm!(RedisModule_GetDbIdFromOptCtx(ctx))?,
+        )
     };
     Some((db, ffi::bytes(name).into()))
 }
@@ -188,7 +226,9 @@ fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<(i32, Box<[u8
 /// release or expiry): drop its expiry entry and let its waiters in.
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard::callback(null_ctx(), "unlink", (), || {
-        let (Some(lock), Some(id)) = (lock_ref(value), key_of(ctx, false)) else { return };
+        let (Some(lock), Some(id)) = (lock_ref(value), key_of(ctx, false)) else {
+            return;
+        };
         with_state(|state| {
             state.deadlines.remove(lock.deadline(), id.clone());
             if state.waiters.has_waiters(&id) {
@@ -203,7 +243,9 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
 /// token and lease, which must end on time too.
 extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     guard::callback(null_ctx(), "copy", std::ptr::null_mut(), || {
-        let Some(lock) = lock_ref(value) else { return std::ptr::null_mut() };
+        let Some(lock) = lock_ref(value) else {
+            return std::ptr::null_mut();
+        };
         let copy = lock.clone();
         if let Some(id) = key_of(ctx, true) {
             with_state(|state| {

@@ -19,11 +19,25 @@ struct Arg {
 }
 
 const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
-    Arg { name, kind, token: None, optional: false }
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+    }
 }
 
-const fn option(name: &'static CStr, kind: raw::RedisModuleCommandArgType, token: &'static CStr) -> Arg {
-    Arg { name, kind, token: Some(token), optional: true }
+const fn option(
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: &'static CStr,
+) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: Some(token),
+        optional: true,
+    }
 }
 
 pub struct Doc {
@@ -36,9 +50,12 @@ pub struct Doc {
     args: &'static [Arg],
 }
 
-const STRING: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
-const INTEGER: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
-const TOKEN: raw::RedisModuleCommandArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
+const STRING: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
+const INTEGER: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const TOKEN: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
 // Redis allows one of INSERT, UPDATE, DELETE per key spec: the main effect.
 const RW_INSERT: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT;
 const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
@@ -105,15 +122,28 @@ pub const DOCS: [Doc; 6] = [
     },
 ];
 
-fn arg(name: &CStr, kind: raw::RedisModuleCommandArgType, token: Option<&CStr>, optional: bool) -> raw::RedisModuleCommandArg {
+fn arg(
+    name: &CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&CStr>,
+    optional: bool,
+) -> raw::RedisModuleCommandArg {
     raw::RedisModuleCommandArg {
         name: name.as_ptr(),
         type_: kind,
-        key_spec_index: if kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY { 0 } else { -1 },
+        key_spec_index: if kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY {
+            0
+        } else {
+            -1
+        },
         token: token.map_or(null(), CStr::as_ptr),
         summary: null(),
         since: null(),
-        flags: if optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int } else { 0 },
+        flags: if optional {
+            raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+        } else {
+            0
+        },
         deprecated_since: null(),
         subargs: null_mut(),
         display_text: null(),
@@ -136,16 +166,22 @@ pub fn describe(ctx: Ctx, doc: &Doc) {
     // SAFETY: all-zero is the documented terminator of both arrays.
     let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
     key_specs[0].flags = u64::from(doc.key_flags);
-    key_specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    key_specs[0].begin_search_type =
+        raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_specs[0].bs.index.pos = 1;
     key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
     key_specs[0].fk.range.lastkey = 0;
     key_specs[0].fk.range.keystep = 1;
     key_specs[0].fk.range.limit = 0;
     let key_type = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
-    let mut args: Vec<raw::RedisModuleCommandArg> = std::iter::once(arg(c"key", key_type, None, false))
-        .chain(doc.args.iter().map(|a| arg(a.name, a.kind, a.token, a.optional)))
-        .collect();
+    let mut args: Vec<raw::RedisModuleCommandArg> =
+        std::iter::once(arg(c"key", key_type, None, false))
+            .chain(
+                doc.args
+                    .iter()
+                    .map(|a| arg(a.name, a.kind, a.token, a.optional)),
+            )
+            .collect();
     // SAFETY: as above.
     args.push(unsafe { std::mem::zeroed() });
     let info = raw::RedisModuleCommandInfo {
@@ -160,6 +196,12 @@ pub fn describe(ctx: Ctx, doc: &Doc) {
         args: args.as_mut_ptr(),
     };
     if rm!(RedisModule_SetCommandInfo(command, &info)) != Some(raw::REDISMODULE_OK as c_int) {
-        log_warning(ctx, &format!("redis-lock: COMMAND DOCS unavailable for {}", doc.name.to_string_lossy()));
+        log_warning(
+            ctx,
+            &format!(
+                "redis-lock: COMMAND DOCS unavailable for {}",
+                doc.name.to_string_lossy()
+            ),
+        );
     }
 }

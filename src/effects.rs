@@ -36,13 +36,23 @@ pub struct Facts {
 
 impl Facts {
     pub fn of(lock: &Lock) -> Facts {
-        Facts { holds: lock.holds(), token: lock.token(), deadline: lock.deadline() }
+        Facts {
+            holds: lock.holds(),
+            token: lock.token(),
+            deadline: lock.deadline(),
+        }
     }
 }
 
 /// `target` now holds `owner`'s lock as `facts`: replicate `LOCK.APPLY` with
 /// the absolute lease end, move the expiry entry, announce `event`.
-pub fn stored(target: &Target, owner: &[u8], facts: Facts, previous_deadline: Option<u64>, event: &CStr) {
+pub fn stored(
+    target: &Target,
+    owner: &[u8],
+    facts: Facts,
+    previous_deadline: Option<u64>,
+    event: &CStr,
+) {
     let wall_end = lease::to_wall_ms(&CLOCK, facts.deadline);
     rm!(RedisModule_Replicate(
         target.ctx,
@@ -63,7 +73,9 @@ pub fn stored(target: &Target, owner: &[u8], facts: Facts, previous_deadline: Op
 /// primary's stream already carries it onwards).
 pub fn index(target: &Target, deadline: u64, previous_deadline: Option<u64>) {
     with_state(|state| {
-        state.deadlines.reschedule(previous_deadline, deadline, target.id());
+        state
+            .deadlines
+            .reschedule(previous_deadline, deadline, target.id());
         expiry::arm(state);
     });
 }
@@ -82,9 +94,19 @@ pub fn expired(target: &Target) {
 }
 
 fn replicate_del(target: &Target) {
-    rm!(RedisModule_Replicate(target.ctx, c"DEL".as_ptr(), c"s".as_ptr(), target.name));
+    rm!(RedisModule_Replicate(
+        target.ctx,
+        c"DEL".as_ptr(),
+        c"s".as_ptr(),
+        target.name
+    ));
 }
 
 fn notify(target: &Target, class: c_int, event: &CStr) {
-    rm!(RedisModule_NotifyKeyspaceEvent(target.ctx, class, event.as_ptr(), target.name));
+    rm!(RedisModule_NotifyKeyspaceEvent(
+        target.ctx,
+        class,
+        event.as_ptr(),
+        target.name
+    ));
 }

@@ -18,7 +18,11 @@ const ARRIVALS: [&CStr; 4] = [c"loaded", c"restore", c"rename_to", c"move_to"];
 
 pub fn subscribe(ctx: Ctx) -> bool {
     let classes = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
-    let keyspace = rm!(RedisModule_SubscribeToKeyspaceEvents(ctx, classes, Some(on_keyspace_event)));
+    let keyspace = rm!(RedisModule_SubscribeToKeyspaceEvents(
+        ctx,
+        classes,
+        Some(on_keyspace_event)
+    ));
     let flush = subscribe_server(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
     let swap = subscribe_server(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
     keyspace == Some(raw::REDISMODULE_OK as c_int) && flush && swap
@@ -28,10 +32,19 @@ type ServerCallback = extern "C" fn(Ctx, raw::RedisModuleEvent, u64, *mut c_void
 
 fn subscribe_server(ctx: Ctx, id: u64, callback: ServerCallback) -> bool {
     let event = raw::RedisModuleEvent { id, dataver: 1 };
-    rm!(RedisModule_SubscribeToServerEvent(ctx, event, Some(callback))) == Some(raw::REDISMODULE_OK as c_int)
+    rm!(RedisModule_SubscribeToServerEvent(
+        ctx,
+        event,
+        Some(callback)
+    )) == Some(raw::REDISMODULE_OK as c_int)
 }
 
-extern "C" fn on_keyspace_event(ctx: Ctx, _class: c_int, event: *const c_char, key: RString) -> c_int {
+extern "C" fn on_keyspace_event(
+    ctx: Ctx,
+    _class: c_int,
+    event: *const c_char,
+    key: RString,
+) -> c_int {
     guard::callback(ctx, "keyspace event", raw::REDISMODULE_OK as c_int, || {
         if event.is_null() {
             return raw::REDISMODULE_OK as c_int;
@@ -50,9 +63,15 @@ extern "C" fn on_keyspace_event(ctx: Ctx, _class: c_int, event: *const c_char, k
 fn index_arrival(ctx: Ctx, key: RString) {
     // The name of a `loaded` key lives on Redis's stack and must not be
     // retained, which opening it would do: open a copy.
-    let Some(name) = ffi::OwnedString::new(ctx, ffi::bytes(key)) else { return };
-    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), false) else { return };
-    let Some(deadline) = lock_key.lock().map(|lock| lock.deadline()) else { return };
+    let Some(name) = ffi::OwnedString::new(ctx, ffi::bytes(key)) else {
+        return;
+    };
+    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), false) else {
+        return;
+    };
+    let Some(deadline) = lock_key.lock().map(|lock| lock.deadline()) else {
+        return;
+    };
     let id = (ffi::selected_db(ctx), ffi::bytes(key).into());
     with_state(|state| {
         state.deadlines.insert(deadline, id);
@@ -69,11 +88,15 @@ extern "C" fn on_flush(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, d
             return;
         }
         // SAFETY: for this event Redis passes a RedisModuleFlushInfo.
-        let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else { return };
+        let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
+            return;
+        };
         let flushed = info.dbnum;
         let hit = move |db: i32| flushed == -1 || db == flushed;
         with_state(|state| {
-            state.deadlines.remap(|(db, key)| (!hit(*db)).then(|| (*db, key.clone())));
+            state
+                .deadlines
+                .remap(|(db, key)| (!hit(*db)).then(|| (*db, key.clone())));
             let keys = state.waiters.keys_where(|(db, _)| hit(*db));
             state.pending_grants.extend(keys);
             expiry::arm(state);
@@ -89,10 +112,17 @@ struct SwapDbInfo {
     second: i32,
 }
 
-extern "C" fn on_swapdb(ctx: Ctx, _event: raw::RedisModuleEvent, _subevent: u64, data: *mut c_void) {
+extern "C" fn on_swapdb(
+    ctx: Ctx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    data: *mut c_void,
+) {
     guard::callback(ctx, "swapdb event", (), || {
         // SAFETY: for this event Redis passes a RedisModuleSwapDbInfo.
-        let Some(info) = (unsafe { data.cast::<SwapDbInfo>().as_ref() }) else { return };
+        let Some(info) = (unsafe { data.cast::<SwapDbInfo>().as_ref() }) else {
+            return;
+        };
         let (first, second) = (info.first, info.second);
         let swap = move |db: i32| match db {
             db if db == first => second,
@@ -100,13 +130,17 @@ extern "C" fn on_swapdb(ctx: Ctx, _event: raw::RedisModuleEvent, _subevent: u64,
             db => db,
         };
         with_state(|state| {
-            state.deadlines.remap(|(db, key)| Some((swap(*db), key.clone())));
+            state
+                .deadlines
+                .remap(|(db, key)| Some((swap(*db), key.clone())));
             state.waiters.rekey(|(db, key)| (swap(*db), key.clone()));
             for id in state.blocked.values_mut() {
                 id.0 = swap(id.0);
             }
             // Either database may now hold a free lock its waiters want.
-            let keys = state.waiters.keys_where(|(db, _)| *db == first || *db == second);
+            let keys = state
+                .waiters
+                .keys_where(|(db, _)| *db == first || *db == second);
             state.pending_grants.extend(keys);
             expiry::arm(state);
         });

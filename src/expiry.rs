@@ -39,7 +39,10 @@ pub fn arm(state: &mut ModuleState) {
 
 fn arm_not_before(state: &mut ModuleState, not_before: u64) {
     let now = CLOCK.monotonic_ms();
-    let next = match (state.deadlines.next_deadline(), state.pending_grants.is_empty()) {
+    let next = match (
+        state.deadlines.next_deadline(),
+        state.pending_grants.is_empty(),
+    ) {
         (_, false) => now,
         (Some(deadline), true) => deadline,
         (None, true) => return,
@@ -57,7 +60,12 @@ fn arm_not_before(state: &mut ModuleState, not_before: u64) {
         state.timer = None;
     }
     let delay = i64::try_from(fire_at.saturating_sub(now)).unwrap_or(i64::MAX);
-    if let Some(timer) = rm!(RedisModule_CreateTimer(ctx, delay, Some(on_timer), std::ptr::null_mut())) {
+    if let Some(timer) = rm!(RedisModule_CreateTimer(
+        ctx,
+        delay,
+        Some(on_timer),
+        std::ptr::null_mut()
+    )) {
         state.timer = Some((timer, fire_at));
     }
 }
@@ -97,9 +105,18 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8]) {
     if !ffi::select_db(ctx, db) {
         return;
     }
-    let Some(name) = ffi::OwnedString::new(ctx, key) else { return };
-    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else { return };
-    let target = Target { ctx, name: name.as_ptr(), db, bytes: key };
+    let Some(name) = ffi::OwnedString::new(ctx, key) else {
+        return;
+    };
+    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else {
+        return;
+    };
+    let target = Target {
+        ctx,
+        name: name.as_ptr(),
+        db,
+        bytes: key,
+    };
     waiting::settle(&target, &mut lock_key);
     if let Some(deadline) = lock_key.lock().map(|lock| lock.deadline()) {
         effects::index(&target, deadline, None);
@@ -108,8 +125,8 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8]) {
 
 /// Registers the timer context at load.
 pub fn init(ctx: Ctx) -> bool {
-    let detached = rm!(RedisModule_GetDetachedThreadSafeContext(ctx)).unwrap_or(std::ptr::null_mut());
+    let detached =
+        rm!(RedisModule_GetDetachedThreadSafeContext(ctx)).unwrap_or(std::ptr::null_mut());
     TIMER_CTX.store(detached, Ordering::Relaxed);
     !detached.is_null()
 }
-

@@ -69,12 +69,17 @@ pub fn reply_null(ctx: Ctx) -> c_int {
 }
 
 pub fn reply_ok(ctx: Ctx) -> c_int {
-    rm!(RedisModule_ReplyWithSimpleString(ctx, c"OK".as_ptr())).unwrap_or(raw::REDISMODULE_ERR as c_int)
+    rm!(RedisModule_ReplyWithSimpleString(ctx, c"OK".as_ptr()))
+        .unwrap_or(raw::REDISMODULE_ERR as c_int)
 }
 
 pub fn reply_bulk(ctx: Ctx, value: &[u8]) -> c_int {
-    rm!(RedisModule_ReplyWithStringBuffer(ctx, value.as_ptr().cast::<c_char>(), value.len()))
-        .unwrap_or(raw::REDISMODULE_ERR as c_int)
+    rm!(RedisModule_ReplyWithStringBuffer(
+        ctx,
+        value.as_ptr().cast::<c_char>(),
+        value.len()
+    ))
+    .unwrap_or(raw::REDISMODULE_ERR as c_int)
 }
 
 /// A map reply (RESP3), or a flat array of `pairs * 2` elements (RESP2).
@@ -103,7 +108,12 @@ pub fn log_warning(ctx: Ctx, message: &str) {
 
 fn log(ctx: Ctx, level: &std::ffi::CStr, message: &str) {
     if let Ok(message) = CString::new(message.replace('\0', " ")) {
-        rm!(RedisModule_Log(ctx, level.as_ptr(), c"%s".as_ptr(), message.as_ptr()));
+        rm!(RedisModule_Log(
+            ctx,
+            level.as_ptr(),
+            c"%s".as_ptr(),
+            message.as_ptr()
+        ));
     }
 }
 
@@ -137,7 +147,11 @@ pub struct OwnedString {
 
 impl OwnedString {
     pub fn new(ctx: Ctx, value: &[u8]) -> Option<Self> {
-        let string = rm!(RedisModule_CreateString(ctx, value.as_ptr().cast::<c_char>(), value.len()))?;
+        let string = rm!(RedisModule_CreateString(
+            ctx,
+            value.as_ptr().cast::<c_char>(),
+            value.len()
+        ))?;
         (!string.is_null()).then_some(OwnedString { ctx, string })
     }
 

@@ -38,7 +38,13 @@ pub fn callback<R>(ctx: Ctx, name: &str, fallback: R, body: impl FnOnce() -> R) 
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(result) => result,
         Err(payload) => {
-            log_warning(ctx, &format!("redis-lock: {name} panicked: {}", describe(payload.as_ref())));
+            log_warning(
+                ctx,
+                &format!(
+                    "redis-lock: {name} panicked: {}",
+                    describe(payload.as_ref())
+                ),
+            );
             fallback
         }
     }

@@ -13,9 +13,13 @@ use crate::stats::LIVE_LOCKS;
 
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     guard::callback(std::ptr::null_mut(), "info", (), || {
-        let Some((stats, last_token, waiting)) =
-            with_state(|state| (state.node.stats, state.node.tokens.last(), state.waiters.total()))
-        else {
+        let Some((stats, last_token, waiting)) = with_state(|state| {
+            (
+                state.node.stats,
+                state.node.tokens.last(),
+                state.waiters.total(),
+            )
+        }) else {
             return;
         };
         let held = LIVE_LOCKS.load(Ordering::Relaxed);
@@ -36,7 +40,10 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"waiting", i64::try_from(waiting).unwrap_or(i64::MAX)),
             (c"last_token", last_token),
             (c"recovery_left_ms", count(recovering)),
-            (c"debug_wall_offset_ms", crate::state::CLOCK.wall_offset_ms()),
+            (
+                c"debug_wall_offset_ms",
+                crate::state::CLOCK.wall_offset_ms(),
+            ),
         ];
         rm!(RedisModule_InfoAddSection(ctx, c"".as_ptr()));
         for (name, value) in fields {

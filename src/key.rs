@@ -34,18 +34,28 @@ pub struct LockKey {
 impl LockKey {
     /// Opens `name` in the selected database for reading, or for writing too.
     pub fn open(ctx: Ctx, name: RString, write: bool) -> Result<LockKey, WrongType> {
-        let mode = if write { raw::REDISMODULE_READ | raw::REDISMODULE_WRITE } else { raw::REDISMODULE_READ };
-        let key = rm!(RedisModule_OpenKey(ctx, name, mode as c_int)).unwrap_or(std::ptr::null_mut());
-        let opened = LockKey { key, pending: Pending::Nothing };
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        let key =
+            rm!(RedisModule_OpenKey(ctx, name, mode as c_int)).unwrap_or(std::ptr::null_mut());
+        let opened = LockKey {
+            key,
+            pending: Pending::Nothing,
+        };
         if key.is_null() {
             return Ok(opened);
         }
-        let key_type = rm!(RedisModule_KeyType(key)).unwrap_or(raw::REDISMODULE_KEYTYPE_EMPTY as c_int);
+        let key_type =
+            rm!(RedisModule_KeyType(key)).unwrap_or(raw::REDISMODULE_KEYTYPE_EMPTY as c_int);
         if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
             return Ok(opened);
         }
         let is_lock = key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
-            && rm!(RedisModule_ModuleTypeGetType(key)) == Some(LOCK_TYPE_PTR.load(Ordering::Relaxed));
+            && rm!(RedisModule_ModuleTypeGetType(key))
+                == Some(LOCK_TYPE_PTR.load(Ordering::Relaxed));
         if is_lock {
             Ok(opened)
         } else {

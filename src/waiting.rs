@@ -37,14 +37,30 @@ enum Answer {
 /// blocking is allowed here (not in MULTI or Lua).
 pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
     let timeout = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
-    let client = rm!(RedisModule_BlockClient(ctx, Some(on_reply), Some(on_timeout), Some(free_answer), timeout))
-        .unwrap_or(std::ptr::null_mut());
+    let client = rm!(RedisModule_BlockClient(
+        ctx,
+        Some(on_reply),
+        Some(on_timeout),
+        Some(free_answer),
+        timeout
+    ))
+    .unwrap_or(std::ptr::null_mut());
     if client.is_null() {
         return ffi::reply_error(ctx, "ERR could not block the client");
     }
-    rm!(RedisModule_SetDisconnectCallback(client, Some(on_disconnect)));
+    rm!(RedisModule_SetDisconnectCallback(
+        client,
+        Some(on_disconnect)
+    ));
     with_state(|state| {
-        state.waiters.push(id.clone(), Waiter { client, owner: owner.into(), ttl_ms });
+        state.waiters.push(
+            id.clone(),
+            Waiter {
+                client,
+                owner: owner.into(),
+                ttl_ms,
+            },
+        );
         state.blocked.insert(client as usize, id);
         state.node.stats.waits += 1;
     });
@@ -69,14 +85,29 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         };
         let granted = with_state(|state| {
             let refusal = recovery::refusal();
-            ops::grant(&mut state.node, key, &CLOCK, &waiter.owner, waiter.ttl_ms, refusal)
+            ops::grant(
+                &mut state.node,
+                key,
+                &CLOCK,
+                &waiter.owner,
+                waiter.ttl_ms,
+                refusal,
+            )
         });
         match granted {
             Some(Ok(Some(outcome))) => {
                 let facts = key.lock().map(|lock| Facts::of(lock));
                 key.commit();
-                if let (Some(facts), ops::Change::Stored { previous_deadline }) = (facts, outcome.change) {
-                    effects::stored(target, &waiter.owner, facts, previous_deadline, c"lock.acquire");
+                if let (Some(facts), ops::Change::Stored { previous_deadline }) =
+                    (facts, outcome.change)
+                {
+                    effects::stored(
+                        target,
+                        &waiter.owner,
+                        facts,
+                        previous_deadline,
+                        c"lock.acquire",
+                    );
                 }
                 unblock(waiter.client, Answer::Token(outcome.reply));
                 return;
@@ -90,7 +121,10 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                 return;
             }
             Some(Err(error)) => unblock(waiter.client, Answer::Error(error.message())),
-            None => unblock(waiter.client, Answer::Error("ERR internal error: state busy".into())),
+            None => unblock(
+                waiter.client,
+                Answer::Error("ERR internal error: state busy".into()),
+            ),
         }
     }
 }
@@ -101,13 +135,20 @@ pub fn grant_pending(ctx: Ctx, db: i32, key: &[u8]) {
     if !ffi::select_db(ctx, db) {
         return;
     }
-    let Some(name) = ffi::OwnedString::new(ctx, key) else { return };
+    let Some(name) = ffi::OwnedString::new(ctx, key) else {
+        return;
+    };
     let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else {
         // The key now holds another type: nobody can get this lock, so the
         // waiters time out as they asked; nothing to grant.
         return;
     };
-    let target = Target { ctx, name: name.as_ptr(), db, bytes: key };
+    let target = Target {
+        ctx,
+        name: name.as_ptr(),
+        db,
+        bytes: key,
+    };
     settle(&target, &mut lock_key);
 }
 
@@ -133,8 +174,13 @@ fn unblock(client: *mut raw::RedisModuleBlockedClient, answer: Answer) {
 /// Removes a blocked client from its queue (timeout, disconnect).
 fn forget(client: *mut raw::RedisModuleBlockedClient) -> bool {
     with_state(|state| {
-        let Some(id) = state.blocked.remove(&(client as usize)) else { return false };
-        state.waiters.remove(&id, |waiter| waiter.client == client).is_some()
+        let Some(id) = state.blocked.remove(&(client as usize)) else {
+            return false;
+        };
+        state
+            .waiters
+            .remove(&id, |waiter| waiter.client == client)
+            .is_some()
     })
     .unwrap_or(false)
 }
@@ -147,7 +193,8 @@ pub fn waiting(id: &KeyId) -> usize {
 /// The grant's reply, in the unblocked client's context.
 extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     guard::command(ctx, "LOCK.ACQUIRE WAIT reply", || {
-        let answer = rm!(RedisModule_GetBlockedClientPrivateData(ctx)).unwrap_or(std::ptr::null_mut());
+        let answer =
+            rm!(RedisModule_GetBlockedClientPrivateData(ctx)).unwrap_or(std::ptr::null_mut());
         // SAFETY: the private data of our blocked clients is always an Answer
         // boxed by unblock(), freed by free_answer() after this returns.
         match unsafe { answer.cast::<Answer>().as_ref() } {

@@ -24,7 +24,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_ttl_ms: 86_400_000, max_owner_bytes: 256 }
+        Limits {
+            max_ttl_ms: 86_400_000,
+            max_owner_bytes: 256,
+        }
     }
 }
 
@@ -36,13 +39,17 @@ pub enum ArgError {
     /// An unknown or repeated option.
     Syntax,
     /// `ttl-ms` not an integer in 1..=max.
-    Ttl { max: u64 },
+    Ttl {
+        max: u64,
+    },
     /// `WAIT` timeout not an integer in 0..=[`MAX_WAIT_MS`].
     WaitTimeout,
     /// `ATLEAST` not an integer in 0..=[`MAX_RAISE`].
     AtLeast,
     EmptyOwner,
-    OwnerTooLong { max: usize },
+    OwnerTooLong {
+        max: usize,
+    },
     /// A malformed internal `LOCK.APPLY` effect.
     Effect(&'static str),
 }
@@ -53,15 +60,27 @@ impl fmt::Display for ArgError {
             ArgError::WrongArity => write!(f, "ERR wrong number of arguments"),
             ArgError::Syntax => write!(f, "ERR syntax error"),
             ArgError::Ttl { max } => {
-                write!(f, "ERR ttl-ms must be an integer between 1 and {max} (lock.max-ttl)")
+                write!(
+                    f,
+                    "ERR ttl-ms must be an integer between 1 and {max} (lock.max-ttl)"
+                )
             }
             ArgError::WaitTimeout => {
-                write!(f, "ERR WAIT timeout-ms must be an integer between 0 and {MAX_WAIT_MS}")
+                write!(
+                    f,
+                    "ERR WAIT timeout-ms must be an integer between 0 and {MAX_WAIT_MS}"
+                )
             }
-            ArgError::AtLeast => write!(f, "ERR ATLEAST must be an integer between 0 and {MAX_RAISE}"),
+            ArgError::AtLeast => write!(
+                f,
+                "ERR ATLEAST must be an integer between 0 and {MAX_RAISE}"
+            ),
             ArgError::EmptyOwner => write!(f, "ERR owner must not be empty"),
             ArgError::OwnerTooLong { max } => {
-                write!(f, "ERR owner must be at most {max} bytes (lock.max-owner-bytes)")
+                write!(
+                    f,
+                    "ERR owner must be at most {max} bytes (lock.max-owner-bytes)"
+                )
             }
             ArgError::Effect(what) => write!(f, "ERR malformed LOCK.APPLY: {what}"),
         }
@@ -109,7 +128,9 @@ pub struct ApplyArgs<'a> {
 }
 
 pub fn parse_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<AcquireArgs<'a>, ArgError> {
-    let [_, _, owner, ttl, options @ ..] = argv else { return Err(ArgError::WrongArity) };
+    let [_, _, owner, ttl, options @ ..] = argv else {
+        return Err(ArgError::WrongArity);
+    };
     let owner = parse_owner(owner, limits)?;
     let ttl_ms = parse_ttl(ttl, limits)?;
     let mut wait_ms = None;
@@ -123,11 +144,17 @@ pub fn parse_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<AcquireAr
             _ => return Err(ArgError::Syntax),
         }
     }
-    Ok(AcquireArgs { owner, ttl_ms, wait_ms })
+    Ok(AcquireArgs {
+        owner,
+        ttl_ms,
+        wait_ms,
+    })
 }
 
 pub fn parse_release<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ReleaseArgs<'a>, ArgError> {
-    let [_, _, owner, options @ ..] = argv else { return Err(ArgError::WrongArity) };
+    let [_, _, owner, options @ ..] = argv else {
+        return Err(ArgError::WrongArity);
+    };
     let owner = parse_owner(owner, limits)?;
     match options {
         [] => Ok(ReleaseArgs { owner, all: false }),
@@ -137,7 +164,9 @@ pub fn parse_release<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ReleaseAr
 }
 
 pub fn parse_extend<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs<'a>, ArgError> {
-    let [_, _, owner, ttl, options @ ..] = argv else { return Err(ArgError::WrongArity) };
+    let [_, _, owner, ttl, options @ ..] = argv else {
+        return Err(ArgError::WrongArity);
+    };
     let owner = parse_owner(owner, limits)?;
     let ttl_ms = parse_ttl(ttl, limits)?;
     if !options.is_empty() {
@@ -147,14 +176,22 @@ pub fn parse_extend<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs
 }
 
 pub fn parse_fence<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<FenceArgs<'a>, ArgError> {
-    let [_, _, owner, options @ ..] = argv else { return Err(ArgError::WrongArity) };
+    let [_, _, owner, options @ ..] = argv else {
+        return Err(ArgError::WrongArity);
+    };
     let owner = parse_owner(owner, limits)?;
     match options {
-        [] => Ok(FenceArgs { owner, at_least: None }),
+        [] => Ok(FenceArgs {
+            owner,
+            at_least: None,
+        }),
         [option, n] if option.eq_ignore_ascii_case(b"ATLEAST") => {
             let n = parse_range(n, 0, MAX_RAISE.unsigned_abs()).ok_or(ArgError::AtLeast)?;
             let n = i64::try_from(n).map_err(|_| ArgError::AtLeast)?;
-            Ok(FenceArgs { owner, at_least: Some(n) })
+            Ok(FenceArgs {
+                owner,
+                at_least: Some(n),
+            })
         }
         _ => Err(ArgError::Syntax),
     }
@@ -173,12 +210,16 @@ pub fn parse_info(argv: &[&[u8]]) -> Result<(), ArgError> {
 /// the primary or the AOF, but a corrupt AOF must not corrupt the dataset. It
 /// is not held to this node's limits, which may differ from the primary's.
 pub fn parse_apply<'a>(argv: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
-    let [_, _, owner, holds, token, wall_end] = argv else { return Err(ArgError::WrongArity) };
+    let [_, _, owner, holds, token, wall_end] = argv else {
+        return Err(ArgError::WrongArity);
+    };
     if owner.is_empty() {
         return Err(ArgError::EmptyOwner);
     }
     let holds = parse_range(holds, 1, u64::from(u32::MAX)).ok_or(ArgError::Effect("holds"))?;
-    let token = parse_i64(token).filter(|t| *t > 0).ok_or(ArgError::Effect("token"))?;
+    let token = parse_i64(token)
+        .filter(|t| *t > 0)
+        .ok_or(ArgError::Effect("token"))?;
     let wall_end_ms = parse_i64(wall_end).ok_or(ArgError::Effect("lease end"))?;
     Ok(ApplyArgs {
         owner,
@@ -192,14 +233,18 @@ fn parse_owner<'a>(owner: &'a [u8], limits: &Limits) -> Result<&'a [u8], ArgErro
     if owner.is_empty() {
         Err(ArgError::EmptyOwner)
     } else if owner.len() > limits.max_owner_bytes {
-        Err(ArgError::OwnerTooLong { max: limits.max_owner_bytes })
+        Err(ArgError::OwnerTooLong {
+            max: limits.max_owner_bytes,
+        })
     } else {
         Ok(owner)
     }
 }
 
 fn parse_ttl(ttl: &[u8], limits: &Limits) -> Result<u64, ArgError> {
-    parse_range(ttl, 1, limits.max_ttl_ms).ok_or(ArgError::Ttl { max: limits.max_ttl_ms })
+    parse_range(ttl, 1, limits.max_ttl_ms).ok_or(ArgError::Ttl {
+        max: limits.max_ttl_ms,
+    })
 }
 
 fn parse_range(bytes: &[u8], min: u64, max: u64) -> Option<u64> {
@@ -227,7 +272,11 @@ pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
         }
         let digit = i64::from(digit - b'0');
         value = value.checked_mul(10)?;
-        value = if negative { value.checked_sub(digit)? } else { value.checked_add(digit)? };
+        value = if negative {
+            value.checked_sub(digit)?
+        } else {
+            value.checked_add(digit)?
+        };
     }
     Some(value)
 }
@@ -240,7 +289,10 @@ mod tests {
         line.split(' ').map(str::as_bytes).collect()
     }
 
-    const LIMITS: Limits = Limits { max_ttl_ms: 1_000, max_owner_bytes: 4 };
+    const LIMITS: Limits = Limits {
+        max_ttl_ms: 1_000,
+        max_owner_bytes: 4,
+    };
 
     #[test]
     fn integers_parse_like_redis() {
@@ -248,7 +300,19 @@ mod tests {
         assert_eq!(parse_i64(b"-7"), Some(-7));
         assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
         assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
-        for bad in ["", "-", "+1", "01", "-0", " 1", "1 ", "1.5", "1e3", "9223372036854775808", "0x10"] {
+        for bad in [
+            "",
+            "-",
+            "+1",
+            "01",
+            "-0",
+            " 1",
+            "1 ",
+            "1.5",
+            "1e3",
+            "9223372036854775808",
+            "0x10",
+        ] {
             assert_eq!(parse_i64(bad.as_bytes()), None, "{bad:?}");
         }
     }
@@ -256,36 +320,127 @@ mod tests {
     #[test]
     fn acquire_arguments() {
         let ok = parse_acquire(&argv("ACQ k me 1000"), &LIMITS).unwrap();
-        assert_eq!(ok, AcquireArgs { owner: b"me", ttl_ms: 1000, wait_ms: None });
+        assert_eq!(
+            ok,
+            AcquireArgs {
+                owner: b"me",
+                ttl_ms: 1000,
+                wait_ms: None
+            }
+        );
         let wait = parse_acquire(&argv("ACQ k me 5 wait 0"), &LIMITS).unwrap();
         assert_eq!(wait.wait_ms, Some(0));
-        assert_eq!(parse_acquire(&argv("ACQ k me"), &LIMITS), Err(ArgError::WrongArity));
-        assert_eq!(parse_acquire(&argv("ACQ k me 0"), &LIMITS), Err(ArgError::Ttl { max: 1000 }));
-        assert_eq!(parse_acquire(&argv("ACQ k me 1001"), &LIMITS), Err(ArgError::Ttl { max: 1000 }));
-        assert_eq!(parse_acquire(&argv("ACQ k me -1"), &LIMITS), Err(ArgError::Ttl { max: 1000 }));
-        assert_eq!(parse_acquire(&argv("ACQ k me x"), &LIMITS), Err(ArgError::Ttl { max: 1000 }));
-        assert_eq!(parse_acquire(&argv("ACQ k me 5 WAIT"), &LIMITS), Err(ArgError::Syntax));
-        assert_eq!(parse_acquire(&argv("ACQ k me 5 WAIT 1 WAIT 1"), &LIMITS), Err(ArgError::Syntax));
-        assert_eq!(parse_acquire(&argv("ACQ k me 5 NOPE"), &LIMITS), Err(ArgError::Syntax));
-        assert_eq!(parse_acquire(&argv("ACQ k me 5 WAIT -1"), &LIMITS), Err(ArgError::WaitTimeout));
-        assert_eq!(parse_acquire(&argv("ACQ k toolong 5"), &LIMITS), Err(ArgError::OwnerTooLong { max: 4 }));
-        assert_eq!(parse_acquire(&[b"ACQ", b"k", b"", b"5"], &LIMITS), Err(ArgError::EmptyOwner));
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me"), &LIMITS),
+            Err(ArgError::WrongArity)
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me 0"), &LIMITS),
+            Err(ArgError::Ttl { max: 1000 })
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me 1001"), &LIMITS),
+            Err(ArgError::Ttl { max: 1000 })
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me -1"), &LIMITS),
+            Err(ArgError::Ttl { max: 1000 })
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me x"), &LIMITS),
+            Err(ArgError::Ttl { max: 1000 })
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me 5 WAIT"), &LIMITS),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me 5 WAIT 1 WAIT 1"), &LIMITS),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me 5 NOPE"), &LIMITS),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me 5 WAIT -1"), &LIMITS),
+            Err(ArgError::WaitTimeout)
+        );
+        assert_eq!(
+            parse_acquire(&argv("ACQ k toolong 5"), &LIMITS),
+            Err(ArgError::OwnerTooLong { max: 4 })
+        );
+        assert_eq!(
+            parse_acquire(&[b"ACQ", b"k", b"", b"5"], &LIMITS),
+            Err(ArgError::EmptyOwner)
+        );
     }
 
     #[test]
     fn release_extend_fence_info_arguments() {
-        assert_eq!(parse_release(&argv("R k me"), &LIMITS), Ok(ReleaseArgs { owner: b"me", all: false }));
-        assert_eq!(parse_release(&argv("R k me all"), &LIMITS), Ok(ReleaseArgs { owner: b"me", all: true }));
-        assert_eq!(parse_release(&argv("R k me ALL ALL"), &LIMITS), Err(ArgError::Syntax));
-        assert_eq!(parse_release(&argv("R k"), &LIMITS), Err(ArgError::WrongArity));
-        assert_eq!(parse_extend(&argv("E k me 10"), &LIMITS), Ok(ExtendArgs { owner: b"me", ttl_ms: 10 }));
-        assert_eq!(parse_extend(&argv("E k me 10 X"), &LIMITS), Err(ArgError::Syntax));
-        assert_eq!(parse_extend(&argv("E k me"), &LIMITS), Err(ArgError::WrongArity));
-        assert_eq!(parse_fence(&argv("F k me"), &LIMITS), Ok(FenceArgs { owner: b"me", at_least: None }));
-        assert_eq!(parse_fence(&argv("F k me atleast 9"), &LIMITS), Ok(FenceArgs { owner: b"me", at_least: Some(9) }));
-        assert_eq!(parse_fence(&argv("F k me ATLEAST"), &LIMITS), Err(ArgError::Syntax));
-        assert_eq!(parse_fence(&argv("F k me ATLEAST -1"), &LIMITS), Err(ArgError::AtLeast));
-        assert_eq!(parse_fence(&argv("F k me ATLEAST 4611686018427387905"), &LIMITS), Err(ArgError::AtLeast));
+        assert_eq!(
+            parse_release(&argv("R k me"), &LIMITS),
+            Ok(ReleaseArgs {
+                owner: b"me",
+                all: false
+            })
+        );
+        assert_eq!(
+            parse_release(&argv("R k me all"), &LIMITS),
+            Ok(ReleaseArgs {
+                owner: b"me",
+                all: true
+            })
+        );
+        assert_eq!(
+            parse_release(&argv("R k me ALL ALL"), &LIMITS),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_release(&argv("R k"), &LIMITS),
+            Err(ArgError::WrongArity)
+        );
+        assert_eq!(
+            parse_extend(&argv("E k me 10"), &LIMITS),
+            Ok(ExtendArgs {
+                owner: b"me",
+                ttl_ms: 10
+            })
+        );
+        assert_eq!(
+            parse_extend(&argv("E k me 10 X"), &LIMITS),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_extend(&argv("E k me"), &LIMITS),
+            Err(ArgError::WrongArity)
+        );
+        assert_eq!(
+            parse_fence(&argv("F k me"), &LIMITS),
+            Ok(FenceArgs {
+                owner: b"me",
+                at_least: None
+            })
+        );
+        assert_eq!(
+            parse_fence(&argv("F k me atleast 9"), &LIMITS),
+            Ok(FenceArgs {
+                owner: b"me",
+                at_least: Some(9)
+            })
+        );
+        assert_eq!(
+            parse_fence(&argv("F k me ATLEAST"), &LIMITS),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_fence(&argv("F k me ATLEAST -1"), &LIMITS),
+            Err(ArgError::AtLeast)
+        );
+        assert_eq!(
+            parse_fence(&argv("F k me ATLEAST 4611686018427387905"), &LIMITS),
+            Err(ArgError::AtLeast)
+        );
         assert_eq!(parse_info(&argv("I k")), Ok(()));
         assert_eq!(parse_info(&argv("I")), Err(ArgError::WrongArity));
         assert_eq!(parse_info(&argv("I k x")), Err(ArgError::Syntax));
@@ -294,7 +449,15 @@ mod tests {
     #[test]
     fn apply_arguments() {
         let ok = parse_apply(&argv("A k me 2 77 -5")).unwrap();
-        assert_eq!(ok, ApplyArgs { owner: b"me", holds: 2, token: 77, wall_end_ms: -5 });
+        assert_eq!(
+            ok,
+            ApplyArgs {
+                owner: b"me",
+                holds: 2,
+                token: 77,
+                wall_end_ms: -5
+            }
+        );
         assert!(parse_apply(&argv("A k me 0 77 5")).is_err());
         assert!(parse_apply(&argv("A k me 1 0 5")).is_err());
         assert!(parse_apply(&argv("A k me 4294967296 1 5")).is_err());
@@ -307,6 +470,9 @@ mod tests {
             ArgError::Ttl { max: 86_400_000 }.to_string(),
             "ERR ttl-ms must be an integer between 1 and 86400000 (lock.max-ttl)"
         );
-        assert_eq!(ArgError::OwnerTooLong { max: 256 }.to_string(), "ERR owner must be at most 256 bytes (lock.max-owner-bytes)");
+        assert_eq!(
+            ArgError::OwnerTooLong { max: 256 }.to_string(),
+            "ERR owner must be at most 256 bytes (lock.max-owner-bytes)"
+        );
     }
 }

@@ -31,7 +31,9 @@ pub struct SystemClock {
 
 impl SystemClock {
     pub const fn new() -> Self {
-        SystemClock { wall_offset_ms: AtomicI64::new(0) }
+        SystemClock {
+            wall_offset_ms: AtomicI64::new(0),
+        }
     }
 
     /// Shifts every later wall-clock reading by `offset_ms`.
@@ -75,13 +77,17 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock at monotonic `monotonic_ms` and wall-clock `wall_ms`.
     pub fn new(monotonic_ms: u64, wall_ms: i64) -> Self {
-        ManualClock { monotonic_ms: Cell::new(monotonic_ms), wall_us: Cell::new(wall_ms * 1000) }
+        ManualClock {
+            monotonic_ms: Cell::new(monotonic_ms),
+            wall_us: Cell::new(wall_ms * 1000),
+        }
     }
 
     /// Real time passes: both clocks move forward together.
     pub fn advance_ms(&self, ms: u64) {
         self.monotonic_ms.set(self.monotonic_ms.get() + ms);
-        self.wall_us.set(self.wall_us.get() + i64::try_from(ms).unwrap_or(i64::MAX) * 1000);
+        self.wall_us
+            .set(self.wall_us.get() + i64::try_from(ms).unwrap_or(i64::MAX) * 1000);
     }
 
     /// The wall clock steps (forward or back); the monotonic clock does not.

@@ -15,7 +15,9 @@ pub struct DeadlineIndex<K: Ord> {
 
 impl<K: Ord> Default for DeadlineIndex<K> {
     fn default() -> Self {
-        DeadlineIndex { entries: BTreeSet::new() }
+        DeadlineIndex {
+            entries: BTreeSet::new(),
+        }
     }
 }
 
@@ -71,7 +73,10 @@ impl<K: Ord + Clone> DeadlineIndex<K> {
     /// drop the entry (used for `FLUSHDB` and `SWAPDB`).
     pub fn remap(&mut self, mut map: impl FnMut(&K) -> Option<K>) {
         let entries = std::mem::take(&mut self.entries);
-        self.entries = entries.into_iter().filter_map(|(deadline, key)| Some((deadline, map(&key)?))).collect();
+        self.entries = entries
+            .into_iter()
+            .filter_map(|(deadline, key)| Some((deadline, map(&key)?)))
+            .collect();
     }
 
     pub fn len(&self) -> usize {

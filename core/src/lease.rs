@@ -27,7 +27,9 @@ pub fn to_wall_ms(clock: &impl Clock, deadline: u64) -> i64 {
 /// An end already in the past gives a deadline of now: the lease is over.
 pub fn from_wall_ms(clock: &impl Clock, wall_end_ms: i64) -> u64 {
     let left = wall_end_ms.saturating_sub(clock.wall_ms()).max(0);
-    clock.monotonic_ms().saturating_add(u64::try_from(left).unwrap_or(0))
+    clock
+        .monotonic_ms()
+        .saturating_add(u64::try_from(left).unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -67,6 +69,9 @@ mod tests {
         let after = ManualClock::new(7, 2_000);
         assert_eq!(from_wall_ms(&after, 1_000), 7);
         assert_eq!(remaining_ms(&after, from_wall_ms(&after, i64::MIN)), 0);
-        assert_eq!(remaining_ms(&after, from_wall_ms(&after, i64::MAX)), u64::try_from(i64::MAX - 2_000).unwrap());
+        assert_eq!(
+            remaining_ms(&after, from_wall_ms(&after, i64::MAX)),
+            u64::try_from(i64::MAX - 2_000).unwrap()
+        );
     }
 }

@@ -14,7 +14,12 @@ pub struct Lock {
 
 impl Lock {
     pub fn new(owner: &[u8], holds: u32, token: i64, deadline: u64) -> Self {
-        Lock { owner: owner.into(), holds, token, deadline }
+        Lock {
+            owner: owner.into(),
+            holds,
+            token,
+            deadline,
+        }
     }
 
     pub fn owner(&self) -> &[u8] {

@@ -73,7 +73,9 @@ impl OpError {
     pub fn message(&self) -> String {
         match self {
             OpError::TokensExhausted => "ERR fencing tokens exhausted on this node".into(),
-            OpError::TooManyHolds => "ERR the lock is already held 4294967295 times by this owner".into(),
+            OpError::TooManyHolds => {
+                "ERR the lock is already held 4294967295 times by this owner".into()
+            }
             OpError::Recovering { left_ms } => format!(
                 "RECOVERING this node refuses new locks for another {left_ms} ms (lock.recovery-ms)"
             ),
@@ -137,7 +139,13 @@ pub fn acquire(
             let previous_deadline = slot.lock().map(|ended| ended.deadline());
             slot.store(Lock::new(owner, 1, token, deadline));
             node.stats.acquired += 1;
-            (Acquired::Granted { token, reentered: false }, Change::Stored { previous_deadline })
+            (
+                Acquired::Granted {
+                    token,
+                    reentered: false,
+                },
+                Change::Stored { previous_deadline },
+            )
         }
         Some(lock) if lock.is_held_by(owner) => {
             let holds = lock.holds().checked_add(1).ok_or(OpError::TooManyHolds)?;
@@ -145,7 +153,13 @@ pub fn acquire(
             lock.set_holds(holds);
             lock.set_deadline(deadline);
             node.stats.reentered += 1;
-            (Acquired::Granted { token: lock.token(), reentered: true }, Change::Stored { previous_deadline })
+            (
+                Acquired::Granted {
+                    token: lock.token(),
+                    reentered: true,
+                },
+                Change::Stored { previous_deadline },
+            )
         }
         Some(_) => {
             node.stats.contended += 1;
@@ -173,10 +187,18 @@ pub fn grant(
     }
     let token = node.tokens.issue(clock.wall_us())?;
     let previous_deadline = slot.lock().map(|ended| ended.deadline());
-    slot.store(Lock::new(owner, 1, token, lease::deadline_after(clock, ttl_ms)));
+    slot.store(Lock::new(
+        owner,
+        1,
+        token,
+        lease::deadline_after(clock, ttl_ms),
+    ));
     node.stats.acquired += 1;
     node.stats.wait_grants += 1;
-    Ok(Some(Outcome { reply: token, change: Change::Stored { previous_deadline } }))
+    Ok(Some(Outcome {
+        reply: token,
+        change: Change::Stored { previous_deadline },
+    }))
 }
 
 /// `LOCK.RELEASE`: drops one hold (or all with `all`); the reply is the
@@ -190,7 +212,11 @@ pub fn release(
 ) -> Outcome<Option<u32>> {
     let (reply, change) = match live(slot, clock) {
         Some(lock) if lock.is_held_by(owner) => {
-            let left = if all { 0 } else { lock.holds().saturating_sub(1) };
+            let left = if all {
+                0
+            } else {
+                lock.holds().saturating_sub(1)
+            };
             let deadline = lock.deadline();
             if left == 0 {
                 slot.delete();
@@ -198,7 +224,12 @@ pub fn release(
                 (Some(0), Change::Deleted { deadline })
             } else {
                 lock.set_holds(left);
-                (Some(left), Change::Stored { previous_deadline: Some(deadline) })
+                (
+                    Some(left),
+                    Change::Stored {
+                        previous_deadline: Some(deadline),
+                    },
+                )
             }
         }
         _ => (None, Change::None),
@@ -242,7 +273,9 @@ pub fn fence(
                 node.tokens.raise(floor);
                 if lock.token() < floor {
                     lock.set_token(floor);
-                    change = Change::Stored { previous_deadline: Some(lock.deadline()) };
+                    change = Change::Stored {
+                        previous_deadline: Some(lock.deadline()),
+                    };
                 }
             }
             node.stats.fenced += 1;
@@ -277,8 +310,16 @@ pub fn apply(
 ) -> Outcome<()> {
     let previous_deadline = slot.lock().map(|lock| lock.deadline());
     node.tokens.raise(token);
-    slot.store(Lock::new(owner, holds, token, lease::from_wall_ms(clock, wall_end_ms)));
-    Outcome { reply: (), change: Change::Stored { previous_deadline } }
+    slot.store(Lock::new(
+        owner,
+        holds,
+        token,
+        lease::from_wall_ms(clock, wall_end_ms),
+    ));
+    Outcome {
+        reply: (),
+        change: Change::Stored { previous_deadline },
+    }
 }
 
 #[cfg(test)]
@@ -304,7 +345,11 @@ mod tests {
     const WALL: i64 = 1_700_000_000_000;
 
     fn setup() -> (Node, MemorySlot, ManualClock) {
-        (Node::default(), MemorySlot::default(), ManualClock::new(100, WALL))
+        (
+            Node::default(),
+            MemorySlot::default(),
+            ManualClock::new(100, WALL),
+        )
     }
 
     fn granted(outcome: Result<Outcome<Acquired>, OpError>) -> (i64, bool) {
@@ -318,9 +363,17 @@ mod tests {
     fn fresh_acquire_creates_one_hold_with_a_clock_floored_token() {
         let (mut node, mut slot, clock) = setup();
         let outcome = acquire(&mut node, &mut slot, &clock, b"a", 1_000, None);
-        assert_eq!(outcome.map(|o| o.change), Ok(Change::Stored { previous_deadline: None }));
+        assert_eq!(
+            outcome.map(|o| o.change),
+            Ok(Change::Stored {
+                previous_deadline: None
+            })
+        );
         let lock = slot.0.clone().unwrap();
-        assert_eq!((lock.owner(), lock.holds(), lock.deadline()), (&b"a"[..], 1, 1_100));
+        assert_eq!(
+            (lock.owner(), lock.holds(), lock.deadline()),
+            (&b"a"[..], 1, 1_100)
+        );
         assert_eq!(lock.token(), WALL * 1000);
         assert_eq!(node.stats.acquired, 1);
     }
@@ -331,9 +384,17 @@ mod tests {
         let (first, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
         clock.advance_ms(600);
         let outcome = acquire(&mut node, &mut slot, &clock, b"a", 300, None);
-        assert_eq!(outcome.map(|o| o.change), Ok(Change::Stored { previous_deadline: Some(1_100) }));
+        assert_eq!(
+            outcome.map(|o| o.change),
+            Ok(Change::Stored {
+                previous_deadline: Some(1_100)
+            })
+        );
         let lock = slot.0.clone().unwrap();
-        assert_eq!((lock.token(), lock.holds(), lock.deadline()), (first, 2, 1_000));
+        assert_eq!(
+            (lock.token(), lock.holds(), lock.deadline()),
+            (first, 2, 1_000)
+        );
         assert_eq!(node.stats.reentered, 1);
     }
 
@@ -344,7 +405,10 @@ mod tests {
         let before = slot.0.clone();
         let tokens = node.tokens;
         let outcome = acquire(&mut node, &mut slot, &clock, b"b", 1_000, None).unwrap();
-        assert_eq!((outcome.reply, outcome.change), (Acquired::Busy, Change::None));
+        assert_eq!(
+            (outcome.reply, outcome.change),
+            (Acquired::Busy, Change::None)
+        );
         assert_eq!(slot.0, before);
         assert_eq!(node.tokens, tokens);
         assert_eq!(node.stats.contended, 1);
@@ -379,7 +443,12 @@ mod tests {
         acquire(&mut node, &mut slot, &clock, b"a", 10_000, None).unwrap();
         clock.step_wall_ms(3_600_000);
         assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(10_000));
-        assert!(matches!(acquire(&mut node, &mut slot, &clock, b"b", 10, None).unwrap().reply, Acquired::Busy));
+        assert!(matches!(
+            acquire(&mut node, &mut slot, &clock, b"b", 10, None)
+                .unwrap()
+                .reply,
+            Acquired::Busy
+        ));
         clock.step_wall_ms(-7_200_000);
         clock.advance_ms(10_000);
         assert_eq!(info(&mut slot, &clock), None);
@@ -393,13 +462,30 @@ mod tests {
         for _ in 0..3 {
             acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
         }
-        assert_eq!(release(&mut node, &mut slot, &clock, b"b", false).reply, None);
+        assert_eq!(
+            release(&mut node, &mut slot, &clock, b"b", false).reply,
+            None
+        );
         let once = release(&mut node, &mut slot, &clock, b"a", false);
-        assert_eq!((once.reply, once.change), (Some(2), Change::Stored { previous_deadline: Some(1_100) }));
+        assert_eq!(
+            (once.reply, once.change),
+            (
+                Some(2),
+                Change::Stored {
+                    previous_deadline: Some(1_100)
+                }
+            )
+        );
         let all = release(&mut node, &mut slot, &clock, b"a", true);
-        assert_eq!((all.reply, all.change), (Some(0), Change::Deleted { deadline: 1_100 }));
+        assert_eq!(
+            (all.reply, all.change),
+            (Some(0), Change::Deleted { deadline: 1_100 })
+        );
         assert!(slot.0.is_none());
-        assert_eq!(release(&mut node, &mut slot, &clock, b"a", false).reply, None);
+        assert_eq!(
+            release(&mut node, &mut slot, &clock, b"a", false).reply,
+            None
+        );
         assert_eq!(node.stats.released, 1);
     }
 
@@ -408,11 +494,19 @@ mod tests {
         let (mut node, mut slot, clock) = setup();
         acquire(&mut node, &mut slot, &clock, b"a", 10, None).unwrap();
         clock.advance_ms(10);
-        assert_eq!(release(&mut node, &mut slot, &clock, b"a", false).reply, None);
+        assert_eq!(
+            release(&mut node, &mut slot, &clock, b"a", false).reply,
+            None
+        );
         assert!(!extend(&mut node, &mut slot, &clock, b"a", 10).reply);
         assert_eq!(fence(&mut node, &mut slot, &clock, b"a", None).reply, None);
         let outcome = acquire(&mut node, &mut slot, &clock, b"b", 10, None).unwrap();
-        assert_eq!(outcome.change, Change::Stored { previous_deadline: Some(110) });
+        assert_eq!(
+            outcome.change,
+            Change::Stored {
+                previous_deadline: Some(110)
+            }
+        );
     }
 
     #[test]
@@ -430,12 +524,23 @@ mod tests {
     fn fence_at_least_raises_the_lock_and_the_node() {
         let (mut node, mut slot, clock) = setup();
         let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
-        assert_eq!(fence(&mut node, &mut slot, &clock, b"a", None).reply, Some(token));
-        assert_eq!(fence(&mut node, &mut slot, &clock, b"b", Some(token * 2)).reply, None);
+        assert_eq!(
+            fence(&mut node, &mut slot, &clock, b"a", None).reply,
+            Some(token)
+        );
+        assert_eq!(
+            fence(&mut node, &mut slot, &clock, b"b", Some(token * 2)).reply,
+            None
+        );
         assert_eq!(node.tokens.last(), token, "a refused fence changes nothing");
         let raised = fence(&mut node, &mut slot, &clock, b"a", Some(token * 2));
         assert_eq!(raised.reply, Some(token * 2));
-        assert_eq!(raised.change, Change::Stored { previous_deadline: Some(1_100) });
+        assert_eq!(
+            raised.change,
+            Change::Stored {
+                previous_deadline: Some(1_100)
+            }
+        );
         let lower = fence(&mut node, &mut slot, &clock, b"a", Some(5));
         assert_eq!((lower.reply, lower.change), (Some(token * 2), Change::None));
         release(&mut node, &mut slot, &clock, b"a", true);
@@ -448,7 +553,10 @@ mod tests {
         let (mut node, mut slot, clock) = setup();
         apply(&mut node, &mut slot, &clock, b"a", 3, 42, WALL + 2_500);
         let lock = slot.0.clone().unwrap();
-        assert_eq!((lock.holds(), lock.token(), lock.deadline()), (3, 42, 2_600));
+        assert_eq!(
+            (lock.holds(), lock.token(), lock.deadline()),
+            (3, 42, 2_600)
+        );
         assert!(node.tokens.last() >= 42);
     }
 
@@ -456,9 +564,14 @@ mod tests {
     fn grant_only_a_free_slot() {
         let (mut node, mut slot, clock) = setup();
         acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
-        assert_eq!(grant(&mut node, &mut slot, &clock, b"w", 500, None), Ok(None));
+        assert_eq!(
+            grant(&mut node, &mut slot, &clock, b"w", 500, None),
+            Ok(None)
+        );
         release(&mut node, &mut slot, &clock, b"a", false);
-        let outcome = grant(&mut node, &mut slot, &clock, b"w", 500, None).unwrap().unwrap();
+        let outcome = grant(&mut node, &mut slot, &clock, b"w", 500, None)
+            .unwrap()
+            .unwrap();
         assert!(slot.0.as_ref().unwrap().is_held_by(b"w"));
         assert_eq!(outcome.reply, slot.0.as_ref().unwrap().token());
         assert_eq!(node.stats.wait_grants, 1);
@@ -469,12 +582,27 @@ mod tests {
         let (mut node, mut slot, clock) = setup();
         acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
         let reentry = acquire(&mut node, &mut slot, &clock, b"a", 1_000, Some(50));
-        assert!(matches!(reentry.map(|o| o.reply), Ok(Acquired::Granted { reentered: true, .. })));
-        assert!(matches!(acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)).map(|o| o.reply), Ok(Acquired::Busy)));
+        assert!(matches!(
+            reentry.map(|o| o.reply),
+            Ok(Acquired::Granted {
+                reentered: true,
+                ..
+            })
+        ));
+        assert!(matches!(
+            acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)).map(|o| o.reply),
+            Ok(Acquired::Busy)
+        ));
         release(&mut node, &mut slot, &clock, b"a", true);
         let tokens = node.tokens;
-        assert_eq!(acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)), Err(OpError::Recovering { left_ms: 50 }));
-        assert_eq!(grant(&mut node, &mut slot, &clock, b"b", 10, Some(50)), Err(OpError::Recovering { left_ms: 50 }));
+        assert_eq!(
+            acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)),
+            Err(OpError::Recovering { left_ms: 50 })
+        );
+        assert_eq!(
+            grant(&mut node, &mut slot, &clock, b"b", 10, Some(50)),
+            Err(OpError::Recovering { left_ms: 50 })
+        );
         assert!(slot.0.is_none());
         assert_eq!(node.tokens, tokens);
         assert_eq!(
@@ -487,7 +615,10 @@ mod tests {
     fn exhausted_tokens_refuse_without_change() {
         let (mut node, mut slot, clock) = setup();
         node.tokens.raise(i64::MAX);
-        assert_eq!(acquire(&mut node, &mut slot, &clock, b"a", 10, None), Err(OpError::TokensExhausted));
+        assert_eq!(
+            acquire(&mut node, &mut slot, &clock, b"a", 10, None),
+            Err(OpError::TokensExhausted)
+        );
         assert!(slot.0.is_none());
     }
 }

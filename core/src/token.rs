@@ -38,7 +38,11 @@ impl TokenCounter {
 
     /// A new token, greater than every earlier one and not below the clock.
     pub fn issue(&mut self, wall_us: i64) -> Result<i64, TokensExhausted> {
-        let next = self.last.checked_add(1).ok_or(TokensExhausted)?.max(wall_us);
+        let next = self
+            .last
+            .checked_add(1)
+            .ok_or(TokensExhausted)?
+            .max(wall_us);
         self.last = next;
         Ok(next)
     }
@@ -75,7 +79,9 @@ mod tests {
     #[test]
     fn a_crash_that_forgot_the_counter_still_issues_higher_tokens() {
         let mut before = TokenCounter::new();
-        let issued: Vec<i64> = (0..1_000).map(|i| before.issue(1_000_000 + i).unwrap_or(0)).collect();
+        let issued: Vec<i64> = (0..1_000)
+            .map(|i| before.issue(1_000_000 + i).unwrap_or(0))
+            .collect();
         // The restarted node lost its counter but its clock moved on.
         let mut after = TokenCounter::new();
         let first = after.issue(1_000_000 + 2_000).unwrap_or(0);

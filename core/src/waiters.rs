@@ -12,7 +12,9 @@ pub struct WaitQueues<K, W> {
 
 impl<K, W> Default for WaitQueues<K, W> {
     fn default() -> Self {
-        WaitQueues { queues: HashMap::new() }
+        WaitQueues {
+            queues: HashMap::new(),
+        }
     }
 }
 
@@ -60,13 +62,20 @@ impl<K: Eq + Hash + Clone, W> WaitQueues<K, W> {
 
     /// Every key that has waiters and matches.
     pub fn keys_where(&self, mut matches: impl FnMut(&K) -> bool) -> Vec<K> {
-        self.queues.keys().filter(|key| matches(key)).cloned().collect()
+        self.queues
+            .keys()
+            .filter(|key| matches(key))
+            .cloned()
+            .collect()
     }
 
     /// Renames keys (for `SWAPDB`): `map` returns the new key of each queue.
     pub fn rekey(&mut self, mut map: impl FnMut(&K) -> K) {
         let queues = std::mem::take(&mut self.queues);
-        self.queues = queues.into_iter().map(|(key, queue)| (map(&key), queue)).collect();
+        self.queues = queues
+            .into_iter()
+            .map(|(key, queue)| (map(&key), queue))
+            .collect();
     }
 
     /// Total waiters over all keys.

@@ -38,7 +38,9 @@ pub fn free_port() -> u16 {
     let start = (std::process::id() % 700) * 50;
     for _ in 0..35_000 {
         let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % 35_000;
-        let Ok(port) = u16::try_from(20_000 + offset) else { continue };
+        let Ok(port) = u16::try_from(20_000 + offset) else {
+            continue;
+        };
         if port_free(port) && port.checked_add(10_000).is_some_and(port_free) {
             return port;
         }
@@ -125,10 +127,16 @@ impl RedisServer {
     /// Starts a server with the given options on a free port.
     pub fn start_with(options: ServerOptions) -> RedisServer {
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("redis-lock-test-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("redis-lock-test-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut server = RedisServer { child: None, port, dir, options };
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            options,
+        };
         server.spawn();
         server
     }
@@ -138,29 +146,47 @@ impl RedisServer {
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
-            .args(["--enable-debug-command", "yes", "--enable-module-command", "yes"])
+            .args([
+                "--enable-debug-command",
+                "yes",
+                "--enable-module-command",
+                "yes",
+            ])
             .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")
             .arg(self.dir.join("redis.log"));
         if self.options.load_module {
-            cmd.arg("--loadmodule").arg(module_path()).args(&self.options.module_args);
+            cmd.arg("--loadmodule")
+                .arg(module_path())
+                .args(&self.options.module_args);
         }
         cmd.args(&self.options.args);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        let child = cmd.spawn().expect("redis-server must be installed (make test installs it)");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .expect("redis-server must be installed (make test installs it)");
         self.child = Some(child);
         let port = self.port;
         let ready = wait_until(Duration::from_secs(20), || {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!("redis-server on port {port} exited at start ({status}); log:\n{}", self.log());
+                    panic!(
+                        "redis-server on port {port} exited at start ({status}); log:\n{}",
+                        self.log()
+                    );
                 }
             }
             ping(port) == Some(true)
         });
-        assert!(ready, "redis-server on port {port} did not answer PING; log:\n{}", self.log());
+        assert!(
+            ready,
+            "redis-server on port {port} did not answer PING; log:\n{}",
+            self.log()
+        );
     }
 
     /// The port it listens on.
@@ -181,7 +207,8 @@ impl RedisServer {
     /// A fresh synchronous connection (RESP2).
     pub fn conn(&self) -> redis::Connection {
         let conn = self.client().get_connection().unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
         conn
     }
 
@@ -251,7 +278,9 @@ impl RedisServer {
         let mut conn = self.conn();
         let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg(mode).query(&mut conn);
         if let Some(mut child) = self.child.take() {
-            let exited = wait_until(Duration::from_secs(20), || matches!(child.try_wait(), Ok(Some(_))));
+            let exited = wait_until(Duration::from_secs(20), || {
+                matches!(child.try_wait(), Ok(Some(_)))
+            });
             if !exited {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -263,9 +292,16 @@ impl RedisServer {
     /// sync is done.
     pub fn replicate_from(&self, primary: &RedisServer) {
         let mut conn = self.conn();
-        let _: () = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port()).query(&mut conn).unwrap();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(primary.port())
+            .query(&mut conn)
+            .unwrap();
         let synced = wait_until(Duration::from_secs(30), || {
-            let info: String = redis::cmd("INFO").arg("replication").query(&mut conn).unwrap();
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut conn)
+                .unwrap();
             info.contains("master_link_status:up")
         });
         assert!(synced, "replica did not sync; log:\n{}", self.log());
@@ -275,7 +311,9 @@ impl RedisServer {
 /// PING on a fresh connection: Some(true) when it answered PONG.
 fn ping(port: u16) -> Option<bool> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
-    let mut conn = client.get_connection_with_timeout(Duration::from_millis(200)).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_millis(200))
+        .ok()?;
     let reply: String = redis::cmd("PING").query(&mut conn).ok()?;
     Some(reply == "PONG")
 }
@@ -288,10 +326,40 @@ impl Drop for RedisServer {
     }
 }
 
-/// Waits until `primary`'s replication offset has reached every replica, so a
-/// read on a replica sees every write made on the primary so far.
+/// Waits until every one of `replicas` replicas has acknowledged `primary`'s
+/// replication offset as of now, so a read on a replica sees every write made
+/// on the primary so far. (`WAIT` cannot do this from a fresh connection: it
+/// waits for that connection's own writes only.)
 pub fn wait_for_replicas(primary: &RedisServer, replicas: usize) {
     let mut conn = primary.conn();
-    let acked: usize = redis::cmd("WAIT").arg(replicas).arg(10_000).query(&mut conn).unwrap();
-    assert_eq!(acked, replicas, "replicas did not acknowledge in time");
+    let info = |conn: &mut redis::Connection| -> String {
+        redis::cmd("INFO").arg("replication").query(conn).unwrap()
+    };
+    let field = |info: &str, name: &str| -> Option<i64> {
+        info.lines().find_map(|line| {
+            line.strip_prefix(name)?
+                .strip_prefix(':')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    };
+    let target = field(&info(&mut conn), "master_repl_offset").unwrap_or(0);
+    let caught_up = wait_until(Duration::from_secs(30), || {
+        let info = info(&mut conn);
+        let acked = info
+            .lines()
+            .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+            .filter_map(|line| {
+                line.split(',')
+                    .find_map(|kv| kv.strip_prefix("offset=")?.parse::<i64>().ok())
+            })
+            .filter(|offset| *offset >= target)
+            .count();
+        acked >= replicas
+    });
+    assert!(
+        caught_up,
+        "replicas did not acknowledge offset {target} in time"
+    );
 }

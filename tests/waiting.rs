@@ -1,0 +1,371 @@
+//! Server-side fair waiting: `LOCK.ACQUIRE … WAIT` against a real server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use redis::{Connection, Value};
+use testkit::{wait_for_replicas, wait_until, RedisServer};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn info_field(conn: &mut Connection, key: &str, field: &str) -> Option<Value> {
+    let reply: Value = redis::cmd("LOCK.INFO").arg(key).query(conn).unwrap();
+    let Value::Array(items) = reply else {
+        return None;
+    };
+    items
+        .chunks(2)
+        .find(|pair| matches!(&pair[0], Value::BulkString(name) if name == field.as_bytes()))
+        .map(|pair| pair[1].clone())
+}
+
+fn owner(conn: &mut Connection, key: &str) -> Option<String> {
+    match info_field(conn, key, "owner") {
+        Some(Value::BulkString(bytes)) => Some(String::from_utf8(bytes).unwrap()),
+        _ => None,
+    }
+}
+
+fn int_field(conn: &mut Connection, key: &str, field: &str) -> Option<i64> {
+    match info_field(conn, key, field) {
+        Some(Value::Int(n)) => Some(n),
+        _ => None,
+    }
+}
+
+fn waiters(conn: &mut Connection, key: &str) -> i64 {
+    int_field(conn, key, "waiters").unwrap_or(0)
+}
+
+fn info_lock(conn: &mut Connection, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg("lock").query(conn).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("lock_{field}:")))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no lock_{field} in INFO lock:\n{info}"))
+}
+
+/// Starts `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection
+/// and returns once the server has queued it (so arrival order is known).
+fn spawn_waiter(
+    server: &RedisServer,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    timeout: u64,
+) -> JoinHandle<Option<i64>> {
+    let mut probe = server.conn();
+    let before = waiters(&mut probe, key);
+    let mut conn = server.conn();
+    let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
+    let handle = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(&key_owned)
+            .arg(&owner_owned)
+            .arg(ttl)
+            .arg("WAIT")
+            .arg(timeout)
+            .query::<Option<i64>>(&mut conn)
+            .unwrap()
+    });
+    assert!(
+        wait_until(PATIENCE, || waiters(&mut probe, key) == before + 1),
+        "waiter {owner} was not queued"
+    );
+    handle
+}
+
+#[test]
+fn twenty_waiters_are_granted_in_arrival_order() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let first: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("holder")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let waiters: Vec<_> = (0..20)
+        .map(|i| spawn_waiter(&server, "job", &format!("w{i}"), 30_000, 0))
+        .collect();
+    let mut current = "holder".to_string();
+    let mut last_token = first;
+    for (i, handle) in waiters.into_iter().enumerate() {
+        let left: i64 = redis::cmd("LOCK.RELEASE")
+            .arg("job")
+            .arg(&current)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(left, 0);
+        let expected = format!("w{i}");
+        let token = handle
+            .join()
+            .unwrap()
+            .expect("a waiter is granted, not timed out");
+        assert_eq!(
+            owner(&mut conn, "job").as_deref(),
+            Some(expected.as_str()),
+            "grant {i} out of order"
+        );
+        assert_eq!(
+            int_field(&mut conn, "job", "token"),
+            Some(token),
+            "the reply is the holder's token"
+        );
+        assert!(token > last_token, "every grant gets a higher token");
+        last_token = token;
+        current = expected;
+    }
+    assert_eq!(info_lock(&mut conn, "wait_grants"), 20);
+    assert_eq!(info_lock(&mut conn, "waiting"), 0);
+}
+
+#[test]
+fn a_lease_end_hands_the_lock_to_the_next_waiter_untouched() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("short")
+        .arg(200)
+        .query(&mut conn)
+        .unwrap();
+    let waiter = spawn_waiter(&server, "job", "next", 5_000, 0);
+    // Nobody touches the key: the expiry timer must end the lease and grant.
+    let token = waiter.join().unwrap().expect("granted at lease end");
+    assert_eq!(owner(&mut conn, "job").as_deref(), Some("next"));
+    assert_eq!(int_field(&mut conn, "job", "token"), Some(token));
+    assert_eq!(info_lock(&mut conn, "expired"), 1);
+}
+
+#[test]
+fn a_timeout_replies_nil_and_leaves_no_trace() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("holder")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let waiter = spawn_waiter(&server, "job", "patient", 1_000, 100);
+    assert_eq!(waiter.join().unwrap(), None);
+    assert_eq!(waiters(&mut conn, "job"), 0);
+    assert_eq!(info_lock(&mut conn, "wait_timeouts"), 1);
+    assert_eq!(info_lock(&mut conn, "waiting"), 0);
+    // The holder is untouched, and a release now grants nobody.
+    let _: i64 = redis::cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg("holder")
+        .query(&mut conn)
+        .unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg("job").query(&mut conn).unwrap();
+    assert_eq!(exists, 0);
+}
+
+/// A waiter on a raw socket, so the test can drop the connection.
+fn raw_waiter(server: &RedisServer, key: &str, owner: &str) -> TcpStream {
+    let mut probe = server.conn();
+    let before = waiters(&mut probe, key);
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let args = ["LOCK.ACQUIRE", key, owner, "30000", "WAIT", "0"];
+    let mut command = format!("*{}\r\n", args.len());
+    for arg in args {
+        command.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(command.as_bytes()).unwrap();
+    assert!(wait_until(PATIENCE, || waiters(&mut probe, key) == before + 1));
+    stream
+}
+
+#[test]
+fn a_disconnected_waiter_leaves_the_queue_and_the_next_is_served() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("holder")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let gone = raw_waiter(&server, "job", "gone");
+    let next = spawn_waiter(&server, "job", "next", 30_000, 0);
+    drop(gone);
+    assert!(
+        wait_until(PATIENCE, || waiters(&mut conn, "job") == 1),
+        "the disconnected waiter stayed queued"
+    );
+    let _: i64 = redis::cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg("holder")
+        .query(&mut conn)
+        .unwrap();
+    assert!(next.join().unwrap().is_some());
+    assert_eq!(owner(&mut conn, "job").as_deref(), Some("next"));
+}
+
+#[test]
+fn client_unblock_ends_the_wait() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("holder")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    for mode in ["TIMEOUT", "ERROR"] {
+        let mut waiter_conn = server.conn();
+        let id: i64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query(&mut waiter_conn)
+            .unwrap();
+        let handle = std::thread::spawn(move || {
+            redis::cmd("LOCK.ACQUIRE")
+                .arg("job")
+                .arg("w")
+                .arg(1000)
+                .arg("WAIT")
+                .arg(0)
+                .query::<Option<i64>>(&mut waiter_conn)
+        });
+        assert!(wait_until(PATIENCE, || waiters(&mut conn, "job") == 1));
+        let unblocked: i64 = redis::cmd("CLIENT")
+            .arg("UNBLOCK")
+            .arg(id)
+            .arg(mode)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(unblocked, 1);
+        let reply = handle.join().unwrap();
+        match mode {
+            "TIMEOUT" => assert_eq!(reply.unwrap(), None),
+            _ => assert!(reply.unwrap_err().to_string().contains("UNBLOCKED")),
+        }
+        assert_eq!(waiters(&mut conn, "job"), 0);
+    }
+    assert_eq!(owner(&mut conn, "job").as_deref(), Some("holder"));
+}
+
+#[test]
+fn deleting_or_flushing_the_key_grants_the_next_waiter() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    for wipe in ["DEL", "UNLINK", "FLUSHALL"] {
+        let _: i64 = redis::cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg("holder")
+            .arg(30_000)
+            .query(&mut conn)
+            .unwrap();
+        let waiter = spawn_waiter(&server, "job", "next", 30_000, 0);
+        let mut command = redis::cmd(wipe);
+        if wipe != "FLUSHALL" {
+            command.arg("job");
+        }
+        let _: Value = command.query(&mut conn).unwrap();
+        assert!(
+            waiter.join().unwrap().is_some(),
+            "{wipe} did not grant the waiter"
+        );
+        assert_eq!(
+            owner(&mut conn, "job").as_deref(),
+            Some("next"),
+            "after {wipe}"
+        );
+        let _: i64 = redis::cmd("LOCK.RELEASE")
+            .arg("job")
+            .arg("next")
+            .query(&mut conn)
+            .unwrap();
+    }
+}
+
+#[test]
+fn wait_inside_multi_does_not_block() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("holder")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let (reply,): (Option<i64>,) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("other")
+        .arg(1000)
+        .arg("WAIT")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(reply, None);
+    let script: Option<i64> = redis::cmd("EVAL")
+        .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], 'other', 1000, 'WAIT', 0)")
+        .arg(1)
+        .arg("job")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(script, None);
+    assert_eq!(waiters(&mut conn, "job"), 0);
+}
+
+#[test]
+fn a_replica_holds_the_granted_waiters_lock_with_the_same_token() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.replicate_from(&primary);
+    let mut conn = primary.conn();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("holder")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let waiter = spawn_waiter(&primary, "job", "next", 30_000, 0);
+    let _: i64 = redis::cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg("holder")
+        .query(&mut conn)
+        .unwrap();
+    let token = waiter.join().unwrap().unwrap();
+    wait_for_replicas(&primary, 1);
+    let mut replica_conn = replica.conn();
+    assert_eq!(owner(&mut replica_conn, "job").as_deref(), Some("next"));
+    assert_eq!(int_field(&mut replica_conn, "job", "token"), Some(token));
+    assert_eq!(int_field(&mut replica_conn, "job", "holds"), Some(1));
+}
+
+#[test]
+fn blocked_client_reads_its_own_reply_after_grant() {
+    // A waiter on a raw socket sees exactly one integer reply when granted.
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let _: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("holder")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let stream = raw_waiter(&server, "job", "raw");
+    let _: i64 = redis::cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg("holder")
+        .query(&mut conn)
+        .unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).unwrap();
+    let token: i64 = line
+        .trim()
+        .strip_prefix(':')
+        .expect("an integer reply")
+        .parse()
+        .unwrap();
+    assert_eq!(int_field(&mut conn, "job", "token"), Some(token));
+}
