@@ -95,11 +95,8 @@ fn may_block(ctx: Ctx) -> bool {
 pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let argv_bytes = ffi::argv_bytes(argv, argc);
     let parsed = parse_or_reply!(ctx, args::parse_acquire(&argv_bytes, &config::limits()));
+    // Opening settles the key: a free lock with a queue has gone to its head.
     let mut opened = open_or_return!(ctx, argv, argc, true);
-    // Waiters are served first: a free lock with a queue goes to its head.
-    if waiting::waiting(&opened.target.id()) > 0 {
-        waiting::grant_waiters(&opened.target, &mut opened.key);
-    }
     let refusal = recovery::refusal();
     let Some(result) = with_state(|state| {
         ops::acquire(

@@ -1,7 +1,8 @@
 //! `COMMAND DOCS` and arity for every command, through
 //! `RedisModule_SetCommandInfo` (the `#[command]` macro of `redis-module`
-//! needs Redis 7.2). Arity is enforced by Redis from here on, with its
-//! standard error.
+//! needs Redis 7.2). Redis enforces the minimum arity with its standard
+//! error; every arity is "at least" (negative) so that extra arguments reach
+//! the parser and get `ERR syntax error`.
 
 use std::ffi::{c_int, CStr};
 use std::ptr::{null, null_mut};
@@ -87,7 +88,7 @@ pub const DOCS: [Doc; 6] = [
         name: c"lock.extend",
         summary: c"Makes the holder's lease end ttl-ms from now; 1 if owner holds the lock, else 0.",
         complexity: c"O(1)",
-        arity: 4,
+        arity: -4,
         key_flags: RW_UPDATE,
         args: &[required(c"owner", STRING), required(c"ttl-ms", INTEGER)],
     },
@@ -103,7 +104,7 @@ pub const DOCS: [Doc; 6] = [
         name: c"lock.info",
         summary: c"Returns owner, holds, token, pttl and waiters of a held lock; nil when there is none.",
         complexity: c"O(1)",
-        arity: 2,
+        arity: -2,
         key_flags: RO_ACCESS,
         args: &[],
     },
@@ -111,7 +112,7 @@ pub const DOCS: [Doc; 6] = [
         name: c"lock.apply",
         summary: c"Internal: the effect of a lock change as replicated to replicas and the AOF (owner, holds, token, absolute lease end). Refused from ordinary clients.",
         complexity: c"O(1)",
-        arity: 6,
+        arity: -6,
         key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
         args: &[
             required(c"owner", STRING),

@@ -12,12 +12,19 @@ use common::*;
 use redis::Value;
 
 fn cluster_options() -> ServerOptions {
-    ServerOptions::default().args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+    ServerOptions::default().args([
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+    ])
 }
 
 /// Three empty cluster nodes joined into one cluster with every slot served.
 fn start_cluster() -> Vec<RedisServer> {
-    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_with(cluster_options())).collect();
+    let nodes: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start_with(cluster_options()))
+        .collect();
     let mut create = Command::new("redis-cli");
     create.arg("--cluster").arg("create");
     for node in &nodes {
@@ -45,14 +52,20 @@ fn start_cluster() -> Vec<RedisServer> {
 /// The port of the node serving `slot`, from CLUSTER SLOTS.
 fn owner_port(c: &mut redis::Connection, slot: i64) -> u16 {
     let slots: Value = redis::cmd("CLUSTER").arg("SLOTS").query(c).unwrap();
-    let Value::Array(ranges) = slots else { panic!("{slots:?}") };
+    let Value::Array(ranges) = slots else {
+        panic!("{slots:?}")
+    };
     for range in ranges {
         let Value::Array(parts) = range else { continue };
-        let (Value::Int(lo), Value::Int(hi), Value::Array(master)) = (&parts[0], &parts[1], &parts[2]) else {
+        let (Value::Int(lo), Value::Int(hi), Value::Array(master)) =
+            (&parts[0], &parts[1], &parts[2])
+        else {
             continue;
         };
         if (*lo..=*hi).contains(&slot) {
-            let Value::Int(port) = master[1] else { panic!("{master:?}") };
+            let Value::Int(port) = master[1] else {
+                panic!("{master:?}")
+            };
             return u16::try_from(port).unwrap();
         }
     }
@@ -65,7 +78,11 @@ fn key_per_node(nodes: &[RedisServer]) -> Vec<(String, u16)> {
     let mut found: Vec<(String, u16)> = Vec::new();
     for i in 0..1000 {
         let key = format!("lock:{i}");
-        let slot: i64 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&key).query(&mut c).unwrap();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&key)
+            .query(&mut c)
+            .unwrap();
         let port = owner_port(&mut c, slot);
         if !found.iter().any(|(_, p)| *p == port) {
             found.push((key, port));
@@ -78,8 +95,16 @@ fn key_per_node(nodes: &[RedisServer]) -> Vec<(String, u16)> {
 }
 
 fn cli(port: u16, args: &[&str]) -> String {
-    let output = Command::new("redis-cli").args(["-c", "-p", &port.to_string()]).args(args).output().unwrap();
-    assert!(output.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    let output = Command::new("redis-cli")
+        .args(["-c", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "redis-cli {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8(output.stdout).unwrap().trim().to_string()
 }
 
@@ -95,20 +120,52 @@ fn lock_commands_route_by_key_on_a_three_master_cluster() {
     let mut tokens = Vec::new();
     for (key, _) in &keys {
         let acquire = |conn: &mut redis::cluster::ClusterConnection, owner: &str| -> Value {
-            redis::cmd("LOCK.ACQUIRE").arg(key).arg(owner).arg(60_000).query(conn).unwrap()
+            redis::cmd("LOCK.ACQUIRE")
+                .arg(key)
+                .arg(owner)
+                .arg(60_000)
+                .query(conn)
+                .unwrap()
         };
-        let Value::Int(token) = acquire(&mut cluster, "alice") else { panic!("acquire {key} refused") };
-        assert_eq!(acquire(&mut cluster, "alice"), Value::Int(token), "re-entry on {key}");
-        assert_eq!(acquire(&mut cluster, "bob"), Value::Nil, "contention on {key}");
-        let info: Value = redis::cmd("LOCK.INFO").arg(key).query(&mut cluster).unwrap();
+        let Value::Int(token) = acquire(&mut cluster, "alice") else {
+            panic!("acquire {key} refused")
+        };
+        assert_eq!(
+            acquire(&mut cluster, "alice"),
+            Value::Int(token),
+            "re-entry on {key}"
+        );
+        assert_eq!(
+            acquire(&mut cluster, "bob"),
+            Value::Nil,
+            "contention on {key}"
+        );
+        let info: Value = redis::cmd("LOCK.INFO")
+            .arg(key)
+            .query(&mut cluster)
+            .unwrap();
         let info = parse_info(info).unwrap();
         assert_eq!(info.identity(), (b"alice".to_vec(), 2, token));
-        let extended: i64 = redis::cmd("LOCK.EXTEND").arg(key).arg("alice").arg(90_000).query(&mut cluster).unwrap();
+        let extended: i64 = redis::cmd("LOCK.EXTEND")
+            .arg(key)
+            .arg("alice")
+            .arg(90_000)
+            .query(&mut cluster)
+            .unwrap();
         assert_eq!(extended, 1);
-        let fenced: i64 =
-            redis::cmd("LOCK.FENCE").arg(key).arg("alice").arg("ATLEAST").arg(token + 1).query(&mut cluster).unwrap();
+        let fenced: i64 = redis::cmd("LOCK.FENCE")
+            .arg(key)
+            .arg("alice")
+            .arg("ATLEAST")
+            .arg(token + 1)
+            .query(&mut cluster)
+            .unwrap();
         assert_eq!(fenced, token + 1);
-        let left: i64 = redis::cmd("LOCK.RELEASE").arg(key).arg("alice").query(&mut cluster).unwrap();
+        let left: i64 = redis::cmd("LOCK.RELEASE")
+            .arg(key)
+            .arg("alice")
+            .query(&mut cluster)
+            .unwrap();
         assert_eq!(left, 1);
         tokens.push(token + 1);
     }
@@ -117,7 +174,10 @@ fn lock_commands_route_by_key_on_a_three_master_cluster() {
         // The lock lives on the node that owns the key's slot ...
         let owner = nodes.iter().find(|n| n.port() == *port).unwrap();
         let mut direct = owner.conn();
-        assert_eq!(held(&mut direct, key).identity(), (b"alice".to_vec(), 1, *token));
+        assert_eq!(
+            held(&mut direct, key).identity(),
+            (b"alice".to_vec(), 1, *token)
+        );
         // ... and every other node redirects every command for it.
         for other in nodes.iter().filter(|n| n.port() != *port) {
             let mut c = other.conn();
@@ -130,7 +190,11 @@ fn lock_commands_route_by_key_on_a_three_master_cluster() {
                 vec!["LOCK.INFO", k],
             ] {
                 let err = error_of(&mut c, &args);
-                assert!(err.starts_with("MOVED ") && err.ends_with(&format!(":{port}")), "{args:?} on {}: {err}", other.port());
+                assert!(
+                    err.starts_with("MOVED ") && err.ends_with(&format!(":{port}")),
+                    "{args:?} on {}: {err}",
+                    other.port()
+                );
             }
         }
     }
@@ -138,12 +202,21 @@ fn lock_commands_route_by_key_on_a_three_master_cluster() {
     // Through `redis-cli -c`, starting from a node that does not own the key.
     let (key, port) = &keys[0];
     let entry = nodes.iter().find(|n| n.port() != *port).unwrap().port();
-    assert_eq!(cli(entry, &["LOCK.ACQUIRE", key, "bob", "1000"]), "", "busy lock: nil prints empty in raw mode");
+    assert_eq!(
+        cli(entry, &["LOCK.ACQUIRE", key, "bob", "1000"]),
+        "",
+        "busy lock: nil prints empty in raw mode"
+    );
     let fence = cli(entry, &["LOCK.FENCE", key, "alice"]);
     assert_eq!(fence, tokens[0].to_string());
     assert_eq!(cli(entry, &["LOCK.RELEASE", key, "alice"]), "0");
-    let token: i64 = cli(entry, &["LOCK.ACQUIRE", key, "bob", "60000"]).parse().unwrap();
+    let token: i64 = cli(entry, &["LOCK.ACQUIRE", key, "bob", "60000"])
+        .parse()
+        .unwrap();
     assert!(token > tokens[0]);
     let info = cli(entry, &["LOCK.INFO", key]);
-    assert!(info.lines().any(|l| l == "bob"), "LOCK.INFO via redis-cli -c: {info}");
+    assert!(
+        info.lines().any(|l| l == "bob"),
+        "LOCK.INFO via redis-cli -c: {info}"
+    );
 }

@@ -20,7 +20,10 @@ fn a_fresh_acquire_grants_one_hold_a_clock_based_token_and_the_lease() {
     );
     assert!(exists(&mut c, "k"));
     let (info, query) = timed(|| held(&mut c, "k"));
-    assert_eq!((info.owner.as_slice(), info.holds, info.token, info.waiters), (&b"alice"[..], 1, token, 0));
+    assert_eq!(
+        (info.owner.as_slice(), info.holds, info.token, info.waiters),
+        (&b"alice"[..], 1, token, 0)
+    );
     assert_pttl(info.pttl, 10_000, grant, query, 1, "fresh lock");
 }
 
@@ -40,7 +43,14 @@ fn reentry_keeps_the_token_adds_a_hold_and_renews_the_lease_to_the_new_ttl() {
     assert_eq!(third, Some(token));
     let (info, query) = timed(|| held(&mut c, "k"));
     assert_eq!((info.holds, info.token), (3, token));
-    assert_pttl(info.pttl, 5_000, grant, query, 1, "lease renewed to the shorter ttl");
+    assert_pttl(
+        info.pttl,
+        5_000,
+        grant,
+        query,
+        1,
+        "lease renewed to the shorter ttl",
+    );
 }
 
 #[test]
@@ -63,11 +73,17 @@ fn another_owner_is_refused_everywhere_and_nothing_changes() {
 
     let after = held(&mut c, "k");
     assert_eq!(after.identity(), before.identity());
-    assert!(after.pttl <= before.pttl, "a refused command must not renew the lease");
+    assert!(
+        after.pttl <= before.pttl,
+        "a refused command must not renew the lease"
+    );
     assert_eq!(digest(&mut c), digest_before);
     // The refused FENCE ATLEAST did not raise the node's counter.
     let next = acquire(&mut c, "k2", "carol", 60_000).unwrap();
-    assert!(next > token && next < MAX_ATLEAST, "token {next} after a refused raise");
+    assert!(
+        next > token && next < MAX_ATLEAST,
+        "token {next} after a refused raise"
+    );
 }
 
 #[test]
@@ -81,7 +97,10 @@ fn release_counts_holds_down_and_removes_the_key_at_zero() {
     assert_eq!(held(&mut c, "k").holds, 2);
     assert_eq!(release(&mut c, "k", "alice"), Some(1));
     assert_eq!(release(&mut c, "k", "alice"), Some(0));
-    assert!(!exists(&mut c, "k"), "a lock released to zero holds is gone");
+    assert!(
+        !exists(&mut c, "k"),
+        "a lock released to zero holds is gone"
+    );
     assert_eq!(lock_info(&mut c, "k"), None);
     assert_eq!(release(&mut c, "k", "alice"), None, "no lock, no holder");
     assert_eq!(release(&mut c, "never", "alice"), None);
@@ -125,7 +144,11 @@ fn extend_sets_the_lease_to_ttl_from_now_for_the_holder_only() {
     let (reply, grant) = timed(|| extend(&mut c, "k", "alice", 60_000));
     assert_eq!(reply, 1);
     let (info, query) = timed(|| held(&mut c, "k"));
-    assert_eq!((info.holds, info.token), (1, token), "extend changes only the lease");
+    assert_eq!(
+        (info.holds, info.token),
+        (1, token),
+        "extend changes only the lease"
+    );
     assert_pttl(info.pttl, 60_000, grant, query, 1, "extended");
 
     let (reply, grant) = timed(|| extend(&mut c, "k", "alice", 2_000));
@@ -145,16 +168,27 @@ fn fence_returns_the_token_and_atleast_raises_lock_and_node() {
     let token = acquire(&mut c, "k", "alice", 60_000).unwrap();
     assert_eq!(fence(&mut c, "k", "alice", None), Some(token));
     assert_eq!(fence(&mut c, "k", "alice", Some(0)), Some(token));
-    assert_eq!(fence(&mut c, "k", "alice", Some(token - 1)), Some(token), "a lower floor changes nothing");
+    assert_eq!(
+        fence(&mut c, "k", "alice", Some(token - 1)),
+        Some(token),
+        "a lower floor changes nothing"
+    );
     assert_eq!(fence(&mut c, "k", "alice", Some(token)), Some(token));
 
     let raised = token + 1_000_000_000_000; // ~11 days of microseconds ahead of the clock
     assert_eq!(fence(&mut c, "k", "alice", Some(raised)), Some(raised));
     let info = held(&mut c, "k");
-    assert_eq!((info.owner.as_slice(), info.holds, info.token), (&b"alice"[..], 1, raised));
+    assert_eq!(
+        (info.owner.as_slice(), info.holds, info.token),
+        (&b"alice"[..], 1, raised)
+    );
     assert_eq!(fence(&mut c, "k", "alice", None), Some(raised));
     let lower = run(&mut c, &["LOCK.FENCE", "k", "alice", "atleast", "5"]).unwrap();
-    assert_eq!(lower, Value::Int(raised), "ATLEAST is case-insensitive and never lowers");
+    assert_eq!(
+        lower,
+        Value::Int(raised),
+        "ATLEAST is case-insensitive and never lowers"
+    );
 
     // The node's counter went up with it: every later fresh acquisition is above.
     let other = acquire(&mut c, "other", "bob", 60_000).unwrap();
@@ -171,9 +205,15 @@ fn fence_atleast_accepts_the_whole_range() {
     let server = RedisServer::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "alice", 60_000).unwrap();
-    assert_eq!(fence(&mut c, "k", "alice", Some(MAX_ATLEAST)), Some(MAX_ATLEAST));
+    assert_eq!(
+        fence(&mut c, "k", "alice", Some(MAX_ATLEAST)),
+        Some(MAX_ATLEAST)
+    );
     assert_eq!(held(&mut c, "k").token, MAX_ATLEAST);
-    assert_eq!(acquire(&mut c, "next", "bob", 60_000), Some(MAX_ATLEAST + 1));
+    assert_eq!(
+        acquire(&mut c, "next", "bob", 60_000),
+        Some(MAX_ATLEAST + 1)
+    );
 }
 
 #[test]
@@ -183,7 +223,10 @@ fn info_is_nil_without_a_lock_and_a_flat_array_in_order_under_resp2() {
     assert_eq!(run(&mut c, &["LOCK.INFO", "k"]).unwrap(), Value::Nil);
     let token = acquire(&mut c, "k", "alice", 60_000).unwrap();
     let reply = run(&mut c, &["LOCK.INFO", "k"]).unwrap();
-    assert!(matches!(reply, Value::Array(_)), "RESP2 reply is a flat array: {reply:?}");
+    assert!(
+        matches!(reply, Value::Array(_)),
+        "RESP2 reply is a flat array: {reply:?}"
+    );
     let pairs = info_pairs(reply).unwrap();
     let names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["owner", "holds", "token", "pttl", "waiters"]);
@@ -201,9 +244,15 @@ fn info_is_a_map_under_resp3() {
     let token = acquire(&mut c, "k", "alice", 60_000).unwrap();
     acquire(&mut c, "k", "alice", 60_000).unwrap();
     let reply = run(&mut c, &["LOCK.INFO", "k"]).unwrap();
-    assert!(matches!(reply, Value::Map(_)), "RESP3 reply is a map: {reply:?}");
+    assert!(
+        matches!(reply, Value::Map(_)),
+        "RESP3 reply is a map: {reply:?}"
+    );
     let info = parse_info(reply).unwrap();
-    assert_eq!((info.owner.as_slice(), info.holds, info.token, info.waiters), (&b"alice"[..], 2, token, 0));
+    assert_eq!(
+        (info.owner.as_slice(), info.holds, info.token, info.waiters),
+        (&b"alice"[..], 2, token, 0)
+    );
     assert!(info.pttl > 0 && info.pttl <= 60_000);
     // The other replies are the same under RESP3.
     assert_eq!(acquire(&mut c, "k", "bob", 60_000), None);
@@ -217,11 +266,24 @@ fn owners_are_binary_safe_up_to_the_limit() {
     let server = RedisServer::start();
     let mut c = server.conn();
     let owner: &[u8] = b"a\0b\xff\r\n c";
-    let token = int_or_nil(run_raw(&mut c, &[b"LOCK.ACQUIRE", b"k", owner, b"60000"]).unwrap(), "acquire").unwrap();
+    let token = int_or_nil(
+        run_raw(&mut c, &[b"LOCK.ACQUIRE", b"k", owner, b"60000"]).unwrap(),
+        "acquire",
+    )
+    .unwrap();
     assert_eq!(held(&mut c, "k").owner, owner);
-    assert_eq!(run_raw(&mut c, &[b"LOCK.ACQUIRE", b"k", b"a\0b", b"60000"]).unwrap(), Value::Nil);
-    assert_eq!(run_raw(&mut c, &[b"LOCK.FENCE", b"k", owner]).unwrap(), Value::Int(token));
-    assert_eq!(run_raw(&mut c, &[b"LOCK.RELEASE", b"k", owner]).unwrap(), Value::Int(0));
+    assert_eq!(
+        run_raw(&mut c, &[b"LOCK.ACQUIRE", b"k", b"a\0b", b"60000"]).unwrap(),
+        Value::Nil
+    );
+    assert_eq!(
+        run_raw(&mut c, &[b"LOCK.FENCE", b"k", owner]).unwrap(),
+        Value::Int(token)
+    );
+    assert_eq!(
+        run_raw(&mut c, &[b"LOCK.RELEASE", b"k", owner]).unwrap(),
+        Value::Int(0)
+    );
 
     let longest = "x".repeat(256);
     acquire(&mut c, "long", &longest, 60_000).expect("256 bytes is allowed");
@@ -269,8 +331,16 @@ fn unknown_trailing_arguments_are_a_syntax_error() {
         .filter(|(_, err)| err != SYNTAX)
         .map(|(args, err)| format!("{args:?} -> {err}"))
         .collect();
-    assert!(wrong.is_empty(), "expected `{SYNTAX}` for:\n{}", wrong.join("\n"));
-    assert_eq!(held(&mut c, "k").holds, 1, "no rejected command added or dropped a hold");
+    assert!(
+        wrong.is_empty(),
+        "expected `{SYNTAX}` for:\n{}",
+        wrong.join("\n")
+    );
+    assert_eq!(
+        held(&mut c, "k").holds,
+        1,
+        "no rejected command added or dropped a hold"
+    );
     assert!(!exists(&mut c, "new"));
 }
 
@@ -297,8 +367,16 @@ fn ttl_must_be_a_strict_integer_in_range() {
         "18446744073709551617",
     ];
     for ttl in bad {
-        assert_eq!(error_of(&mut c, &["LOCK.ACQUIRE", "k", "alice", ttl]), ttl_error(MAX_TTL), "acquire ttl {ttl:?}");
-        assert_eq!(error_of(&mut c, &["LOCK.EXTEND", "held", "alice", ttl]), ttl_error(MAX_TTL), "extend ttl {ttl:?}");
+        assert_eq!(
+            error_of(&mut c, &["LOCK.ACQUIRE", "k", "alice", ttl]),
+            ttl_error(MAX_TTL),
+            "acquire ttl {ttl:?}"
+        );
+        assert_eq!(
+            error_of(&mut c, &["LOCK.EXTEND", "held", "alice", ttl]),
+            ttl_error(MAX_TTL),
+            "extend ttl {ttl:?}"
+        );
     }
     assert!(!exists(&mut c, "k"));
     // Both ends of the range are accepted.
@@ -315,7 +393,11 @@ fn owner_must_be_non_empty_and_within_the_limit() {
     acquire(&mut c, "k", "alice", 60_000).unwrap();
     let long = "x".repeat(257);
     for owner in ["", long.as_str()] {
-        let expected = if owner.is_empty() { EMPTY_OWNER.to_string() } else { owner_error(256) };
+        let expected = if owner.is_empty() {
+            EMPTY_OWNER.to_string()
+        } else {
+            owner_error(256)
+        };
         for args in [
             vec!["LOCK.ACQUIRE", "k", owner, "1000"],
             vec!["LOCK.ACQUIRE", "new", owner, "1000"],
@@ -325,7 +407,13 @@ fn owner_must_be_non_empty_and_within_the_limit() {
             vec!["LOCK.FENCE", "k", owner],
             vec!["LOCK.FENCE", "k", owner, "ATLEAST", "1"],
         ] {
-            assert_eq!(error_of(&mut c, &args), expected, "{:?} with a {}-byte owner", args[0], owner.len());
+            assert_eq!(
+                error_of(&mut c, &args),
+                expected,
+                "{:?} with a {}-byte owner",
+                args[0],
+                owner.len()
+            );
         }
     }
     assert!(!exists(&mut c, "new"));
@@ -337,10 +425,28 @@ fn atleast_must_be_a_strict_integer_in_range() {
     let server = RedisServer::start();
     let mut c = server.conn();
     let token = acquire(&mut c, "k", "alice", 60_000).unwrap();
-    for n in ["-1", "4611686018427387905", "9223372036854775807", "abc", "+5", "05", "", "1.0", " 5"] {
-        assert_eq!(error_of(&mut c, &["LOCK.FENCE", "k", "alice", "ATLEAST", n]), atleast_error(), "ATLEAST {n:?}");
+    for n in [
+        "-1",
+        "4611686018427387905",
+        "9223372036854775807",
+        "abc",
+        "+5",
+        "05",
+        "",
+        "1.0",
+        " 5",
+    ] {
+        assert_eq!(
+            error_of(&mut c, &["LOCK.FENCE", "k", "alice", "ATLEAST", n]),
+            atleast_error(),
+            "ATLEAST {n:?}"
+        );
     }
-    assert_eq!(held(&mut c, "k").token, token, "rejected raises left the token alone");
+    assert_eq!(
+        held(&mut c, "k").token,
+        token,
+        "rejected raises left the token alone"
+    );
     let next = acquire(&mut c, "k2", "bob", 60_000).unwrap();
     assert!(next < MAX_ATLEAST, "rejected raises left the counter alone");
 }
@@ -349,9 +455,25 @@ fn atleast_must_be_a_strict_integer_in_range() {
 fn a_key_of_another_type_is_wrongtype_and_untouched() {
     let server = RedisServer::start();
     let mut c = server.conn();
-    let _: () = redis::cmd("SET").arg("s").arg("value").arg("PX").arg(600_000).query(&mut c).unwrap();
-    let _: () = redis::cmd("RPUSH").arg("l").arg("a").arg("b").query(&mut c).unwrap();
-    let _: () = redis::cmd("HSET").arg("h").arg("f").arg("v").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("s")
+        .arg("value")
+        .arg("PX")
+        .arg(600_000)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg("l")
+        .arg("a")
+        .arg("b")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
     let before = digest(&mut c);
     for key in ["s", "l", "h"] {
         for args in [
@@ -373,7 +495,10 @@ fn a_key_of_another_type_is_wrongtype_and_untouched() {
     assert!(pttl > 0, "the string kept its own expiry: {pttl}");
     // And a lock key is WRONGTYPE for the other types' commands.
     acquire(&mut c, "lock", "alice", 60_000).unwrap();
-    let err = redis::cmd("GET").arg("lock").query::<Value>(&mut c).unwrap_err();
+    let err = redis::cmd("GET")
+        .arg("lock")
+        .query::<Value>(&mut c)
+        .unwrap_err();
     assert_eq!(error_line(&err), WRONGTYPE);
 }
 
@@ -381,12 +506,23 @@ fn a_key_of_another_type_is_wrongtype_and_untouched() {
 fn a_rejected_command_changes_nothing() {
     let server = RedisServer::start();
     let mut c = server.conn();
-    let _: () = redis::cmd("SET").arg("s").arg("value").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("s")
+        .arg("value")
+        .query(&mut c)
+        .unwrap();
     acquire(&mut c, "k", "alice", 60_000).unwrap();
     acquire(&mut c, "k", "alice", 60_000).unwrap();
     let digest_before = digest(&mut c);
     let info_before = held(&mut c, "k");
-    let stats = ["lock_acquired", "lock_reentered", "lock_released", "lock_extended", "lock_fenced", "lock_last_token"];
+    let stats = [
+        "lock_acquired",
+        "lock_reentered",
+        "lock_released",
+        "lock_extended",
+        "lock_fenced",
+        "lock_last_token",
+    ];
     let stats_before: Vec<i64> = stats.iter().map(|s| lock_stat(&mut c, s)).collect();
     let rejected: &[&[&str]] = &[
         &["LOCK.ACQUIRE", "k", "alice", "0"],
@@ -401,7 +537,14 @@ fn a_rejected_command_changes_nothing() {
         &["LOCK.EXTEND", "k", "alice", "99999999999"],
         &["LOCK.EXTEND", "k", "alice", "1000", "x"],
         &["LOCK.FENCE", "k", "alice", "ATLEAST", "-1"],
-        &["LOCK.FENCE", "k", "alice", "ATLEAST", "99999999999999999", "x"],
+        &[
+            "LOCK.FENCE",
+            "k",
+            "alice",
+            "ATLEAST",
+            "99999999999999999",
+            "x",
+        ],
         &["LOCK.FENCE", "k", "alice", "ATLEAST", "4611686018427387905"],
     ];
     for args in rejected {
@@ -409,11 +552,17 @@ fn a_rejected_command_changes_nothing() {
     }
     let info_after = held(&mut c, "k");
     assert_eq!(info_after.identity(), info_before.identity());
-    assert!(info_after.pttl <= info_before.pttl, "no rejected command renewed the lease");
+    assert!(
+        info_after.pttl <= info_before.pttl,
+        "no rejected command renewed the lease"
+    );
     assert_eq!(digest(&mut c), digest_before);
     assert!(!exists(&mut c, "new"));
     let stats_after: Vec<i64> = stats.iter().map(|s| lock_stat(&mut c, s)).collect();
-    assert_eq!(stats_after, stats_before, "rejected commands are not counted ({stats:?})");
+    assert_eq!(
+        stats_after, stats_before,
+        "rejected commands are not counted ({stats:?})"
+    );
 }
 
 #[test]
@@ -422,10 +571,16 @@ fn tokens_strictly_increase_across_keys_and_releases() {
     let mut c = server.conn();
     let mut pipe = redis::pipe();
     for i in 0..300 {
-        pipe.cmd("LOCK.ACQUIRE").arg(format!("k{i}")).arg("alice").arg(60_000);
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(format!("k{i}"))
+            .arg("alice")
+            .arg(60_000);
     }
     let tokens: Vec<i64> = pipe.query(&mut c).unwrap();
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens of one burst must strictly increase");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens of one burst must strictly increase"
+    );
     let mut last = *tokens.last().unwrap();
     for _ in 0..50 {
         assert_eq!(release(&mut c, "k0", "alice"), Some(0));
@@ -435,7 +590,10 @@ fn tokens_strictly_increase_across_keys_and_releases() {
         assert_eq!(release(&mut c, "k0", "bob"), Some(0));
         acquire(&mut c, "k0", "alice", 60_000).unwrap();
     }
-    assert_eq!(lock_stat(&mut c, "lock_last_token"), held(&mut c, "k0").token);
+    assert_eq!(
+        lock_stat(&mut c, "lock_last_token"),
+        held(&mut c, "k0").token
+    );
 }
 
 #[test]
@@ -450,7 +608,10 @@ fn lock_apply_is_refused_from_a_normal_client() {
     let token = acquire(&mut c, "held", "alice", 60_000).unwrap();
     let err = error_of(&mut c, &["LOCK.APPLY", "held", "mallory", "1", "42", &end]);
     assert!(err.starts_with("ERR LOCK.APPLY is internal"), "{err}");
-    assert_eq!(held(&mut c, "held").identity(), (b"alice".to_vec(), 1, token));
+    assert_eq!(
+        held(&mut c, "held").identity(),
+        (b"alice".to_vec(), 1, token)
+    );
 }
 
 #[test]
@@ -459,10 +620,21 @@ fn memory_usage_counts_the_owner() {
     let mut c = server.conn();
     acquire(&mut c, "a", "x", 60_000).unwrap();
     acquire(&mut c, "b", &"y".repeat(256), 60_000).unwrap();
-    let small: i64 = redis::cmd("MEMORY").arg("USAGE").arg("a").query(&mut c).unwrap();
-    let large: i64 = redis::cmd("MEMORY").arg("USAGE").arg("b").query(&mut c).unwrap();
+    let small: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("a")
+        .query(&mut c)
+        .unwrap();
+    let large: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("b")
+        .query(&mut c)
+        .unwrap();
     assert!(small > 0, "MEMORY USAGE of a lock: {small}");
-    assert!(large >= small + 200, "a 256-byte owner must show in MEMORY USAGE: {large} vs {small}");
+    assert!(
+        large >= small + 200,
+        "a 256-byte owner must show in MEMORY USAGE: {large} vs {small}"
+    );
 }
 
 #[test]
@@ -476,7 +648,10 @@ fn copy_duplicates_owner_holds_token_and_lease() {
     assert_eq!(copied, 1);
     let copy = held(&mut c, "k2");
     assert_eq!(copy.identity(), (b"alice".to_vec(), 2, token));
-    assert!(copy.pttl > 0 && copy.pttl <= original.pttl, "the copy keeps the lease: {copy:?}");
+    assert!(
+        copy.pttl > 0 && copy.pttl <= original.pttl,
+        "the copy keeps the lease: {copy:?}"
+    );
     assert_eq!(digest_value(&mut c, "k"), digest_value(&mut c, "k2"));
     // The copy is independent of the original.
     assert_eq!(release_all(&mut c, "k2", "alice"), Some(0));

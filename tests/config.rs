@@ -23,19 +23,47 @@ fn config_get(c: &mut redis::Connection, name: &str) -> Option<String> {
 }
 
 fn config_set(c: &mut redis::Connection, name: &str, value: &str) -> redis::RedisResult<Value> {
-    redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c)
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(c)
 }
 
 /// Checks that the limits in force are `max_ttl` and `max_owner`.
 fn check_limits(c: &mut redis::Connection, max_ttl: u64, max_owner: usize) {
-    assert_eq!(config_get(c, "lock.max-ttl").as_deref(), Some(max_ttl.to_string().as_str()));
-    assert_eq!(config_get(c, "lock.max-owner-bytes").as_deref(), Some(max_owner.to_string().as_str()));
+    assert_eq!(
+        config_get(c, "lock.max-ttl").as_deref(),
+        Some(max_ttl.to_string().as_str())
+    );
+    assert_eq!(
+        config_get(c, "lock.max-owner-bytes").as_deref(),
+        Some(max_owner.to_string().as_str())
+    );
     let over = (max_ttl + 1).to_string();
-    assert_eq!(error_of(c, &["LOCK.ACQUIRE", "k", "alice", &over]), ttl_error(max_ttl));
-    assert_eq!(error_of(c, &["LOCK.EXTEND", "k", "alice", &over]), ttl_error(max_ttl));
-    assert!(acquire(c, "k", "alice", max_ttl).is_some(), "the max ttl {max_ttl} is allowed");
-    assert_eq!(error_of(c, &["LOCK.ACQUIRE", "o", &"x".repeat(max_owner + 1), "1000"]), owner_error(max_owner));
-    assert!(acquire(c, "o", &"x".repeat(max_owner), 1_000).is_some(), "a {max_owner}-byte owner is allowed");
+    assert_eq!(
+        error_of(c, &["LOCK.ACQUIRE", "k", "alice", &over]),
+        ttl_error(max_ttl)
+    );
+    assert_eq!(
+        error_of(c, &["LOCK.EXTEND", "k", "alice", &over]),
+        ttl_error(max_ttl)
+    );
+    assert!(
+        acquire(c, "k", "alice", max_ttl).is_some(),
+        "the max ttl {max_ttl} is allowed"
+    );
+    assert_eq!(
+        error_of(
+            c,
+            &["LOCK.ACQUIRE", "o", &"x".repeat(max_owner + 1), "1000"]
+        ),
+        owner_error(max_owner)
+    );
+    assert!(
+        acquire(c, "o", &"x".repeat(max_owner), 1_000).is_some(),
+        "a {max_owner}-byte owner is allowed"
+    );
     assert_eq!(release_all(c, "k", "alice"), Some(0));
     assert_eq!(release_all(c, "o", &"x".repeat(max_owner)), Some(0));
 }
@@ -45,39 +73,74 @@ fn defaults_are_one_day_and_256_bytes() {
     let server = RedisServer::start();
     let mut c = server.conn();
     check_limits(&mut c, 86_400_000, 256);
-    let all: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("lock.*").query(&mut c).unwrap();
-    assert!(all.contains(&"lock.max-ttl".to_string()) && all.contains(&"lock.max-owner-bytes".to_string()), "{all:?}");
+    let all: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("lock.*")
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        all.contains(&"lock.max-ttl".to_string())
+            && all.contains(&"lock.max-owner-bytes".to_string()),
+        "{all:?}"
+    );
 }
 
 #[test]
 fn config_set_changes_the_limits_at_once() {
     let server = RedisServer::start();
     let mut c = server.conn();
-    assert_eq!(config_set(&mut c, "lock.max-ttl", "5000").unwrap(), Value::Okay);
-    assert_eq!(config_set(&mut c, "lock.max-owner-bytes", "8").unwrap(), Value::Okay);
+    assert_eq!(
+        config_set(&mut c, "lock.max-ttl", "5000").unwrap(),
+        Value::Okay
+    );
+    assert_eq!(
+        config_set(&mut c, "lock.max-owner-bytes", "8").unwrap(),
+        Value::Okay
+    );
     check_limits(&mut c, 5_000, 8);
-    assert_eq!(config_set(&mut c, "lock.max-ttl", "123456").unwrap(), Value::Okay);
-    assert_eq!(config_set(&mut c, "lock.max-owner-bytes", "300").unwrap(), Value::Okay);
+    assert_eq!(
+        config_set(&mut c, "lock.max-ttl", "123456").unwrap(),
+        Value::Okay
+    );
+    assert_eq!(
+        config_set(&mut c, "lock.max-owner-bytes", "300").unwrap(),
+        Value::Okay
+    );
     check_limits(&mut c, 123_456, 300);
     // Nonsense is refused and leaves the value alone.
     for bad in ["abc", "", "1.5"] {
-        assert!(config_set(&mut c, "lock.max-ttl", bad).is_err(), "lock.max-ttl {bad:?} accepted");
-        assert!(config_set(&mut c, "lock.max-owner-bytes", bad).is_err(), "lock.max-owner-bytes {bad:?} accepted");
+        assert!(
+            config_set(&mut c, "lock.max-ttl", bad).is_err(),
+            "lock.max-ttl {bad:?} accepted"
+        );
+        assert!(
+            config_set(&mut c, "lock.max-owner-bytes", bad).is_err(),
+            "lock.max-owner-bytes {bad:?} accepted"
+        );
     }
     check_limits(&mut c, 123_456, 300);
 }
 
 #[test]
 fn module_arguments_set_the_limits() {
-    let server = RedisServer::start_with(ServerOptions::default().module_args(["max-ttl", "5000", "max-owner-bytes", "8"]));
+    let server = RedisServer::start_with(ServerOptions::default().module_args([
+        "max-ttl",
+        "5000",
+        "max-owner-bytes",
+        "8",
+    ]));
     let mut c = server.conn();
     check_limits(&mut c, 5_000, 8);
 }
 
 #[test]
 fn module_arguments_accept_the_lock_prefix() {
-    let server =
-        RedisServer::start_with(ServerOptions::default().module_args(["lock.max-ttl", "7000", "lock.max-owner-bytes", "9"]));
+    let server = RedisServer::start_with(ServerOptions::default().module_args([
+        "lock.max-ttl",
+        "7000",
+        "lock.max-owner-bytes",
+        "9",
+    ]));
     let mut c = server.conn();
     check_limits(&mut c, 7_000, 9);
 }
@@ -91,9 +154,20 @@ fn an_unknown_module_argument_refuses_module_load() {
     let err = error_of(&mut c, &["MODULE", "LOAD", path, "badarg", "1"]);
     assert!(err.starts_with("ERR"), "{err}");
     let modules: Value = redis::cmd("MODULE").arg("LIST").query(&mut c).unwrap();
-    assert_eq!(modules, Value::Array(vec![]), "a refused module must not stay loaded");
-    let err = redis::cmd("LOCK.INFO").arg("k").query::<Value>(&mut c).unwrap_err();
-    assert!(error_line(&err).starts_with("ERR unknown command"), "{}", error_line(&err));
+    assert_eq!(
+        modules,
+        Value::Array(vec![]),
+        "a refused module must not stay loaded"
+    );
+    let err = redis::cmd("LOCK.INFO")
+        .arg("k")
+        .query::<Value>(&mut c)
+        .unwrap_err();
+    assert!(
+        error_line(&err).starts_with("ERR unknown command"),
+        "{}",
+        error_line(&err)
+    );
     // The same server loads it with good arguments afterwards.
     let ok = run(&mut c, &["MODULE", "LOAD", path, "max-ttl", "5000"]).unwrap();
     assert_eq!(ok, Value::Okay);
@@ -106,7 +180,14 @@ fn a_server_with_an_unknown_module_argument_does_not_start() {
     let dir = std::env::temp_dir().join(format!("redis-lock-badarg-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
         .arg("--dir")
         .arg(&dir)
         .arg("--loadmodule")
@@ -127,8 +208,14 @@ fn a_server_with_an_unknown_module_argument_does_not_start() {
         let _ = child.wait();
     }
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(exited, "redis-server kept running with an unknown module argument");
-    assert!(!status.unwrap().success(), "redis-server exited successfully");
+    assert!(
+        exited,
+        "redis-server kept running with an unknown module argument"
+    );
+    assert!(
+        !status.unwrap().success(),
+        "redis-server exited successfully"
+    );
 }
 
 #[test]
@@ -136,9 +223,15 @@ fn the_debug_knob_is_off_without_debug_yes() {
     for args in [&[][..], &["debug", "no"][..]] {
         let server = RedisServer::start_with(module_options(args));
         let mut c = server.conn();
-        for cmd in [&["LOCK.DEBUG", "WALLCLOCK-OFFSET", "1000"][..], &["LOCK.DEBUG", "WALLCLOCK-OFFSET"][..]] {
+        for cmd in [
+            &["LOCK.DEBUG", "WALLCLOCK-OFFSET", "1000"][..],
+            &["LOCK.DEBUG", "WALLCLOCK-OFFSET"][..],
+        ] {
             let err = error_of(&mut c, cmd);
-            assert!(err.starts_with("ERR LOCK.DEBUG is disabled"), "{cmd:?} with module args {args:?}: {err}");
+            assert!(
+                err.starts_with("ERR LOCK.DEBUG is disabled"),
+                "{cmd:?} with module args {args:?}: {err}"
+            );
         }
         // The locks work as usual.
         assert!(acquire(&mut c, "k", "alice", 1_000).is_some());
@@ -162,7 +255,11 @@ fn info_lock_counts_every_outcome() {
     ];
     let info = info_section(&mut c, "lock");
     for field in fields {
-        assert_eq!(info.get(field).map(String::as_str), Some("0"), "{field} on a fresh node: {info:?}");
+        assert_eq!(
+            info.get(field).map(String::as_str),
+            Some("0"),
+            "{field} on a fresh node: {info:?}"
+        );
     }
     let t1 = acquire(&mut c, "a", "alice", 60_000).unwrap(); // acquired 1
     acquire(&mut c, "a", "alice", 60_000).unwrap(); // reentered 1
@@ -177,7 +274,10 @@ fn info_lock_counts_every_outcome() {
     wait_gone(&mut c, "b", Duration::from_millis(100));
     let t3 = acquire(&mut c, "c", "carol", 60_000).unwrap(); // acquired 3, held 1
     let info = info_section(&mut c, "lock");
-    let got: Vec<(&str, i64)> = fields.iter().map(|f| (*f, info[*f].parse::<i64>().unwrap())).collect();
+    let got: Vec<(&str, i64)> = fields
+        .iter()
+        .map(|f| (*f, info[*f].parse::<i64>().unwrap()))
+        .collect();
     assert_eq!(
         got,
         [
@@ -196,8 +296,14 @@ fn info_lock_counts_every_outcome() {
 
 /// `COMMAND DOCS name` as field → value.
 fn docs(c: &mut redis::Connection, name: &str) -> Vec<(String, Value)> {
-    let reply: Value = redis::cmd("COMMAND").arg("DOCS").arg(name).query(c).unwrap();
-    let Value::Array(items) = reply else { panic!("COMMAND DOCS {name}: {reply:?}") };
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg(name)
+        .query(c)
+        .unwrap();
+    let Value::Array(items) = reply else {
+        panic!("COMMAND DOCS {name}: {reply:?}")
+    };
     let [Value::BulkString(_), Value::Array(doc)] = items.as_slice() else {
         panic!("COMMAND DOCS {name} is empty or malformed: {items:?}")
     };
@@ -225,14 +331,20 @@ fn command_docs_describe_every_command() {
         ("lock.info", true),
     ] {
         let doc = docs(&mut c, name);
-        let summary = doc.iter().find(|(k, _)| k == "summary").map(|(_, v)| v.clone());
+        let summary = doc
+            .iter()
+            .find(|(k, _)| k == "summary")
+            .map(|(_, v)| v.clone());
         match summary {
             Some(Value::BulkString(s)) => assert!(!s.is_empty(), "{name}: empty summary"),
             Some(Value::SimpleString(s)) => assert!(!s.is_empty(), "{name}: empty summary"),
             other => panic!("{name}: no summary in COMMAND DOCS: {other:?} ({doc:?})"),
         }
         if args {
-            let arguments = doc.iter().find(|(k, _)| k == "arguments").map(|(_, v)| v.clone());
+            let arguments = doc
+                .iter()
+                .find(|(k, _)| k == "arguments")
+                .map(|(_, v)| v.clone());
             assert!(
                 matches!(&arguments, Some(Value::Array(a)) if !a.is_empty()),
                 "{name}: COMMAND DOCS lists no arguments: {doc:?}"
@@ -243,9 +355,17 @@ fn command_docs_describe_every_command() {
 
 /// (flags, first key, last key, step) from `COMMAND INFO name`.
 fn command_info(c: &mut redis::Connection, name: &str) -> (Vec<String>, i64, i64, i64) {
-    let reply: Value = redis::cmd("COMMAND").arg("INFO").arg(name).query(c).unwrap();
-    let Value::Array(outer) = reply else { panic!("{reply:?}") };
-    let Some(Value::Array(info)) = outer.first() else { panic!("COMMAND INFO {name}: {outer:?}") };
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg(name)
+        .query(c)
+        .unwrap();
+    let Value::Array(outer) = reply else {
+        panic!("{reply:?}")
+    };
+    let Some(Value::Array(info)) = outer.first() else {
+        panic!("COMMAND INFO {name}: {outer:?}")
+    };
     let flags = match &info[2] {
         Value::Array(flags) | Value::Set(flags) => flags
             .iter()
@@ -278,18 +398,41 @@ fn commands_carry_the_right_flags_and_key_positions() {
     for (name, with, without) in cases {
         let (flags, first, last, step) = command_info(&mut c, name);
         for flag in with {
-            assert!(flags.iter().any(|f| f == flag), "{name} lacks flag {flag}: {flags:?}");
+            assert!(
+                flags.iter().any(|f| f == flag),
+                "{name} lacks flag {flag}: {flags:?}"
+            );
         }
         for flag in without {
-            assert!(!flags.iter().any(|f| f == flag), "{name} has flag {flag}: {flags:?}");
+            assert!(
+                !flags.iter().any(|f| f == flag),
+                "{name} has flag {flag}: {flags:?}"
+            );
         }
-        assert_eq!((first, last, step), (1, 1, 1), "{name}: the key is at position 1");
+        assert_eq!(
+            (first, last, step),
+            (1, 1, 1),
+            "{name}: the key is at position 1"
+        );
     }
-    let keys: Vec<String> =
-        redis::cmd("COMMAND").arg("GETKEYS").arg("LOCK.ACQUIRE").arg("k").arg("alice").arg(1000).query(&mut c).unwrap();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("alice")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
     assert_eq!(keys, ["k"]);
-    let keys: Vec<String> =
-        redis::cmd("COMMAND").arg("GETKEYS").arg("LOCK.FENCE").arg("f").arg("alice").arg("ATLEAST").arg(5).query(&mut c).unwrap();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("LOCK.FENCE")
+        .arg("f")
+        .arg("alice")
+        .arg("ATLEAST")
+        .arg(5)
+        .query(&mut c)
+        .unwrap();
     assert_eq!(keys, ["f"]);
 }
 
@@ -298,10 +441,20 @@ fn deny_oom_refuses_new_locks_when_memory_is_full() {
     let server = RedisServer::start();
     let mut c = server.conn();
     acquire(&mut c, "held", "alice", 60_000).unwrap();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(1).query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
     let err = error_of(&mut c, &["LOCK.ACQUIRE", "new", "alice", "1000"]);
     assert!(err.starts_with("OOM"), "{err}");
     // Releasing frees memory and stays possible.
     assert_eq!(release(&mut c, "held", "alice"), Some(0));
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0).query(&mut c).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
 }

@@ -13,12 +13,22 @@ const HOUR_MS: i64 = 3_600_000;
 
 /// Receives the next pub/sub message as (channel, payload).
 fn next_message(pubsub: &mut redis::PubSub<'_>) -> (String, String) {
-    let msg = pubsub.get_message().unwrap_or_else(|e| panic!("no keyspace event arrived: {e}"));
-    (msg.get_channel_name().to_string(), msg.get_payload::<String>().unwrap())
+    let msg = pubsub
+        .get_message()
+        .unwrap_or_else(|e| panic!("no keyspace event arrived: {e}"));
+    (
+        msg.get_channel_name().to_string(),
+        msg.get_payload::<String>().unwrap(),
+    )
 }
 
 fn notify(conn: &mut redis::Connection, classes: &str) {
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg(classes).query(conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg(classes)
+        .query(conn)
+        .unwrap();
 }
 
 #[test]
@@ -35,9 +45,19 @@ fn an_ended_lease_removes_the_key_by_itself_with_an_expired_event() {
     token.unwrap();
     let (channel, key) = next_message(&mut pubsub);
     let at = Instant::now();
-    assert_eq!((channel.as_str(), key.as_str()), ("__keyevent@0__:expired", "k"));
-    assert!(at - grant.sent >= Duration::from_millis(300), "the lease ended early: {:?}", at - grant.sent);
-    assert!(!exists(&mut c, "k"), "the key is gone once the event is out");
+    assert_eq!(
+        (channel.as_str(), key.as_str()),
+        ("__keyevent@0__:expired", "k")
+    );
+    assert!(
+        at - grant.sent >= Duration::from_millis(300),
+        "the lease ended early: {:?}",
+        at - grant.sent
+    );
+    assert!(
+        !exists(&mut c, "k"),
+        "the key is gone once the event is out"
+    );
     assert_eq!(lock_info(&mut c, "k"), None);
     assert_eq!(lock_stat(&mut c, "lock_expired"), 1);
     assert_eq!(lock_stat(&mut c, "lock_held"), 0);
@@ -57,7 +77,11 @@ fn many_leases_end_by_themselves_and_are_counted() {
     acquire(&mut c, "keeper", "alice", 600_000).unwrap();
     assert_eq!(lock_stat(&mut c, "lock_held"), 41);
     let ok = wait_until(Duration::from_millis(300) + SOON, || dbsize(&mut c) == 1);
-    assert!(ok, "{} keys left, expected only the long lease", dbsize(&mut c));
+    assert!(
+        ok,
+        "{} keys left, expected only the long lease",
+        dbsize(&mut c)
+    );
     assert!(grant.sent.elapsed() >= Duration::from_millis(100));
     assert!(exists(&mut c, "keeper"));
     assert_eq!(lock_stat(&mut c, "lock_expired"), 40);
@@ -75,7 +99,10 @@ fn module_commands_emit_keyspace_events() {
     pubsub.psubscribe("__keyevent@0__:lock.*").unwrap();
     let mut expect = |event: &str, key: &str| {
         let (channel, payload) = next_message(&mut pubsub);
-        assert_eq!((channel.as_str(), payload.as_str()), (format!("__keyevent@0__:{event}").as_str(), key));
+        assert_eq!(
+            (channel.as_str(), payload.as_str()),
+            (format!("__keyevent@0__:{event}").as_str(), key)
+        );
     };
 
     let token = acquire(&mut c, "k", "alice", 60_000).unwrap();
@@ -91,7 +118,10 @@ fn module_commands_emit_keyspace_events() {
     expect("lock.acquire", "k");
     assert_eq!(extend(&mut c, "k", "alice", 60_000), 1);
     expect("lock.extend", "k");
-    assert_eq!(fence(&mut c, "k", "alice", Some(token + 1_000)), Some(token + 1_000));
+    assert_eq!(
+        fence(&mut c, "k", "alice", Some(token + 1_000)),
+        Some(token + 1_000)
+    );
     expect("lock.fence", "k");
     assert_eq!(release(&mut c, "k", "alice"), Some(1));
     expect("lock.release", "k");
@@ -105,20 +135,38 @@ fn module_commands_emit_keyspace_events() {
 fn the_wallclock_offset_knob_reads_back_and_moves_the_module_clock() {
     let server = RedisServer::start();
     let mut c = server.conn();
-    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(0));
+    assert_eq!(
+        run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(),
+        Value::Int(0)
+    );
     set_wall_offset(&mut c, -HOUR_MS);
-    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(-HOUR_MS));
+    assert_eq!(
+        run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(),
+        Value::Int(-HOUR_MS)
+    );
     // The first token on a fresh node is its wall clock: the offset shows.
     let back = acquire(&mut c, "a", "alice", 60_000).unwrap();
     let now = now_us();
-    assert!(back <= now - HOUR_MS * 1000, "token {back} ignores the -1 h offset (now {now})");
+    assert!(
+        back <= now - HOUR_MS * 1000,
+        "token {back} ignores the -1 h offset (now {now})"
+    );
     set_wall_offset(&mut c, HOUR_MS);
-    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(HOUR_MS));
+    assert_eq!(
+        run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(),
+        Value::Int(HOUR_MS)
+    );
     let before = now_us();
     let ahead = acquire(&mut c, "b", "alice", 60_000).unwrap();
-    assert!(ahead >= before + HOUR_MS * 1000, "token {ahead} ignores the +1 h offset (now {before})");
+    assert!(
+        ahead >= before + HOUR_MS * 1000,
+        "token {ahead} ignores the +1 h offset (now {before})"
+    );
     set_wall_offset(&mut c, 0);
-    assert_eq!(run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(), Value::Int(0));
+    assert_eq!(
+        run(&mut c, &["LOCK.DEBUG", "WALLCLOCK-OFFSET"]).unwrap(),
+        Value::Int(0)
+    );
 }
 
 /// Holds a lease across a wall-clock step of `step_ms` and checks that it
@@ -134,15 +182,26 @@ fn lease_survives_wall_step(step_ms: i64) {
 
     let (info, query) = timed(|| held(&mut c, "k"));
     assert_pttl(info.pttl, ttl, grant, query, 1, "after the wall step");
-    assert_eq!(acquire(&mut c, "k", "bob", 60_000), None, "the step must not end the lease");
+    assert_eq!(
+        acquire(&mut c, "k", "bob", 60_000),
+        None,
+        "the step must not end the lease"
+    );
     assert_eq!(held(&mut c, "k").owner, b"alice");
 
     let gone = wait_gone(&mut c, "k", Duration::from_millis(ttl));
-    assert!(gone - grant.sent >= Duration::from_millis(ttl), "the lease ended early: {:?}", gone - grant.sent);
+    assert!(
+        gone - grant.sent >= Duration::from_millis(ttl),
+        "the lease ended early: {:?}",
+        gone - grant.sent
+    );
 
     // Tokens keep increasing whichever way the clock went.
     let next = acquire(&mut c, "k", "bob", 60_000).unwrap();
-    assert!(next > token, "{next} after {token} with a wall step of {step_ms} ms");
+    assert!(
+        next > token,
+        "{next} after {token} with a wall step of {step_ms} ms"
+    );
     let other = acquire(&mut c, "other", "bob", 60_000).unwrap();
     assert!(other > next);
 }
@@ -172,7 +231,14 @@ fn a_wall_step_does_not_change_extend_or_reentry_leases() {
     assert!(again.is_some());
     set_wall_offset(&mut c, -2 * HOUR_MS);
     let (info, query) = timed(|| held(&mut c, "k"));
-    assert_pttl(info.pttl, 3_000, grant, query, 1, "re-entry under wall steps");
+    assert_pttl(
+        info.pttl,
+        3_000,
+        grant,
+        query,
+        1,
+        "re-entry under wall steps",
+    );
 }
 
 #[test]
@@ -182,7 +248,10 @@ fn an_extended_or_renewed_lease_outlives_its_old_deadline() {
     acquire(&mut c, "extended", "alice", 200).unwrap();
     acquire(&mut c, "renewed", "alice", 200).unwrap();
     assert_eq!(extend(&mut c, "extended", "alice", 600_000), 1);
-    assert_eq!(acquire(&mut c, "renewed", "alice", 600_000).map(|_| ()), Some(()));
+    assert_eq!(
+        acquire(&mut c, "renewed", "alice", 600_000).map(|_| ()),
+        Some(())
+    );
     // A marker whose lease ends after both old deadlines.
     acquire(&mut c, "marker", "alice", 200).unwrap();
     wait_gone(&mut c, "marker", Duration::from_millis(200));
@@ -204,14 +273,21 @@ fn a_stale_deadline_never_removes_a_newer_lock_or_another_type() {
     acquire(&mut c, "deleted", "bob", 600_000).unwrap();
     // Overwritten by a string.
     acquire(&mut c, "overwritten", "alice", 200).unwrap();
-    let _: () = redis::cmd("SET").arg("overwritten").arg("v").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("overwritten")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
 
     acquire(&mut c, "marker", "alice", 200).unwrap();
     wait_gone(&mut c, "marker", Duration::from_millis(200));
     assert_eq!(held(&mut c, "released").owner, b"bob");
     assert_eq!(held(&mut c, "deleted").owner, b"bob");
     let value: String = redis::cmd("GET").arg("overwritten").query(&mut c).unwrap();
-    assert_eq!(value, "v", "the module removed a string that replaced its lock");
+    assert_eq!(
+        value, "v",
+        "the module removed a string that replaced its lock"
+    );
 }
 
 #[test]
@@ -219,11 +295,19 @@ fn a_renamed_lock_still_ends_by_itself() {
     let server = RedisServer::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "alice", 300).unwrap();
-    let _: () = redis::cmd("RENAME").arg("k").arg("renamed").query(&mut c).unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("k")
+        .arg("renamed")
+        .query(&mut c)
+        .unwrap();
     acquire(&mut c, "k", "bob", 600_000).unwrap();
     assert_eq!(held(&mut c, "renamed").owner, b"alice");
     wait_gone(&mut c, "renamed", Duration::from_millis(300));
-    assert_eq!(held(&mut c, "k").owner, b"bob", "the old name's deadline must not end the new lock");
+    assert_eq!(
+        held(&mut c, "k").owner,
+        b"bob",
+        "the old name's deadline must not end the new lock"
+    );
 }
 
 #[test]

@@ -32,22 +32,44 @@ fn populate(c: &mut redis::Connection) -> Fixture {
         }
         assert_eq!(release(c, "reentered", "bob"), Some(2));
         let binary: &[u8] = b"\0own\xffer\n";
-        run_raw(c, &[b"LOCK.ACQUIRE", b"binary", binary, LONG.to_string().as_bytes()]).unwrap();
+        run_raw(
+            c,
+            &[
+                b"LOCK.ACQUIRE",
+                b"binary",
+                binary,
+                LONG.to_string().as_bytes(),
+            ],
+        )
+        .unwrap();
         let fenced = acquire(c, "fenced", "carol", LONG).unwrap();
         let raised_held = fenced + 1_000_000_000_000;
-        assert_eq!(fence(c, "fenced", "carol", Some(raised_held)), Some(raised_held));
+        assert_eq!(
+            fence(c, "fenced", "carol", Some(raised_held)),
+            Some(raised_held)
+        );
         acquire(c, "gone", "dave", LONG).unwrap();
         let raised_released = raised_held + 1_000_000_000_000;
-        assert_eq!(fence(c, "gone", "dave", Some(raised_released)), Some(raised_released));
+        assert_eq!(
+            fence(c, "gone", "dave", Some(raised_released)),
+            Some(raised_released)
+        );
         assert_eq!(release_all(c, "gone", "dave"), Some(0));
         assert_eq!(extend(c, "plain", "alice", LONG), 1);
         raised_released
     });
-    let locks: Vec<(&'static str, LockInfo)> =
-        ["plain", "reentered", "binary", "fenced"].into_iter().map(|k| (k, held(c, k))).collect();
+    let locks: Vec<(&'static str, LockInfo)> = ["plain", "reentered", "binary", "fenced"]
+        .into_iter()
+        .map(|k| (k, held(c, k)))
+        .collect();
     let highest_held = locks.iter().map(|(_, l)| l.token).max().unwrap();
     assert_eq!(locks[1].1.holds, 2);
-    Fixture { locks, grant, raised_released, highest_held }
+    Fixture {
+        locks,
+        grant,
+        raised_released,
+        highest_held,
+    }
 }
 
 /// The fixture's locks are back exactly (owner, holds, token) with a lease
@@ -58,12 +80,23 @@ fn check_locks(c: &mut redis::Connection, fixture: &Fixture, what: &str) {
         let info = info.unwrap_or_else(|| panic!("{what}: lock {key} was lost"));
         assert_eq!(info.identity(), before.identity(), "{what}: lock {key}");
         // Every lease in the fixture was set to LONG within `grant`.
-        assert_pttl(info.pttl, LONG, fixture.grant, query, 5, &format!("{what}: lease of {key}"));
+        assert_pttl(
+            info.pttl,
+            LONG,
+            fixture.grant,
+            query,
+            5,
+            &format!("{what}: lease of {key}"),
+        );
     }
 }
 
 fn digests(c: &mut redis::Connection, fixture: &Fixture) -> Vec<String> {
-    fixture.locks.iter().map(|(key, _)| digest_value(c, key)).collect()
+    fixture
+        .locks
+        .iter()
+        .map(|(key, _)| digest_value(c, key))
+        .collect()
 }
 
 #[test]
@@ -76,7 +109,11 @@ fn debug_reload_keeps_locks_digest_counter_and_leases() {
     let before = digest(&mut c);
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
     // The digest covers owner, holds and token, not the lease.
-    assert_eq!(digest(&mut c), before, "DEBUG DIGEST changed across DEBUG RELOAD");
+    assert_eq!(
+        digest(&mut c),
+        before,
+        "DEBUG DIGEST changed across DEBUG RELOAD"
+    );
     check_locks(&mut c, &fixture, "after DEBUG RELOAD");
     let fresh = acquire(&mut c, "fresh", "frank", LONG).unwrap();
     assert!(
@@ -87,7 +124,10 @@ fn debug_reload_keeps_locks_digest_counter_and_leases() {
     // A loaded lease still ends by itself.
     let gone = wait_gone(&mut c, "soon", Duration::from_millis(1_000));
     // (the lease went through a wall-clock round trip: allow rounding)
-    assert!(gone - soon_grant.sent >= Duration::from_millis(1_000 - 5), "ended early after reload");
+    assert!(
+        gone - soon_grant.sent >= Duration::from_millis(1_000 - 5),
+        "ended early after reload"
+    );
 }
 
 #[test]
@@ -102,7 +142,11 @@ fn an_rdb_restart_keeps_locks_counter_and_remaining_leases() {
     server.restart();
     let mut c = server.conn();
     check_locks(&mut c, &fixture, "after an RDB restart");
-    assert_eq!(digests(&mut c, &fixture), before, "DEBUG DIGEST-VALUE changed across an RDB restart");
+    assert_eq!(
+        digests(&mut c, &fixture),
+        before,
+        "DEBUG DIGEST-VALUE changed across an RDB restart"
+    );
     let fresh = acquire(&mut c, "fresh", "frank", LONG).unwrap();
     assert!(
         fresh > fixture.raised_released,
@@ -110,7 +154,10 @@ fn an_rdb_restart_keeps_locks_counter_and_remaining_leases() {
         fixture.raised_released
     );
     let gone = wait_gone(&mut c, "soon", Duration::from_millis(3_000));
-    assert!(gone - soon_grant.sent >= Duration::from_millis(3_000 - 5), "ended early after restart");
+    assert!(
+        gone - soon_grant.sent >= Duration::from_millis(3_000 - 5),
+        "ended early after restart"
+    );
 }
 
 #[test]
@@ -128,7 +175,11 @@ fn downtime_counts_against_a_saved_lease() {
     std::thread::sleep(end.saturating_duration_since(Instant::now()));
     server.restart();
     let mut c = server.conn();
-    assert_eq!(lock_info(&mut c, "short"), None, "a lease that ended while the node was down is over");
+    assert_eq!(
+        lock_info(&mut c, "short"),
+        None,
+        "a lease that ended while the node was down is over"
+    );
     let next = acquire(&mut c, "short", "bob", LONG).unwrap();
     assert!(next > short);
 }
@@ -136,7 +187,14 @@ fn downtime_counts_against_a_saved_lease() {
 /// Options for a node persisting through an AOF without RDB preamble,
 /// fsynced on every write so that `kill -9` loses nothing.
 fn aof_options(preamble: &str) -> ServerOptions {
-    ServerOptions::default().args(["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble])
+    ServerOptions::default().args([
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ])
 }
 
 fn aof_files(dir: &Path) -> Vec<PathBuf> {
@@ -166,9 +224,15 @@ fn an_aof_restart_without_preamble_replays_effects_exactly() {
     let before = digests(&mut c, &fixture);
 
     let text = aof_text(server.dir()).to_ascii_uppercase();
-    assert!(text.contains("LOCK.APPLY"), "the AOF must carry LOCK.APPLY effects");
+    assert!(
+        text.contains("LOCK.APPLY"),
+        "the AOF must carry LOCK.APPLY effects"
+    );
     for command in ["LOCK.ACQUIRE", "LOCK.RELEASE", "LOCK.EXTEND", "LOCK.FENCE"] {
-        assert!(!text.contains(command), "the AOF holds the command {command}, not only its effect");
+        assert!(
+            !text.contains(command),
+            "the AOF holds the command {command}, not only its effect"
+        );
     }
 
     server.kill9();
@@ -184,18 +248,27 @@ fn an_aof_restart_without_preamble_replays_effects_exactly() {
         fixture.raised_released
     );
     let gone = wait_gone(&mut c, "soon", Duration::from_millis(3_000));
-    assert!(gone - soon_grant.sent >= Duration::from_millis(3_000 - 5), "ended early after AOF restart");
+    assert!(
+        gone - soon_grant.sent >= Duration::from_millis(3_000 - 5),
+        "ended early after AOF restart"
+    );
 }
 
 fn rewrite_aof(c: &mut redis::Connection) {
-    let before: i64 = info_section(c, "persistence")["aof_rewrites"].parse().unwrap();
+    let before: i64 = info_section(c, "persistence")["aof_rewrites"]
+        .parse()
+        .unwrap();
     let _: String = redis::cmd("BGREWRITEAOF").query(c).unwrap();
     let done = wait_until(Duration::from_secs(30), || {
         let info = info_section(c, "persistence");
-        info["aof_rewrites"].parse::<i64>().unwrap() > before && info["aof_rewrite_in_progress"] == "0"
+        info["aof_rewrites"].parse::<i64>().unwrap() > before
+            && info["aof_rewrite_in_progress"] == "0"
     });
     assert!(done, "BGREWRITEAOF did not finish");
-    assert_eq!(info_section(c, "persistence")["aof_last_bgrewrite_status"], "ok");
+    assert_eq!(
+        info_section(c, "persistence")["aof_last_bgrewrite_status"],
+        "ok"
+    );
 }
 
 fn aof_rewrite_restart(preamble: &str) {
@@ -218,7 +291,10 @@ fn aof_rewrite_restart(preamble: &str) {
     assert_eq!(info.identity(), (b"gina".to_vec(), 1, after));
     assert_pttl(info.pttl, LONG, after_grant, query, 5, &what);
     let fresh = acquire(&mut c, "fresh", "frank", LONG).unwrap();
-    assert!(fresh > fixture.highest_held && fresh > after, "{what}: token {fresh} not above the held tokens");
+    assert!(
+        fresh > fixture.highest_held && fresh > after,
+        "{what}: token {fresh} not above the held tokens"
+    );
     assert!(
         fresh > fixture.raised_released,
         "{what}: token {fresh} is not above the counter raised to {} by a lock released before the rewrite",
@@ -247,14 +323,25 @@ fn a_crash_that_loses_the_aof_tail_still_issues_greater_tokens() {
         .expect("an incremental AOF file");
     let size = std::fs::metadata(&incr).unwrap().len();
     let lost = acquire(&mut c, "lost", "bob", LONG).unwrap();
-    assert!(std::fs::metadata(&incr).unwrap().len() > size, "the second grant reached the AOF");
+    assert!(
+        std::fs::metadata(&incr).unwrap().len() > size,
+        "the second grant reached the AOF"
+    );
     server.kill9();
     // The tail (the second grant) never reached the disk.
-    std::fs::OpenOptions::new().write(true).open(&incr).unwrap().set_len(size).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&incr)
+        .unwrap()
+        .set_len(size)
+        .unwrap();
     server.restart();
     let mut c = server.conn();
     assert_eq!(held(&mut c, "kept").token, kept);
     assert!(!exists(&mut c, "lost"), "the truncated tail should be gone");
     let fresh = acquire(&mut c, "fresh", "carol", LONG).unwrap();
-    assert!(fresh > lost, "token {fresh} after losing the AOF tail is not above the lost token {lost}");
+    assert!(
+        fresh > lost,
+        "token {fresh} after losing the AOF tail is not above the lost token {lost}"
+    );
 }

@@ -30,15 +30,33 @@ fn a_replica_holds_the_primary_locks_from_full_sync_and_stream() {
     let mut r = replica.conn();
     // After: carried by the replication stream.
     let (streamed, streamed_grant) = timed(|| acquire(&mut p, "streamed", "bob", 30_000).unwrap());
-    wait_for_replicas(&primary, 1);
+    wait_replicated(&primary, &replica);
 
     let (info, query) = timed(|| held(&mut r, "synced"));
     assert_eq!(info.identity(), (b"alice".to_vec(), 2, synced));
-    assert_pttl(info.pttl, LONG, synced_grant, query, SLACK_MS, "replica lease of a synced lock");
+    assert_pttl(
+        info.pttl,
+        LONG,
+        synced_grant,
+        query,
+        SLACK_MS,
+        "replica lease of a synced lock",
+    );
     let (info, query) = timed(|| held(&mut r, "streamed"));
     assert_eq!(info.identity(), (b"bob".to_vec(), 1, streamed));
-    assert_pttl(info.pttl, 30_000, streamed_grant, query, SLACK_MS, "replica lease of a streamed lock");
-    assert_eq!(digest(&mut r), digest(&mut p), "primary and replica datasets differ");
+    assert_pttl(
+        info.pttl,
+        30_000,
+        streamed_grant,
+        query,
+        SLACK_MS,
+        "replica lease of a streamed lock",
+    );
+    assert_eq!(
+        digest(&mut r),
+        digest(&mut p),
+        "primary and replica datasets differ"
+    );
 
     // Every kind of change reaches the replica.
     assert_eq!(acquire(&mut p, "streamed", "bob", LONG), Some(streamed));
@@ -48,11 +66,21 @@ fn a_replica_holds_the_primary_locks_from_full_sync_and_stream() {
     assert_eq!(reply, 1);
     assert_eq!(release(&mut p, "synced", "alice"), Some(1));
     assert_eq!(release(&mut p, "synced", "alice"), Some(0));
-    wait_for_replicas(&primary, 1);
+    wait_replicated(&primary, &replica);
     let (info, query) = timed(|| held(&mut r, "streamed"));
     assert_eq!(info.identity(), (b"bob".to_vec(), 2, raised));
-    assert_pttl(info.pttl, 45_000, extend_grant, query, SLACK_MS, "replica lease after extend");
-    assert!(!exists(&mut r, "synced"), "a release to zero removes the key on the replica");
+    assert_pttl(
+        info.pttl,
+        45_000,
+        extend_grant,
+        query,
+        SLACK_MS,
+        "replica lease after extend",
+    );
+    assert!(
+        !exists(&mut r, "synced"),
+        "a release to zero removes the key on the replica"
+    );
     assert_eq!(digest(&mut r), digest(&mut p));
 }
 
@@ -62,7 +90,7 @@ fn a_replica_refuses_lock_writes_but_answers_info() {
     replica.replicate_from(&primary);
     let mut p = primary.conn();
     let token = acquire(&mut p, "k", "alice", LONG).unwrap();
-    wait_for_replicas(&primary, 1);
+    wait_replicated(&primary, &replica);
     let mut r = replica.conn();
     for args in [
         vec!["LOCK.ACQUIRE", "k", "alice", "1000"],
@@ -84,17 +112,37 @@ fn lease_end_is_decided_by_the_primary_and_replicated_as_a_delete() {
     replica.replicate_from(&primary);
     let mut p = primary.conn();
     let mut r = replica.conn();
-    let (_, grant) = timed(|| acquire(&mut p, "k", "alice", 300).unwrap());
-    wait_for_replicas(&primary, 1);
+    // A long lease first, so that the (possibly slow) first sync after
+    // attaching cannot outlast it; then the short lease, replicated fast.
+    acquire(&mut p, "k", "alice", LONG).unwrap();
+    wait_replicated(&primary, &replica);
+    let ttl = 1_000;
+    let (reply, grant) = timed(|| extend(&mut p, "k", "alice", ttl));
+    assert_eq!(reply, 1);
+    wait_replicated(&primary, &replica);
     assert!(exists(&mut r, "k"));
 
-    // With the primary frozen, the replica reports the ended lease as free
-    // but does not delete the key itself.
+    // With the primary frozen before the lease ends, the replica reports the
+    // ended lease as free but does not delete the key itself.
     primary.pause();
-    let ended = wait_until(Duration::from_millis(300) + SOON, || lock_info(&mut r, "k").is_none());
-    assert!(ended, "the replica still reports the lease long after its end");
-    assert!(grant.sent.elapsed() >= Duration::from_millis(300 - 5), "the replica ended the lease early");
-    assert!(exists(&mut r, "k"), "a replica must not delete an ended lock on its own");
+    let paused_in_time = grant.answered.elapsed() < Duration::from_millis(ttl);
+    let ended = wait_until(Duration::from_millis(ttl) + SOON, || {
+        lock_info(&mut r, "k").is_none()
+    });
+    assert!(
+        ended,
+        "the replica still reports the lease long after its end"
+    );
+    assert!(
+        grant.sent.elapsed() >= Duration::from_millis(ttl - 5),
+        "the replica ended the lease early"
+    );
+    if paused_in_time {
+        assert!(
+            exists(&mut r, "k"),
+            "a replica must not delete an ended lock on its own"
+        );
+    }
     primary.resume();
 
     // The primary's delete arrives.
@@ -118,17 +166,27 @@ fn a_promoted_replica_continues_above_streamed_tokens_and_runs_leases() {
     assert_eq!(fence(&mut p, "raise", "alice", Some(raised)), Some(raised));
     assert_eq!(release(&mut p, "raise", "alice"), Some(0));
     let (_, grant) = timed(|| acquire(&mut p, "soon", "alice", 1_500).unwrap());
-    wait_for_replicas(&primary, 1);
+    wait_replicated(&primary, &replica);
     drop(primary);
 
     let mut r = replica.conn();
-    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
     let fresh = acquire(&mut r, "fresh", "bob", LONG).unwrap();
-    assert!(fresh > raised, "promoted replica issued {fresh}, not above the primary's {raised}");
+    assert!(
+        fresh > raised,
+        "promoted replica issued {fresh}, not above the primary's {raised}"
+    );
     assert!(acquire(&mut r, "fresh2", "bob", LONG).unwrap() > fresh);
     // Leases replicated from the old primary now end on the promoted node.
     let gone = wait_gone(&mut r, "soon", Duration::from_millis(1_500));
-    assert!(gone - grant.sent >= Duration::from_millis(1_500 - 5), "ended early on the promoted node");
+    assert!(
+        gone - grant.sent >= Duration::from_millis(1_500 - 5),
+        "ended early on the promoted node"
+    );
     // And leases it grants itself end too.
     acquire(&mut r, "own", "bob", 200).unwrap();
     wait_gone(&mut r, "own", Duration::from_millis(200));
@@ -145,10 +203,17 @@ fn a_promoted_replica_continues_above_a_counter_from_full_sync() {
     assert_eq!(release(&mut p, "raise", "alice"), Some(0));
     // Only the counter remembers `raised` now; the replica gets it by full sync.
     replica.replicate_from(&primary);
-    wait_for_replicas(&primary, 1);
+    wait_replicated(&primary, &replica);
     drop(primary);
     let mut r = replica.conn();
-    let _: () = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
     let fresh = acquire(&mut r, "fresh", "bob", LONG).unwrap();
-    assert!(fresh > raised, "promoted replica issued {fresh}, not above the primary's counter {raised}");
+    assert!(
+        fresh > raised,
+        "promoted replica issued {fresh}, not above the primary's counter {raised}"
+    );
 }

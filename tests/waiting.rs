@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use redis::{Connection, Value};
-use testkit::{wait_for_replicas, wait_until, RedisServer};
+use testkit::{wait_replicated, wait_until, RedisServer};
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -334,7 +334,7 @@ fn a_replica_holds_the_granted_waiters_lock_with_the_same_token() {
         .query(&mut conn)
         .unwrap();
     let token = waiter.join().unwrap().unwrap();
-    wait_for_replicas(&primary, 1);
+    wait_replicated(&primary, &replica);
     let mut replica_conn = replica.conn();
     assert_eq!(owner(&mut replica_conn, "job").as_deref(), Some("next"));
     assert_eq!(int_field(&mut replica_conn, "job", "token"), Some(token));

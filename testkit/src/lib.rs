@@ -326,40 +326,35 @@ impl Drop for RedisServer {
     }
 }
 
-/// Waits until every one of `replicas` replicas has acknowledged `primary`'s
-/// replication offset as of now, so a read on a replica sees every write made
-/// on the primary so far. (`WAIT` cannot do this from a fresh connection: it
-/// waits for that connection's own writes only.)
-pub fn wait_for_replicas(primary: &RedisServer, replicas: usize) {
-    let mut conn = primary.conn();
-    let info = |conn: &mut redis::Connection| -> String {
-        redis::cmd("INFO").arg("replication").query(conn).unwrap()
-    };
-    let field = |info: &str, name: &str| -> Option<i64> {
-        info.lines().find_map(|line| {
-            line.strip_prefix(name)?
+/// One numeric field of `INFO replication`.
+fn replication_offset(server: &RedisServer, field: &str) -> i64 {
+    let mut conn = server.conn();
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut conn)
+        .unwrap();
+    info.lines()
+        .find_map(|line| {
+            line.strip_prefix(field)?
                 .strip_prefix(':')?
                 .trim()
                 .parse()
                 .ok()
         })
-    };
-    let target = field(&info(&mut conn), "master_repl_offset").unwrap_or(0);
+        .unwrap_or_else(|| panic!("INFO replication has no {field}:\n{info}"))
+}
+
+/// Waits until `replica` has processed everything `primary` has written so
+/// far. (`WAIT` cannot do this from a fresh connection: it waits only for
+/// that connection's own writes.)
+pub fn wait_replicated(primary: &RedisServer, replica: &RedisServer) {
+    let target = replication_offset(primary, "master_repl_offset");
     let caught_up = wait_until(Duration::from_secs(30), || {
-        let info = info(&mut conn);
-        let acked = info
-            .lines()
-            .filter(|line| line.starts_with("slave") && line.contains("state=online"))
-            .filter_map(|line| {
-                line.split(',')
-                    .find_map(|kv| kv.strip_prefix("offset=")?.parse::<i64>().ok())
-            })
-            .filter(|offset| *offset >= target)
-            .count();
-        acked >= replicas
+        replication_offset(replica, "slave_repl_offset") >= target
     });
     assert!(
         caught_up,
-        "replicas did not acknowledge offset {target} in time"
+        "the replica did not reach offset {target}; log:\n{}",
+        replica.log()
     );
 }

@@ -2,13 +2,19 @@
 //! LOCK.* commands, exact error texts, INFO parsing and lease-time bounds.
 //!
 //! Every test starts its own servers through `testkit`; nothing here mocks.
-#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, RedisError, RedisResult, Value};
-pub use testkit::{wait_for_replicas, wait_until, RedisServer, ServerOptions};
+pub use testkit::{wait_replicated, wait_until, RedisServer, ServerOptions};
 
 /// The default `lock.max-ttl`.
 pub const MAX_TTL: u64 = 86_400_000;
@@ -96,7 +102,10 @@ fn must<T>(result: RedisResult<T>, what: &str) -> T {
 /// `LOCK.ACQUIRE key owner ttl` → the token, or None when refused.
 pub fn acquire(conn: &mut Connection, key: &str, owner: &str, ttl_ms: u64) -> Option<i64> {
     let what = format!("LOCK.ACQUIRE {key} {owner} {ttl_ms}");
-    let reply = must(run(conn, &["LOCK.ACQUIRE", key, owner, &ttl_ms.to_string()]), &what);
+    let reply = must(
+        run(conn, &["LOCK.ACQUIRE", key, owner, &ttl_ms.to_string()]),
+        &what,
+    );
     int_or_nil(reply, &what)
 }
 
@@ -109,13 +118,19 @@ pub fn release(conn: &mut Connection, key: &str, owner: &str) -> Option<i64> {
 /// `LOCK.RELEASE key owner ALL`.
 pub fn release_all(conn: &mut Connection, key: &str, owner: &str) -> Option<i64> {
     let what = format!("LOCK.RELEASE {key} {owner} ALL");
-    int_or_nil(must(run(conn, &["LOCK.RELEASE", key, owner, "ALL"]), &what), &what)
+    int_or_nil(
+        must(run(conn, &["LOCK.RELEASE", key, owner, "ALL"]), &what),
+        &what,
+    )
 }
 
 /// `LOCK.EXTEND key owner ttl` → 1 or 0.
 pub fn extend(conn: &mut Connection, key: &str, owner: &str, ttl_ms: u64) -> i64 {
     let what = format!("LOCK.EXTEND {key} {owner} {ttl_ms}");
-    let reply = must(run(conn, &["LOCK.EXTEND", key, owner, &ttl_ms.to_string()]), &what);
+    let reply = must(
+        run(conn, &["LOCK.EXTEND", key, owner, &ttl_ms.to_string()]),
+        &what,
+    );
     int_or_nil(reply, &what).unwrap_or_else(|| panic!("{what} replied nil"))
 }
 
@@ -160,8 +175,16 @@ pub fn info_pairs(value: Value) -> Option<Vec<(String, Value)>> {
     match value {
         Value::Nil => None,
         Value::Array(items) => {
-            assert!(items.len() % 2 == 0, "LOCK.INFO array has an odd length: {items:?}");
-            Some(items.chunks(2).map(|pair| (name(&pair[0]), pair[1].clone())).collect())
+            assert!(
+                items.len() % 2 == 0,
+                "LOCK.INFO array has an odd length: {items:?}"
+            );
+            Some(
+                items
+                    .chunks(2)
+                    .map(|pair| (name(&pair[0]), pair[1].clone()))
+                    .collect(),
+            )
         }
         Value::Map(pairs) => Some(pairs.into_iter().map(|(k, v)| (name(&k), v)).collect()),
         other => panic!("LOCK.INFO: unexpected reply {other:?}"),
@@ -187,7 +210,13 @@ pub fn parse_info(value: Value) -> Option<LockInfo> {
         Value::SimpleString(s) => s.into_bytes(),
         other => panic!("LOCK.INFO owner is not a string: {other:?}"),
     };
-    Some(LockInfo { owner, holds: int("holds"), token: int("token"), pttl: int("pttl"), waiters: int("waiters") })
+    Some(LockInfo {
+        owner,
+        holds: int("holds"),
+        token: int("token"),
+        pttl: int("pttl"),
+        waiters: int("waiters"),
+    })
 }
 
 /// `LOCK.INFO key`.
@@ -212,12 +241,18 @@ pub fn dbsize(conn: &mut Connection) -> i64 {
 
 /// `DEBUG DIGEST`.
 pub fn digest(conn: &mut Connection) -> String {
-    must(redis::cmd("DEBUG").arg("DIGEST").query(conn), "DEBUG DIGEST")
+    must(
+        redis::cmd("DEBUG").arg("DIGEST").query(conn),
+        "DEBUG DIGEST",
+    )
 }
 
 /// `DEBUG DIGEST-VALUE key`.
 pub fn digest_value(conn: &mut Connection, key: &str) -> String {
-    let values: Vec<String> = must(redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(key).query(conn), "DEBUG DIGEST-VALUE");
+    let values: Vec<String> = must(
+        redis::cmd("DEBUG").arg("DIGEST-VALUE").arg(key).query(conn),
+        "DEBUG DIGEST-VALUE",
+    );
     values.into_iter().next().expect("one digest")
 }
 
@@ -234,14 +269,27 @@ pub fn info_section(conn: &mut Connection, section: &str) -> HashMap<String, Str
 /// One integer field of `INFO lock`.
 pub fn lock_stat(conn: &mut Connection, field: &str) -> i64 {
     let info = info_section(conn, "lock");
-    let value = info.get(field).unwrap_or_else(|| panic!("INFO lock has no {field}: {info:?}"));
-    value.parse().unwrap_or_else(|_| panic!("INFO lock {field} is not an integer: {value}"))
+    let value = info
+        .get(field)
+        .unwrap_or_else(|| panic!("INFO lock has no {field}: {info:?}"));
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("INFO lock {field} is not an integer: {value}"))
 }
 
 /// Sets the wall-clock offset the module sees (`LOCK.DEBUG WALLCLOCK-OFFSET`).
 pub fn set_wall_offset(conn: &mut Connection, offset_ms: i64) {
-    let reply = must(run(conn, &["LOCK.DEBUG", "WALLCLOCK-OFFSET", &offset_ms.to_string()]), "LOCK.DEBUG");
-    assert!(matches!(reply, Value::Okay), "LOCK.DEBUG WALLCLOCK-OFFSET {offset_ms} replied {reply:?}");
+    let reply = must(
+        run(
+            conn,
+            &["LOCK.DEBUG", "WALLCLOCK-OFFSET", &offset_ms.to_string()],
+        ),
+        "LOCK.DEBUG",
+    );
+    assert!(
+        matches!(reply, Value::Okay),
+        "LOCK.DEBUG WALLCLOCK-OFFSET {offset_ms} replied {reply:?}"
+    );
 }
 
 /// Microseconds since the Unix epoch on this machine's wall clock (the same
@@ -262,7 +310,13 @@ pub struct Stamp {
 pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Stamp) {
     let sent = Instant::now();
     let value = f();
-    (value, Stamp { sent, answered: Instant::now() })
+    (
+        value,
+        Stamp {
+            sent,
+            answered: Instant::now(),
+        },
+    )
 }
 
 fn ms(d: Duration) -> i64 {
@@ -291,7 +345,11 @@ pub fn assert_pttl(pttl: i64, ttl_ms: u64, grant: Stamp, query: Stamp, slack_ms:
 /// after [`SOON`] beyond `not_before`.
 pub fn wait_gone(conn: &mut Connection, key: &str, not_before: Duration) -> Instant {
     let ok = wait_until(not_before + SOON, || !exists(conn, key));
-    assert!(ok, "{key} still exists {:?} after it should have expired", not_before + SOON);
+    assert!(
+        ok,
+        "{key} still exists {:?} after it should have expired",
+        not_before + SOON
+    );
     Instant::now()
 }
 
@@ -299,11 +357,15 @@ pub fn wait_gone(conn: &mut Connection, key: &str, not_before: Duration) -> Inst
 pub fn resp3_conn(server: &RedisServer) -> Connection {
     let client = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
     let conn = client.get_connection().unwrap();
-    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     conn
 }
 
 /// Options with the module loaded with exactly `module_args` (no `debug yes`).
 pub fn module_options(module_args: &[&str]) -> ServerOptions {
-    ServerOptions { module_args: module_args.iter().map(|s| s.to_string()).collect(), ..ServerOptions::default() }
+    ServerOptions {
+        module_args: module_args.iter().map(|s| s.to_string()).collect(),
+        ..ServerOptions::default()
+    }
 }
