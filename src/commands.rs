@@ -6,7 +6,7 @@ use std::ffi::{c_int, CStr};
 
 use redis_lock_core::args::{self, ArgError};
 use redis_lock_core::ops::{self, Acquired, Change, Outcome};
-use redis_lock_core::Slot;
+use redis_lock_core::{Now, Slot};
 use redis_module::raw;
 
 use crate::config::{self, DEBUG};
@@ -16,6 +16,11 @@ use crate::key::{LockKey, WrongType};
 use crate::recovery;
 use crate::state::{with_state, CLOCK};
 use crate::waiting;
+
+/// Both clocks read once for the operation.
+fn now() -> Now {
+    Now::of(&CLOCK)
+}
 
 /// A command's key, opened and settled (an ended lease removed, waiters
 /// served), ready for the operation.
@@ -55,7 +60,10 @@ fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CS
     opened.key.commit();
     match (outcome.change, facts) {
         (Change::Stored { previous_deadline }, Some(facts)) => {
-            effects::stored(&opened.target, owner, facts, previous_deadline, event);
+            let id = effects::stored(&opened.target, owner, facts, previous_deadline, event);
+            if let Some(lock) = opened.key.lock() {
+                lock.set_expiry_id(id);
+            }
         }
         (Change::Deleted { .. }, _) => {
             effects::deleted(&opened.target, event);
@@ -102,7 +110,7 @@ pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::acquire(
             &mut state.node,
             &mut opened.key,
-            &CLOCK,
+            &now(),
             parsed.owner,
             parsed.ttl_ms,
             refusal,
@@ -140,7 +148,7 @@ pub fn release(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::release(
             &mut state.node,
             &mut opened.key,
-            &CLOCK,
+            &now(),
             parsed.owner,
             parsed.all,
         )
@@ -163,7 +171,7 @@ pub fn extend(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::extend(
             &mut state.node,
             &mut opened.key,
-            &CLOCK,
+            &now(),
             parsed.owner,
             parsed.ttl_ms,
         )
@@ -183,7 +191,7 @@ pub fn fence(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::fence(
             &mut state.node,
             &mut opened.key,
-            &CLOCK,
+            &now(),
             parsed.owner,
             parsed.at_least,
         )
@@ -202,7 +210,7 @@ pub fn info(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let argv_bytes = ffi::argv_bytes(argv, argc);
     parse_or_reply!(ctx, args::parse_info(&argv_bytes));
     let mut opened = open_or_return!(ctx, argv, argc, false);
-    let Some(snapshot) = ops::info(&mut opened.key, &CLOCK) else {
+    let Some(snapshot) = ops::info(&mut opened.key, &now()) else {
         return ffi::reply_null(ctx);
     };
     let waiters = waiting::waiting(&opened.target.id());
@@ -249,7 +257,7 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::apply(
             &mut state.node,
             &mut key,
-            &CLOCK,
+            &now(),
             parsed.owner,
             parsed.holds,
             parsed.token,
@@ -258,10 +266,13 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
-    let deadline = key.lock().map(|lock| lock.deadline());
+    let facts = key.lock().map(|lock| Facts::of(lock));
     key.commit();
-    if let (Change::Stored { previous_deadline }, Some(deadline)) = (outcome.change, deadline) {
-        effects::index(&target, deadline, previous_deadline);
+    if let (Change::Stored { previous_deadline }, Some(facts)) = (outcome.change, facts) {
+        let id = effects::index(&target, facts, previous_deadline);
+        if let Some(lock) = key.lock() {
+            lock.set_expiry_id(id);
+        }
     }
     ffi::reply_ok(ctx)
 }

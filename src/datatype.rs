@@ -230,7 +230,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             return;
         };
         with_state(|state| {
-            state.deadlines.remove(lock.deadline(), id.clone());
+            state.deadlines.remove(lock.deadline(), lock.expiry_id());
             if state.waiters.has_waiters(&id) {
                 state.pending_grants.insert(id);
                 expiry::arm(state);
@@ -246,10 +246,11 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
         let Some(lock) = lock_ref(value) else {
             return std::ptr::null_mut();
         };
-        let copy = lock.clone();
-        if let Some(id) = key_of(ctx, true) {
+        let mut copy = lock.clone();
+        copy.set_expiry_id(0);
+        if let Some(key) = key_of(ctx, true) {
             with_state(|state| {
-                state.deadlines.insert(copy.deadline(), id);
+                copy.set_expiry_id(state.deadlines.insert(copy.deadline(), key));
                 expiry::arm(state);
             });
         }

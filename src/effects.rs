@@ -32,6 +32,7 @@ pub struct Facts {
     pub holds: u32,
     pub token: i64,
     pub deadline: u64,
+    pub expiry_id: u64,
 }
 
 impl Facts {
@@ -40,19 +41,22 @@ impl Facts {
             holds: lock.holds(),
             token: lock.token(),
             deadline: lock.deadline(),
+            expiry_id: lock.expiry_id(),
         }
     }
 }
 
 /// `target` now holds `owner`'s lock as `facts`: replicate `LOCK.APPLY` with
-/// the absolute lease end, move the expiry entry, announce `event`.
+/// the absolute lease end, move the expiry entry, announce `event`. Returns
+/// the expiry entry id the lock must carry from now on.
+#[must_use]
 pub fn stored(
     target: &Target,
     owner: &[u8],
     facts: Facts,
     previous_deadline: Option<u64>,
     event: &CStr,
-) {
+) -> u64 {
     let wall_end = lease::to_wall_ms(&CLOCK, facts.deadline);
     rm!(RedisModule_Replicate(
         target.ctx,
@@ -65,19 +69,35 @@ pub fn stored(
         facts.token,
         wall_end,
     ));
-    index(target, facts.deadline, previous_deadline);
+    let id = index(target, facts, previous_deadline);
     notify(target, raw::REDISMODULE_NOTIFY_MODULE, event);
+    id
 }
 
 /// Only the expiry index changes (a replicated effect being applied: the
-/// primary's stream already carries it onwards).
-pub fn index(target: &Target, deadline: u64, previous_deadline: Option<u64>) {
+/// primary's stream already carries it onwards). A lock changed in place
+/// moves its entry from `previous_deadline`; a new lock (id 0) gets one.
+/// Returns the entry id the lock must carry.
+#[must_use]
+pub fn index(target: &Target, facts: Facts, previous_deadline: Option<u64>) -> u64 {
     with_state(|state| {
-        state
-            .deadlines
-            .reschedule(previous_deadline, deadline, target.id());
+        let moved = match previous_deadline {
+            Some(old) if facts.expiry_id != 0 => {
+                state
+                    .deadlines
+                    .reschedule(old, facts.expiry_id, facts.deadline)
+            }
+            _ => false,
+        };
+        let id = if moved {
+            facts.expiry_id
+        } else {
+            state.deadlines.insert(facts.deadline, target.id())
+        };
         expiry::arm(state);
-    });
+        id
+    })
+    .unwrap_or(0)
 }
 
 /// The lock was released and its key removed.

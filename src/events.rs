@@ -69,14 +69,20 @@ fn index_arrival(ctx: Ctx, key: RString) {
     let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), false) else {
         return;
     };
-    let Some(deadline) = lock_key.lock().map(|lock| lock.deadline()) else {
+    let Some(lock) = lock_key.lock() else {
         return;
     };
-    let id = (ffi::selected_db(ctx), ffi::bytes(key).into());
-    with_state(|state| {
-        state.deadlines.insert(deadline, id);
+    let key_id = (ffi::selected_db(ctx), ffi::bytes(key).into());
+    // A renamed or moved lock gets a new entry; the one under its old name
+    // goes stale and is skipped when it comes due.
+    let id = with_state(|state| {
+        let id = state.deadlines.insert(lock.deadline(), key_id);
         expiry::arm(state);
+        id
     });
+    if let Some(id) = id {
+        lock.set_expiry_id(id);
+    }
 }
 
 /// `FLUSHDB`/`FLUSHALL` (and the flush before a full sync or `DEBUG RELOAD`):

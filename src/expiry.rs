@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis_lock_core::{Clock, Slot};
 use redis_module::raw;
 
-use crate::effects::{self, Target};
+use crate::effects::Target;
 use crate::ffi::{self, rm, Ctx};
 use crate::guard;
 use crate::key::LockKey;
@@ -88,8 +88,8 @@ fn run(ctx: Ctx) {
         if due.is_empty() {
             break;
         }
-        for (db, key) in due {
-            settle_key(ctx, db, &key);
+        for (id, (db, key)) in due {
+            settle_key(ctx, id, db, &key);
         }
     }
     let grants = with_state(|state| std::mem::take(&mut state.pending_grants)).unwrap_or_default();
@@ -99,9 +99,10 @@ fn run(ctx: Ctx) {
     with_state(arm);
 }
 
-/// Expires `key` if its lease ended; otherwise re-indexes its real deadline
-/// (the entry was stale: the lease was renewed).
-fn settle_key(ctx: Ctx, db: i32, key: &[u8]) {
+/// Expires the lock under `key` if it is the one entry `id` was made for
+/// (otherwise the entry is stale: the lock was renamed away or replaced, and
+/// its successor has an entry of its own).
+fn settle_key(ctx: Ctx, id: u64, db: i32, key: &[u8]) {
     if !ffi::select_db(ctx, db) {
         return;
     }
@@ -111,6 +112,9 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8]) {
     let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else {
         return;
     };
+    if lock_key.lock().map(|lock| lock.expiry_id()) != Some(id) {
+        return;
+    }
     let target = Target {
         ctx,
         name: name.as_ptr(),
@@ -118,9 +122,6 @@ fn settle_key(ctx: Ctx, db: i32, key: &[u8]) {
         bytes: key,
     };
     waiting::settle(&target, &mut lock_key);
-    if let Some(deadline) = lock_key.lock().map(|lock| lock.deadline()) {
-        effects::index(&target, deadline, None);
-    }
 }
 
 /// Registers the timer context at load.

@@ -101,13 +101,16 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                 if let (Some(facts), ops::Change::Stored { previous_deadline }) =
                     (facts, outcome.change)
                 {
-                    effects::stored(
+                    let id = effects::stored(
                         target,
                         &waiter.owner,
                         facts,
                         previous_deadline,
                         c"lock.acquire",
                     );
+                    if let Some(lock) = key.lock() {
+                        lock.set_expiry_id(id);
+                    }
                 }
                 unblock(waiter.client, Answer::Token(outcome.reply));
                 return;

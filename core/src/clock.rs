@@ -67,6 +67,33 @@ impl Clock for SystemClock {
     }
 }
 
+/// Both clocks read once: a command reads time once and every step of it
+/// sees the same instant (and the clock is read twice, not six times).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    pub monotonic_ms: u64,
+    pub wall_us: i64,
+}
+
+impl Now {
+    pub fn of(clock: &impl Clock) -> Self {
+        Now {
+            monotonic_ms: clock.monotonic_ms(),
+            wall_us: clock.wall_us(),
+        }
+    }
+}
+
+impl Clock for Now {
+    fn monotonic_ms(&self) -> u64 {
+        self.monotonic_ms
+    }
+
+    fn wall_us(&self) -> i64 {
+        self.wall_us
+    }
+}
+
 /// A clock that only moves when told to: for tests of lease and token rules.
 #[derive(Debug)]
 pub struct ManualClock {
@@ -120,6 +147,14 @@ mod tests {
         assert!(clock.monotonic_ms() - mono < 1_000);
         clock.set_wall_offset_ms(-3_600_000);
         assert!(clock.wall_ms() < wall);
+    }
+
+    #[test]
+    fn a_snapshot_stands_still() {
+        let clock = ManualClock::new(10, 1_000);
+        let now = Now::of(&clock);
+        clock.advance_ms(5);
+        assert_eq!((now.monotonic_ms(), now.wall_ms()), (10, 1_000));
     }
 
     #[test]

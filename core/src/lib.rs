@@ -17,6 +17,6 @@ pub mod stats;
 pub mod token;
 pub mod waiters;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, Now, SystemClock};
 pub use lock::Lock;
 pub use ops::{Change, Node, Outcome, Slot};

@@ -10,6 +10,8 @@ pub struct Lock {
     token: i64,
     /// Monotonic milliseconds at which the lease ends.
     deadline: u64,
+    /// This lock's entry in the expiry index (0: not indexed yet).
+    expiry_id: u64,
 }
 
 impl Lock {
@@ -19,6 +21,7 @@ impl Lock {
             holds,
             token,
             deadline,
+            expiry_id: 0,
         }
     }
 
@@ -36,6 +39,15 @@ impl Lock {
 
     pub fn deadline(&self) -> u64 {
         self.deadline
+    }
+
+    pub fn expiry_id(&self) -> u64 {
+        self.expiry_id
+    }
+
+    /// Records the lock's entry in the expiry index.
+    pub fn set_expiry_id(&mut self, id: u64) {
+        self.expiry_id = id;
     }
 
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
