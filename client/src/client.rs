@@ -7,11 +7,11 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use crate::config::Config;
-use crate::error::{Error, NodeError, Result};
+use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::node::{IntoClient, Node};
 use crate::owner::new_owner_id;
-use crate::protocol::{self, LockInfo};
+use crate::protocol::{self, NodeInfo};
 use crate::timing;
 
 /// A Redlock client over N independent module-loaded masters (N = 1 is
@@ -78,13 +78,24 @@ impl Redlock {
             return Err(Error::InvalidConfig("at least one node is needed".into()));
         }
         let quorum = timing::quorum(nodes.len());
-        Ok(Redlock { shared: Arc::new(Shared { nodes, quorum, config }) })
+        Ok(Redlock {
+            shared: Arc::new(Shared {
+                nodes,
+                quorum,
+                config,
+            }),
+        })
     }
 
     /// A handle for `resource` with a fresh owner id, not yet acquired.
     pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
         self.shared.config.validate_ttl(ttl)?;
-        Ok(Lock::new(self.clone(), resource.into(), new_owner_id(), ttl))
+        Ok(Lock::new(
+            self.clone(),
+            resource.into(),
+            new_owner_id(),
+            ttl,
+        ))
     }
 
     /// [`Redlock::lock`] and [`Lock::acquire`] in one step.
@@ -96,14 +107,17 @@ impl Redlock {
 
     /// `LOCK.INFO` on every node: who holds `resource` where (for
     /// diagnostics and demos; not part of the locking protocol).
-    pub async fn info(&self, resource: &str) -> Vec<(String, Result<Option<LockInfo>, NodeError>)> {
+    pub async fn info(&self, resource: &str) -> Vec<NodeInfo> {
         let cmd = protocol::info(resource);
         let timeout = self.shared.config.node_timeout;
         join_all(self.shared.nodes.iter().map(|node| {
             let cmd = &cmd;
             async move {
                 let info = node.call(cmd, timeout).await.and_then(protocol::parse_info);
-                (node.name().to_string(), info)
+                NodeInfo {
+                    node: node.name().to_string(),
+                    info,
+                }
             }
         }))
         .await
@@ -111,7 +125,11 @@ impl Redlock {
 
     /// The nodes' names (`host:port`), in the order given.
     pub fn node_names(&self) -> Vec<String> {
-        self.shared.nodes.iter().map(|node| node.name().to_string()).collect()
+        self.shared
+            .nodes
+            .iter()
+            .map(|node| node.name().to_string())
+            .collect()
     }
 
     /// Nodes that must agree: N/2 + 1.

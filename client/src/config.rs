@@ -117,8 +117,12 @@ impl Config {
     /// each), and each retry waits at most `retry_delay + retry_jitter`. The
     /// single-node wait lasts this long when no `acquire_timeout` is set.
     pub fn retry_budget(&self) -> Duration {
-        let rounds = self.node_timeout.saturating_mul(2).saturating_mul(self.retry_count.saturating_add(1));
-        rounds.saturating_add((self.retry_delay + self.retry_jitter).saturating_mul(self.retry_count))
+        let rounds = self
+            .node_timeout
+            .saturating_mul(2)
+            .saturating_mul(self.retry_count.saturating_add(1));
+        rounds
+            .saturating_add((self.retry_delay + self.retry_jitter).saturating_mul(self.retry_count))
     }
 
     /// The renewal period of a watchdog for `ttl`.
@@ -151,8 +155,14 @@ mod tests {
     fn a_ttl_no_round_can_beat_is_rejected() {
         let config = Config::default();
         // 100 ms timeout + 2 ms + 1% of 100 ms drift: 100 ms can never work.
-        assert!(matches!(config.validate_ttl(ms(100)), Err(Error::InvalidConfig(_))));
-        assert!(matches!(config.validate_ttl(ms(103)), Err(Error::InvalidConfig(_))));
+        assert!(matches!(
+            config.validate_ttl(ms(100)),
+            Err(Error::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            config.validate_ttl(ms(103)),
+            Err(Error::InvalidConfig(_))
+        ));
         assert!(config.validate_ttl(ms(104)).is_ok());
     }
 
@@ -160,29 +170,58 @@ mod tests {
     fn sub_millisecond_ttls_are_rejected() {
         let config = Config::default();
         assert!(config.validate_ttl(Duration::ZERO).is_err());
-        assert!(config.validate_ttl(Duration::from_micros(1_000_500)).is_err());
+        assert!(config
+            .validate_ttl(Duration::from_micros(1_000_500))
+            .is_err());
     }
 
     #[test]
     fn nonsensical_settings_are_rejected() {
         let bad = [
-            Config { node_timeout: Duration::ZERO, ..Config::default() },
-            Config { drift_factor: 1.0, ..Config::default() },
-            Config { drift_factor: -0.1, ..Config::default() },
-            Config { drift_factor: f64::NAN, ..Config::default() },
-            Config { acquire_timeout: Some(Duration::ZERO), ..Config::default() },
-            Config { watchdog_interval: Some(Duration::ZERO), ..Config::default() },
+            Config {
+                node_timeout: Duration::ZERO,
+                ..Config::default()
+            },
+            Config {
+                drift_factor: 1.0,
+                ..Config::default()
+            },
+            Config {
+                drift_factor: -0.1,
+                ..Config::default()
+            },
+            Config {
+                drift_factor: f64::NAN,
+                ..Config::default()
+            },
+            Config {
+                acquire_timeout: Some(Duration::ZERO),
+                ..Config::default()
+            },
+            Config {
+                watchdog_interval: Some(Duration::ZERO),
+                ..Config::default()
+            },
         ];
         for config in bad {
-            assert!(matches!(config.validate(), Err(Error::InvalidConfig(_))), "{config:?}");
+            assert!(
+                matches!(config.validate(), Err(Error::InvalidConfig(_))),
+                "{config:?}"
+            );
         }
     }
 
     #[test]
     fn a_watchdog_slower_than_the_lease_is_rejected() {
-        let config = Config { watchdog_interval: Some(ms(990)), ..Config::default() };
+        let config = Config {
+            watchdog_interval: Some(ms(990)),
+            ..Config::default()
+        };
         assert!(config.validate_ttl(ms(1_000)).is_err());
-        let config = Config { watchdog_interval: Some(ms(500)), ..Config::default() };
+        let config = Config {
+            watchdog_interval: Some(ms(500)),
+            ..Config::default()
+        };
         assert!(config.validate_ttl(ms(1_000)).is_ok());
         assert_eq!(Config::default().watchdog_interval_for(ms(900)), ms(300));
     }
@@ -198,7 +237,10 @@ mod tests {
         };
         // Three attempts of two 10 ms rounds, two pauses of at most 150 ms.
         assert_eq!(config.retry_budget(), ms(3 * 2 * 10 + 2 * 150));
-        let once = Config { retry_count: 0, ..config };
+        let once = Config {
+            retry_count: 0,
+            ..config
+        };
         assert_eq!(once.retry_budget(), ms(20));
     }
 }

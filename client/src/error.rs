@@ -41,11 +41,19 @@ impl std::error::Error for NodeError {}
 pub enum Error {
     /// No attempt won a majority with positive validity before the retries
     /// or the acquire deadline ran out. `outcomes` are the last attempt's.
-    NotAcquired { attempts: u32, elapsed: Duration, outcomes: Vec<NodeOutcome> },
+    NotAcquired {
+        attempts: u32,
+        elapsed: Duration,
+        outcomes: Vec<NodeOutcome>,
+    },
     /// An operation on a held lock (extend, re-entry, fencing token) could
     /// not be confirmed by a majority within the lock's validity: the caller
     /// must assume the lock is lost.
-    QuorumLost { confirmed: usize, quorum: usize, outcomes: Vec<NodeOutcome> },
+    QuorumLost {
+        confirmed: usize,
+        quorum: usize,
+        outcomes: Vec<NodeOutcome>,
+    },
     /// The only node of a single-node client failed (with one node there is
     /// no quorum to fall back on, so its failure is the answer).
     Node { node: String, error: NodeError },
@@ -66,12 +74,27 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::NotAcquired { attempts, elapsed, outcomes } => {
-                write!(f, "lock not acquired after {attempts} attempt(s) in {} ms", elapsed.as_millis())?;
+            Error::NotAcquired {
+                attempts,
+                elapsed,
+                outcomes,
+            } => {
+                write!(
+                    f,
+                    "lock not acquired after {attempts} attempt(s) in {} ms",
+                    elapsed.as_millis()
+                )?;
                 write_outcomes(f, outcomes)
             }
-            Error::QuorumLost { confirmed, quorum, outcomes } => {
-                write!(f, "lock lost: {confirmed} node(s) confirmed, {quorum} needed")?;
+            Error::QuorumLost {
+                confirmed,
+                quorum,
+                outcomes,
+            } => {
+                write!(
+                    f,
+                    "lock lost: {confirmed} node(s) confirmed, {quorum} needed"
+                )?;
                 write_outcomes(f, outcomes)
             }
             Error::Node { node, error } => write!(f, "node {node}: {error}"),

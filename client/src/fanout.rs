@@ -25,8 +25,15 @@ pub(crate) async fn round(
     let start = Instant::now();
     let calls = nodes.iter().map(|node| async move {
         let result = node.call(cmd, timeout).await.and_then(parse);
-        NodeOutcome { node: node.name().to_string(), result }
+        NodeOutcome {
+            node: node.name().to_string(),
+            result,
+        }
     });
     let outcomes = join_all(calls).await;
-    Round { outcomes, started: start, elapsed: start.elapsed() }
+    Round {
+        outcomes,
+        started: start,
+        elapsed: start.elapsed(),
+    }
 }

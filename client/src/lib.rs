@@ -1,1 +1,172 @@
-//! Redlock client for the redis-lock module (work in progress).
+//! Redlock over nodes running the redis-lock module: quorum locks with
+//! fencing tokens that only go up.
+//!
+//! Point a [`Redlock`] at N independent Redis masters with the module loaded
+//! (five is typical; one is a valid single-node mode) and lock resources by
+//! name:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::Redlock;
+//!
+//! # async fn run() -> Result<(), redis_lock_client::Error> {
+//! let redlock = Redlock::new((7101..=7105).map(|port| format!("redis://127.0.0.1:{port}")))?;
+//!
+//! let lock = redlock.acquire("invoice:1042", Duration::from_secs(10)).await?;
+//! let token = lock.fencing_token().await?; // pass it to the storage you write to
+//! println!("holding invoice:1042 (token {token}) for at least {:?}", lock.validity());
+//! let release = lock.release().await?;
+//! assert!(!release.lapsed(), "the work overran the lease");
+//! # Ok(()) }
+//! ```
+//!
+//! Code without an async runtime uses [`blocking::Redlock`], which has the
+//! same methods and runs its own small runtime.
+//!
+//! # Acquiring
+//!
+//! One acquisition attempt sends `LOCK.ACQUIRE key owner ttl` to **all nodes
+//! at once**, each call bounded by [`Config::node_timeout`]. The owner id is
+//! 128 random bits, the same on every node. The lock is held iff a majority
+//! (N/2 + 1) granted it and the validity
+//!
+//! ```text
+//! validity = ttl − elapsed − drift        drift = 1% of ttl + 2 ms (configurable)
+//! ```
+//!
+//! is positive, where `elapsed` is the time from sending the first command
+//! to the last answer. Every granting node started its lease after the
+//! round began, so for `validity` after the round all of them still hold
+//! it, give or take the clock-rate drift allowed for.
+//!
+//! A failed attempt releases the lock on **all** nodes at once (also those
+//! that did not answer: their grant may merely be late), then waits
+//! [`Config::retry_delay`] plus a random part of [`Config::retry_jitter`] so
+//! that clients that collided split up, and tries again, up to
+//! [`Config::retry_count`] times and within [`Config::acquire_timeout`].
+//! Failing nodes (timeouts, refused connections, error replies such as a
+//! node refusing acquisitions during its recovery window) are recorded per
+//! node in the [`Error::NotAcquired`] outcomes, never fatal on their own: two
+//! of five nodes can be down and locks are still granted.
+//!
+//! # Single-node mode and server-side waiting
+//!
+//! With one node there is no quorum to split, so a busy lock is waited for
+//! on the server with `LOCK.ACQUIRE … WAIT timeout` (on a connection of its
+//! own, since Redis holds a blocked connection's later commands): the module
+//! hands the lock to waiters in arrival order the instant it is free,
+//! without polling. Redlock (N > 1) does **not** wait on the nodes: five
+//! independent FIFO queues hand the lock out independently, so while one
+//! client sits first in the queue of nodes 1–3 another can sit first on
+//! nodes 4–5 and a third anywhere in between; each node grants its own
+//! first waiter, the grants scatter, nobody gets a majority, and the nodes
+//! stay locked by minority holders until those notice and release. Retrying
+//! with random delays instead lets one client win the whole round.
+//!
+//! # Extending and releasing
+//!
+//! [`Lock::extend`] renews the lease on every node still holding it, with
+//! the same rules: a majority must confirm, the round must end before the
+//! current validity does, and the new validity is measured as above.
+//! [`Lock::release`] releases on all nodes at once and reports how many
+//! still held the lock. A release after the lease ended is *not* an error:
+//! [`Release::lapsed`] says that fewer than a quorum still held it, so a
+//! critical section that overran its validity is visible to the caller.
+//!
+//! # Reentrancy
+//!
+//! Acquiring a handle that already holds its lock adds a hold: one round of
+//! `LOCK.ACQUIRE` with the same owner, which re-enters where the lock is
+//! held (renewing its lease) and grants afresh where a node lost it; it must
+//! again win a majority. Holds are released one by one; only the last
+//! release contacts the nodes, with `LOCK.RELEASE … ALL`. Inner releases
+//! stay local on purpose: a node that missed the outer acquisition holds one
+//! hold fewer than the others, so releasing hold by hold on the nodes could
+//! free it there early and shrink the holders below a majority while the
+//! handle still believes it holds the lock.
+//!
+//! # Fencing tokens
+//!
+//! A lease can end while its holder is paused (GC, swapping, a stopped
+//! VM), so a lock alone cannot stop a stale holder from writing. Storage
+//! that remembers the highest token it accepted and rejects lower ones can,
+//! if tokens grow with every holder. [`Lock::fencing_token`] returns such a
+//! token.
+//!
+//! Each node gives every fresh acquisition a token greater than every token
+//! it issued or was raised to before (the module's counter rule, kept across
+//! restarts when the node persists its data). Per-node tokens alone are not
+//! enough: the previous holder's highest token may come from a node the next
+//! holder never wins, and the next holder's nodes may all be far behind. So
+//! the client **writes the maximum back**:
+//!
+//! 1. `M` = the highest token the nodes granted this hold.
+//! 2. `LOCK.FENCE key owner ATLEAST M` to all nodes at once: each node still
+//!    holding our lock raises the lock's token and its own counter to at
+//!    least `M` and answers with the lock's token.
+//! 3. If fewer than a majority answered, the lock is lost
+//!    ([`Error::QuorumLost`]); if some node answered more than `M`, repeat
+//!    with that value. Otherwise `M` is the token.
+//!
+//! **Why it is monotonic.** Let holder A get token `M` and holder B acquire
+//! the lock after A's hold ended (released, or lease ended). A's write-back
+//! reached a majority `Q_A` while A's lease was live on each of those
+//! nodes; B's acquisition was granted by a majority `Q_B`. Two majorities
+//! share a node `x`. B's grant on `x` came after A's lease on `x` ended
+//! (a node grants only a free lock), so after the write-back: `x`'s counter
+//! was already at least `M` and B's token on `x` is greater than `M`. B's
+//! own token is the maximum over all of B's grants, so it is greater than
+//! `M` too. By induction, tokens strictly increase across successive
+//! holders, however their majorities differ and however far ahead one
+//! node's counter is, as long as a majority of nodes keep their state (a
+//! node that restarts without its data must stay out of new acquisitions
+//! for longer than the longest TTL: the module's recovery window).
+//!
+//! The token is computed on first use and cached for the hold, so a lock
+//! whose token is never asked for costs one round trip to acquire. The
+//! maximum comes from the acquisition replies, so asking costs one more
+//! round (two if a node reports a higher token).
+//!
+//! # Watchdog
+//!
+//! [`Lock::watchdog`] turns a held lock into a [`Watchdog`] that renews the
+//! lease every `ttl / 3` ([`Config::watchdog_interval`]) until it is
+//! released, stopped or dropped. When a renewal cannot reach a majority
+//! before the validity ends, or a majority denies holding the lock, it
+//! reports [`LockStatus::Lost`] through [`Watchdog::lost`] (a future) and
+//! [`Watchdog::status`] (a `watch` channel). [`Redlock::with_lock`] runs a
+//! future under a watchdog and drops it (cancels it) when the lock is lost.
+//!
+//! # Features
+//!
+//! - `tracing`: spans for acquire, extend, release and `fencing_token`,
+//!   with trace events for each node's outcome.
+
+mod client;
+mod config;
+mod error;
+mod fanout;
+mod lock;
+mod node;
+mod outcome;
+mod owner;
+mod protocol;
+mod scoped;
+mod timing;
+mod watchdog;
+
+pub mod blocking;
+
+pub use client::Redlock;
+pub use config::Config;
+pub use error::{Error, NodeError, Result};
+pub use lock::Lock;
+pub use node::IntoClient;
+pub use outcome::{Acquired, NodeOutcome, Release, Reply};
+pub use protocol::{LockInfo, NodeInfo};
+pub use scoped::LockContext;
+pub use watchdog::{LockStatus, Watchdog};
+
+/// Quorum arithmetic, exposed for callers that size deployments or check
+/// reports: `quorum(5) == 3`.
+pub use timing::quorum;

@@ -60,7 +60,9 @@ impl Lock {
             state: Mutex::new(State::default()),
             ops: tokio::sync::Mutex::new(()),
         };
-        Lock { core: Arc::new(core) }
+        Lock {
+            core: Arc::new(core),
+        }
     }
 
     /// Acquires the lock, retrying until the retries or the acquire deadline
@@ -177,7 +179,9 @@ impl LockCore {
     fn state(&self) -> MutexGuard<'_, State> {
         // The state is plain data updated in single assignments: a panic
         // elsewhere cannot leave it half-written, so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn resource(&self) -> &str {
@@ -201,7 +205,10 @@ impl LockCore {
         if state.holds == 0 {
             return None;
         }
-        state.valid_until?.checked_duration_since(Instant::now()).filter(|left| !left.is_zero())
+        state
+            .valid_until?
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
     }
 
     pub(crate) fn valid_until(&self) -> Option<Instant> {
@@ -232,14 +239,24 @@ impl LockCore {
     async fn attempt(&self) -> std::result::Result<(Round, Duration), Round> {
         let config = self.client.config();
         let cmd = protocol::acquire(&self.resource, &self.owner, self.ttl, None);
-        let round = fanout::round(self.client.nodes(), &cmd, config.node_timeout, protocol::parse_acquire).await;
+        let round = fanout::round(
+            self.client.nodes(),
+            &cmd,
+            config.node_timeout,
+            protocol::parse_acquire,
+        )
+        .await;
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));
         let validity = timing::validity(self.ttl, round.elapsed, config.drift(self.ttl));
         match validity {
             Some(validity) if granted >= self.client.quorum() => Ok((round, validity)),
             _ => {
                 // Nodes that all answered "busy" granted nothing to undo.
-                if round.outcomes.iter().any(|o| o.granted_token().is_some() || o.is_failure()) {
+                if round
+                    .outcomes
+                    .iter()
+                    .any(|o| o.granted_token().is_some() || o.is_failure())
+                {
                     self.release_everywhere().await;
                 }
                 Err(round)
@@ -264,10 +281,15 @@ impl LockCore {
             let delay = timing::random_retry_delay(config.retry_delay, config.retry_jitter);
             // Another attempt is one acquire round and one undo round after
             // the pause: start it only if it can end before the deadline.
-            let fits = deadline
-                .map_or(true, |deadline| Instant::now() + delay + config.node_timeout * 2 <= deadline);
+            let fits = deadline.map_or(true, |deadline| {
+                Instant::now() + delay + config.node_timeout * 2 <= deadline
+            });
             if !retries_left || !fits {
-                return Err(Error::NotAcquired { attempts, elapsed: started.elapsed(), outcomes: last });
+                return Err(Error::NotAcquired {
+                    attempts,
+                    elapsed: started.elapsed(),
+                    outcomes: last,
+                });
             }
             tokio::time::sleep(delay).await;
         }
@@ -288,21 +310,39 @@ impl LockCore {
         if !busy {
             return Err(self.single_node_failure(round.outcomes));
         }
-        let wait = config.acquire_timeout.unwrap_or_else(|| config.retry_budget()).saturating_sub(started.elapsed());
+        let wait = config
+            .acquire_timeout
+            .unwrap_or_else(|| config.retry_budget())
+            .saturating_sub(started.elapsed());
         if !patient || wait.is_zero() {
-            return Err(Error::NotAcquired { attempts: 1, elapsed: started.elapsed(), outcomes: round.outcomes });
+            return Err(Error::NotAcquired {
+                attempts: 1,
+                elapsed: started.elapsed(),
+                outcomes: round.outcomes,
+            });
         }
         let Some(node) = self.client.nodes().first() else {
             return Err(Error::InvalidConfig("no nodes".into()));
         };
         let cmd = protocol::acquire(&self.resource, &self.owner, self.ttl, Some(wait));
         let sent = Instant::now();
-        let result =
-            node.call_blocking(&cmd, wait + config.node_timeout).await.and_then(protocol::parse_acquire);
-        let outcome = NodeOutcome { node: node.name().to_string(), result: result.clone() };
+        let result = node
+            .call_blocking(&cmd, wait + config.node_timeout)
+            .await
+            .and_then(protocol::parse_acquire);
+        let outcome = NodeOutcome {
+            node: node.name().to_string(),
+            result: result.clone(),
+        };
         match result {
-            Ok(Reply::Granted { token }) => self.granted_after_wait(outcome, token, sent, started).await,
-            Ok(_) => Err(Error::NotAcquired { attempts: 2, elapsed: started.elapsed(), outcomes: vec![outcome] }),
+            Ok(Reply::Granted { token }) => {
+                self.granted_after_wait(outcome, token, sent, started).await
+            }
+            Ok(_) => Err(Error::NotAcquired {
+                attempts: 2,
+                elapsed: started.elapsed(),
+                outcomes: vec![outcome],
+            }),
             Err(_) => {
                 // A wait cut short on our side may still have been granted.
                 self.release_everywhere().await;
@@ -328,10 +368,20 @@ impl LockCore {
         let mut outcomes = vec![outcome];
         if sent.elapsed() > config.node_timeout {
             let cmd = protocol::extend(&self.resource, &self.owner, self.ttl);
-            let round = fanout::round(self.client.nodes(), &cmd, config.node_timeout, protocol::parse_extend).await;
+            let round = fanout::round(
+                self.client.nodes(),
+                &cmd,
+                config.node_timeout,
+                protocol::parse_extend,
+            )
+            .await;
             if round.count(|r| matches!(r, Reply::Extended)) < 1 {
                 self.release_everywhere().await;
-                return Err(Error::NotAcquired { attempts: 2, elapsed: started.elapsed(), outcomes: round.outcomes });
+                return Err(Error::NotAcquired {
+                    attempts: 2,
+                    elapsed: started.elapsed(),
+                    outcomes: round.outcomes,
+                });
             }
             valid_from = round.started;
             outcomes = round.outcomes;
@@ -339,7 +389,11 @@ impl LockCore {
         let validity = timing::validity(self.ttl, valid_from.elapsed(), drift);
         let Some(validity) = validity else {
             self.release_everywhere().await;
-            return Err(Error::NotAcquired { attempts: 2, elapsed: started.elapsed(), outcomes });
+            return Err(Error::NotAcquired {
+                attempts: 2,
+                elapsed: started.elapsed(),
+                outcomes,
+            });
         };
         let mut state = self.state();
         *state = State {
@@ -348,25 +402,50 @@ impl LockCore {
             max_granted: Some(token),
             fence: None,
         };
-        Ok(Acquired { validity, holds: 1, attempts: 2, outcomes })
+        Ok(Acquired {
+            validity,
+            holds: 1,
+            attempts: 2,
+            outcomes,
+        })
     }
 
     fn single_node_failure(&self, outcomes: Vec<NodeOutcome>) -> Error {
         match outcomes.into_iter().next() {
-            Some(NodeOutcome { node, result: Err(error) }) => Error::Node { node, error },
-            Some(outcome) => Error::NotAcquired { attempts: 1, elapsed: Duration::ZERO, outcomes: vec![outcome] },
+            Some(NodeOutcome {
+                node,
+                result: Err(error),
+            }) => Error::Node { node, error },
+            Some(outcome) => Error::NotAcquired {
+                attempts: 1,
+                elapsed: Duration::ZERO,
+                outcomes: vec![outcome],
+            },
             None => Error::InvalidConfig("no nodes".into()),
         }
     }
 
     /// Records a won round as the start of a new hold.
     fn granted(&self, round: Round, validity: Duration, attempts: u32) -> Acquired {
-        let max_granted = round.outcomes.iter().filter_map(NodeOutcome::granted_token).max();
+        let max_granted = round
+            .outcomes
+            .iter()
+            .filter_map(NodeOutcome::granted_token)
+            .max();
         let mut state = self.state();
-        *state =
-            State { holds: 1, valid_until: Some(round.started + round.elapsed + validity), max_granted, fence: None };
+        *state = State {
+            holds: 1,
+            valid_until: Some(round.started + round.elapsed + validity),
+            max_granted,
+            fence: None,
+        };
         trace_outcomes(&round.outcomes);
-        Acquired { validity, holds: 1, attempts, outcomes: round.outcomes }
+        Acquired {
+            validity,
+            holds: 1,
+            attempts,
+            outcomes: round.outcomes,
+        }
     }
 
     /// A nested acquisition: one round of `LOCK.ACQUIRE` with our owner id,
@@ -377,19 +456,34 @@ impl LockCore {
     async fn reenter(&self) -> Result<Acquired> {
         let config = self.client.config();
         let cmd = protocol::acquire(&self.resource, &self.owner, self.ttl, None);
-        let round = fanout::round(self.client.nodes(), &cmd, config.node_timeout, protocol::parse_acquire).await;
+        let round = fanout::round(
+            self.client.nodes(),
+            &cmd,
+            config.node_timeout,
+            protocol::parse_acquire,
+        )
+        .await;
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));
         let quorum = self.client.quorum();
         let validity = timing::validity(self.ttl, round.elapsed, config.drift(self.ttl));
         let Some(validity) = validity.filter(|_| granted >= quorum) else {
-            return Err(Error::QuorumLost { confirmed: granted, quorum, outcomes: round.outcomes });
+            return Err(Error::QuorumLost {
+                confirmed: granted,
+                quorum,
+                outcomes: round.outcomes,
+            });
         };
         let tokens = round.outcomes.iter().filter_map(NodeOutcome::granted_token);
         let mut state = self.state();
         state.holds = state.holds.saturating_add(1);
         state.valid_until = Some(round.started + round.elapsed + validity);
         state.max_granted = state.max_granted.into_iter().chain(tokens).max();
-        Ok(Acquired { validity, holds: state.holds, attempts: 1, outcomes: round.outcomes })
+        Ok(Acquired {
+            validity,
+            holds: state.holds,
+            attempts: 1,
+            outcomes: round.outcomes,
+        })
     }
 
     #[cfg_attr(
@@ -403,7 +497,13 @@ impl LockCore {
         }
         let config = self.client.config();
         let cmd = protocol::extend(&self.resource, &self.owner, ttl);
-        let round = fanout::round(self.client.nodes(), &cmd, config.node_timeout, protocol::parse_extend).await;
+        let round = fanout::round(
+            self.client.nodes(),
+            &cmd,
+            config.node_timeout,
+            protocol::parse_extend,
+        )
+        .await;
         trace_outcomes(&round.outcomes);
         let confirmed = round.count(|r| matches!(r, Reply::Extended));
         let quorum = self.client.quorum();
@@ -412,13 +512,19 @@ impl LockCore {
         // Renewal counts only if it finished while the lock was still
         // certainly ours: after that, the confirmations prove nothing about
         // the time in between.
-        let in_time = state.valid_until.is_some_and(|until| Instant::now() < until);
+        let in_time = state
+            .valid_until
+            .is_some_and(|until| Instant::now() < until);
         match validity {
             Some(validity) if confirmed >= quorum && in_time => {
                 state.valid_until = Some(round.started + round.elapsed + validity);
                 Ok(validity)
             }
-            _ => Err(Error::QuorumLost { confirmed, quorum, outcomes: round.outcomes }),
+            _ => Err(Error::QuorumLost {
+                confirmed,
+                quorum,
+                outcomes: round.outcomes,
+            }),
         }
     }
 
@@ -498,7 +604,13 @@ impl LockCore {
         let mut last = Vec::new();
         for _ in 0..3 {
             let cmd = protocol::fence(&self.resource, &self.owner, Some(candidate));
-            let round = fanout::round(self.client.nodes(), &cmd, config.node_timeout, protocol::parse_fence).await;
+            let round = fanout::round(
+                self.client.nodes(),
+                &cmd,
+                config.node_timeout,
+                protocol::parse_fence,
+            )
+            .await;
             trace_outcomes(&round.outcomes);
             let tokens: Vec<u64> = round
                 .outcomes
@@ -509,7 +621,11 @@ impl LockCore {
                 })
                 .collect();
             if tokens.len() < quorum {
-                return Err(Error::QuorumLost { confirmed: tokens.len(), quorum, outcomes: round.outcomes });
+                return Err(Error::QuorumLost {
+                    confirmed: tokens.len(),
+                    quorum,
+                    outcomes: round.outcomes,
+                });
             }
             match tokens.iter().copied().max() {
                 Some(highest) if highest > candidate => candidate = highest,
@@ -520,7 +636,11 @@ impl LockCore {
             }
             last = round.outcomes;
         }
-        Err(Error::QuorumLost { confirmed: 0, quorum, outcomes: last })
+        Err(Error::QuorumLost {
+            confirmed: 0,
+            quorum,
+            outcomes: last,
+        })
     }
 }
 

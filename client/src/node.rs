@@ -22,7 +22,8 @@ impl IntoClient for redis::Client {
 
 impl IntoClient for &str {
     fn into_client(self) -> Result<redis::Client> {
-        redis::Client::open(self).map_err(|e| Error::InvalidConfig(format!("node URL {self:?}: {e}")))
+        redis::Client::open(self)
+            .map_err(|e| Error::InvalidConfig(format!("node URL {self:?}: {e}")))
     }
 }
 
@@ -92,9 +93,14 @@ impl Node {
     /// client's later commands only once it is unblocked, so on the shared
     /// connection the wait would stall every other lock of this client.
     pub async fn call_blocking(&self, cmd: &Cmd, timeout: Duration) -> Result<Value, NodeError> {
-        let config = AsyncConnectionConfig::new().set_response_timeout(None).set_connection_timeout(Some(timeout));
+        let config = AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(timeout));
         let call = async {
-            let mut conn = self.client.get_multiplexed_async_connection_with_config(&config).await?;
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
             conn.send_packed_command(cmd).await
         };
         match tokio::time::timeout(timeout, call).await {
@@ -107,7 +113,10 @@ impl Node {
 fn node_error(error: redis::RedisError) -> NodeError {
     if error.is_timeout() {
         NodeError::Connection(format!("timed out: {error}"))
-    } else if matches!(error.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension) {
+    } else if matches!(
+        error.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    ) {
         NodeError::Reply(error.to_string())
     } else {
         NodeError::Connection(error.to_string())

@@ -52,7 +52,9 @@ impl fmt::Display for NodeOutcome {
             Ok(Reply::Granted { token }) => write!(f, "{}: granted (token {token})", self.node),
             Ok(Reply::Busy) => write!(f, "{}: held by another owner", self.node),
             Ok(Reply::Extended) => write!(f, "{}: extended", self.node),
-            Ok(Reply::Released { holds_left }) => write!(f, "{}: released ({holds_left} left)", self.node),
+            Ok(Reply::Released { holds_left }) => {
+                write!(f, "{}: released ({holds_left} left)", self.node)
+            }
             Ok(Reply::Fenced { token }) => write!(f, "{}: token {token}", self.node),
             Ok(Reply::NotHeld) => write!(f, "{}: not held", self.node),
             Err(error) => write!(f, "{}: {error}", self.node),
@@ -74,7 +76,10 @@ pub(crate) struct Round {
 impl Round {
     /// How many nodes answered with a reply for which `wanted` holds.
     pub fn count(&self, wanted: impl Fn(&Reply) -> bool) -> usize {
-        self.outcomes.iter().filter(|o| o.result.as_ref().is_ok_and(&wanted)).count()
+        self.outcomes
+            .iter()
+            .filter(|o| o.result.as_ref().is_ok_and(&wanted))
+            .count()
     }
 }
 
@@ -126,7 +131,10 @@ mod tests {
     use super::*;
 
     fn outcome(result: Result<Reply, NodeError>) -> NodeOutcome {
-        NodeOutcome { node: "n".into(), result }
+        NodeOutcome {
+            node: "n".into(),
+            result,
+        }
     }
 
     #[test]
@@ -160,7 +168,13 @@ mod tests {
         assert!(!freed(3, 2).lapsed());
         assert!(freed(2, 3).lapsed());
         assert!(freed(0, 5).lapsed());
-        let nested = Release { holds_left: 1, released: 0, not_held: 0, quorum: 3, outcomes: vec![] };
+        let nested = Release {
+            holds_left: 1,
+            released: 0,
+            not_held: 0,
+            quorum: 3,
+            outcomes: vec![],
+        };
         assert!(!nested.lapsed());
     }
 }

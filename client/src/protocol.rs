@@ -96,7 +96,9 @@ pub fn parse_fence(value: Value) -> Result<Reply, NodeError> {
 
 fn token(value: Value) -> Result<u64, NodeError> {
     match value {
-        Value::Int(n) => u64::try_from(n).map_err(|_| unexpected("a fencing token", &Value::Int(n))),
+        Value::Int(n) => {
+            u64::try_from(n).map_err(|_| unexpected("a fencing token", &Value::Int(n)))
+        }
         other => Err(reply_error(other, "a fencing token")),
     }
 }
@@ -128,6 +130,13 @@ pub struct LockInfo {
     pub pttl: Duration,
     /// Clients blocked in `LOCK.ACQUIRE … WAIT` for this lock.
     pub waiters: u64,
+}
+
+/// One node's `LOCK.INFO` answer: `Ok(None)` when the lock is free there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub node: String,
+    pub info: Result<Option<LockInfo>, NodeError>,
 }
 
 /// `LOCK.INFO`: nil, or field/value pairs (a flat array under RESP2, a map
@@ -167,7 +176,9 @@ pub fn parse_info(value: Value) -> Result<Option<LockInfo>, NodeError> {
             pttl: Duration::from_millis(pttl),
             waiters: waiters.unwrap_or(0),
         })),
-        _ => Err(NodeError::UnexpectedReply("LOCK.INFO lacks owner, holds, token or pttl".into())),
+        _ => Err(NodeError::UnexpectedReply(
+            "LOCK.INFO lacks owner, holds, token or pttl".into(),
+        )),
     }
 }
 
@@ -195,7 +206,7 @@ mod tests {
         cmd.args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                redis::Arg::Cursor => "<cursor>".into(),
+                _ => "<not a plain argument>".into(),
             })
             .collect()
     }
@@ -207,33 +218,68 @@ mod tests {
     #[test]
     fn commands_follow_the_contract() {
         let ms = Duration::from_millis;
-        assert_eq!(args(&acquire("k", "o", ms(30_000), None)), ["LOCK.ACQUIRE", "k", "o", "30000"]);
+        assert_eq!(
+            args(&acquire("k", "o", ms(30_000), None)),
+            ["LOCK.ACQUIRE", "k", "o", "30000"]
+        );
         assert_eq!(
             args(&acquire("k", "o", ms(100), Some(ms(2_500)))),
             ["LOCK.ACQUIRE", "k", "o", "100", "WAIT", "2500"]
         );
         // A sub-millisecond wait must not become WAIT 0 (wait forever).
-        assert_eq!(args(&acquire("k", "o", ms(100), Some(Duration::from_micros(300))))[5], "1");
+        assert_eq!(
+            args(&acquire(
+                "k",
+                "o",
+                ms(100),
+                Some(Duration::from_micros(300))
+            ))[5],
+            "1"
+        );
         assert_eq!(args(&release("k", "o", false)), ["LOCK.RELEASE", "k", "o"]);
-        assert_eq!(args(&release("k", "o", true)), ["LOCK.RELEASE", "k", "o", "ALL"]);
-        assert_eq!(args(&extend("k", "o", ms(7))), ["LOCK.EXTEND", "k", "o", "7"]);
+        assert_eq!(
+            args(&release("k", "o", true)),
+            ["LOCK.RELEASE", "k", "o", "ALL"]
+        );
+        assert_eq!(
+            args(&extend("k", "o", ms(7))),
+            ["LOCK.EXTEND", "k", "o", "7"]
+        );
         assert_eq!(args(&fence("k", "o", None)), ["LOCK.FENCE", "k", "o"]);
-        assert_eq!(args(&fence("k", "o", Some(42))), ["LOCK.FENCE", "k", "o", "ATLEAST", "42"]);
+        assert_eq!(
+            args(&fence("k", "o", Some(42))),
+            ["LOCK.FENCE", "k", "o", "ATLEAST", "42"]
+        );
         assert_eq!(args(&info("k")), ["LOCK.INFO", "k"]);
     }
 
     #[test]
     fn acquire_replies() {
-        assert_eq!(parse_acquire(Value::Int(17)), Ok(Reply::Granted { token: 17 }));
+        assert_eq!(
+            parse_acquire(Value::Int(17)),
+            Ok(Reply::Granted { token: 17 })
+        );
         assert_eq!(parse_acquire(Value::Nil), Ok(Reply::Busy));
-        assert!(matches!(parse_acquire(Value::Int(-1)), Err(NodeError::UnexpectedReply(_))));
-        assert!(matches!(parse_acquire(Value::Okay), Err(NodeError::UnexpectedReply(_))));
+        assert!(matches!(
+            parse_acquire(Value::Int(-1)),
+            Err(NodeError::UnexpectedReply(_))
+        ));
+        assert!(matches!(
+            parse_acquire(Value::Okay),
+            Err(NodeError::UnexpectedReply(_))
+        ));
     }
 
     #[test]
     fn release_extend_and_fence_replies() {
-        assert_eq!(parse_release(Value::Int(0)), Ok(Reply::Released { holds_left: 0 }));
-        assert_eq!(parse_release(Value::Int(2)), Ok(Reply::Released { holds_left: 2 }));
+        assert_eq!(
+            parse_release(Value::Int(0)),
+            Ok(Reply::Released { holds_left: 0 })
+        );
+        assert_eq!(
+            parse_release(Value::Int(2)),
+            Ok(Reply::Released { holds_left: 2 })
+        );
         assert_eq!(parse_release(Value::Nil), Ok(Reply::NotHeld));
         assert!(parse_release(Value::Int(-3)).is_err());
         assert_eq!(parse_extend(Value::Int(1)), Ok(Reply::Extended));
@@ -260,7 +306,12 @@ mod tests {
             pttl: Duration::from_millis(1500),
             waiters: 1,
         };
-        let flat = Value::Array(fields.iter().flat_map(|(f, v)| [bulk(f), v.clone()]).collect());
+        let flat = Value::Array(
+            fields
+                .iter()
+                .flat_map(|(f, v)| [bulk(f), v.clone()])
+                .collect(),
+        );
         assert_eq!(parse_info(flat), Ok(Some(expected.clone())));
         let map = Value::Map(fields.iter().map(|(f, v)| (bulk(f), v.clone())).collect());
         assert_eq!(parse_info(map), Ok(Some(expected)));

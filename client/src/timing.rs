@@ -26,7 +26,9 @@ pub fn drift(ttl: Duration, factor: f64, min: Duration) -> Duration {
 /// the time all the granting nodes still hold it, measured from the end of
 /// the round.
 pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|left| !left.is_zero())
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|left| !left.is_zero())
 }
 
 /// A retry delay: `base` plus a uniformly random part of `0..=jitter`
@@ -73,10 +75,22 @@ mod tests {
     #[test]
     fn validity_subtracts_elapsed_and_drift() {
         assert_eq!(validity(ms(10_000), ms(50), ms(102)), Some(ms(9_848)));
-        assert_eq!(validity(ms(1_000), ms(988), ms(12)), None, "exactly zero is not valid");
+        assert_eq!(
+            validity(ms(1_000), ms(988), ms(12)),
+            None,
+            "exactly zero is not valid"
+        );
         assert_eq!(validity(ms(1_000), ms(987), ms(12)), Some(ms(1)));
-        assert_eq!(validity(ms(1_000), ms(2_000), ms(12)), None, "a round longer than the ttl");
-        assert_eq!(validity(ms(1_000), ms(995), ms(12)), None, "eaten by the drift");
+        assert_eq!(
+            validity(ms(1_000), ms(2_000), ms(12)),
+            None,
+            "a round longer than the ttl"
+        );
+        assert_eq!(
+            validity(ms(1_000), ms(995), ms(12)),
+            None,
+            "eaten by the drift"
+        );
     }
 
     #[test]
@@ -86,7 +100,9 @@ mod tests {
         assert_eq!(retry_delay(ms(200), ms(100), 0.5), ms(250));
         assert_eq!(retry_delay(ms(200), ms(100), 7.0), ms(300), "clamped");
         assert_eq!(retry_delay(ms(200), ms(100), -1.0), ms(200), "clamped");
-        let samples: Vec<Duration> = (0..1_000).map(|_| random_retry_delay(ms(200), ms(100))).collect();
+        let samples: Vec<Duration> = (0..1_000)
+            .map(|_| random_retry_delay(ms(200), ms(100)))
+            .collect();
         assert!(samples.iter().all(|d| (ms(200)..=ms(300)).contains(d)));
         // Jitter actually varies the delay (1,000 equal samples would mean
         // the random part is stuck).

@@ -1,0 +1,40 @@
+//! Where the examples find their nodes: command-line arguments, else the
+//! comma-separated `REDIS_LOCK_NODES`, else the five masters that
+//! `scripts/cluster.sh start` (`make cluster`) runs on ports 7101–7105.
+
+/// The node URLs to use. Bare `host:port` entries get a `redis://` prefix.
+pub fn node_urls() -> Vec<String> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let listed = if args.is_empty() {
+        std::env::var("REDIS_LOCK_NODES")
+            .map(|nodes| {
+                nodes
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        args
+    };
+    if listed.is_empty() {
+        return (7101..=7105)
+            .map(|port| format!("redis://127.0.0.1:{port}"))
+            .collect();
+    }
+    listed
+        .into_iter()
+        .map(|node| {
+            if node.contains("://") {
+                node
+            } else {
+                format!("redis://{node}")
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,400 @@
+//! The blocking API, for code without an async runtime.
+//!
+//! The client owns a small tokio runtime (one worker thread) on which the
+//! connections and watchdogs run; each call blocks the calling thread until
+//! the async operation it wraps finishes. Calling it from inside an async
+//! runtime would block that runtime's thread, so it is refused with
+//! [`Error::Runtime`] instead.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::blocking::Redlock;
+//!
+//! # fn main() -> Result<(), redis_lock_client::Error> {
+//! let redlock = Redlock::new(["redis://127.0.0.1:7101"])?;
+//! let lock = redlock.acquire("cron:cleanup", Duration::from_secs(30))?;
+//! println!("token {}", lock.fencing_token()?);
+//! lock.release()?;
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::node::IntoClient;
+use crate::outcome::{Acquired, Release};
+use crate::protocol::NodeInfo;
+use crate::watchdog::LockStatus;
+
+/// The runtime the blocking client runs on. Shut down without waiting when
+/// the last handle goes, so that dropping a client never blocks or panics
+/// (even inside another runtime).
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Runtime {
+    fn new() -> Result<Runtime> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("redis-lock-client")
+            .enable_all()
+            .build()
+            .map(|runtime| Runtime(Some(runtime)))
+            .map_err(|e| Error::Runtime(format!("cannot start the client's runtime: {e}")))
+    }
+
+    fn get(&self) -> Result<&tokio::runtime::Runtime> {
+        self.0
+            .as_ref()
+            .ok_or_else(|| Error::Runtime("the client's runtime is gone".into()))
+    }
+
+    /// Runs `future` to completion on the calling thread.
+    fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::Runtime(
+                "the blocking API was called inside an async runtime; use the async API there"
+                    .into(),
+            ));
+        }
+        Ok(self.get()?.block_on(future))
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A blocking Redlock client: the same rules as [`crate::Redlock`].
+#[derive(Clone)]
+pub struct Redlock {
+    inner: crate::Redlock,
+    runtime: Arc<Runtime>,
+}
+
+impl Redlock {
+    /// A client with the default [`Config`].
+    pub fn new<I>(nodes: I) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: IntoClient,
+    {
+        Self::with_config(nodes, Config::default())
+    }
+
+    /// A client with the given settings.
+    pub fn with_config<I>(nodes: I, config: Config) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: IntoClient,
+    {
+        let runtime = Arc::new(Runtime::new()?);
+        let inner = {
+            let _entered = runtime.get()?.enter();
+            crate::Redlock::with_config(nodes, config)?
+        };
+        Ok(Redlock { inner, runtime })
+    }
+
+    /// A handle for `resource` with a fresh owner id, not yet acquired.
+    pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        let inner = self.inner.lock(resource, ttl)?;
+        Ok(Lock {
+            inner: Some(inner),
+            runtime: Arc::clone(&self.runtime),
+        })
+    }
+
+    /// [`Redlock::lock`] and [`Lock::acquire`] in one step.
+    pub fn acquire(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        let lock = self.lock(resource, ttl)?;
+        lock.acquire()?;
+        Ok(lock)
+    }
+
+    /// Acquires `resource`, runs `work` on this thread under a watchdog and
+    /// releases the lock. Synchronous code cannot be interrupted, so `work`
+    /// gets a [`Guard`] to check at safe points ([`Guard::check`]); if the
+    /// lock was lost at any time before `work` returned, the result is
+    /// [`Error::LockLost`].
+    pub fn with_lock<T>(
+        &self,
+        resource: impl Into<String>,
+        ttl: Duration,
+        work: impl FnOnce(&Guard<'_>) -> T,
+    ) -> Result<T> {
+        let watchdog = self.acquire(resource, ttl)?.watchdog()?;
+        let output = work(&Guard {
+            watchdog: &watchdog,
+        });
+        let lost = watchdog.is_lost();
+        watchdog.release()?;
+        if lost {
+            return Err(Error::LockLost);
+        }
+        Ok(output)
+    }
+
+    /// `LOCK.INFO` on every node (diagnostics).
+    pub fn info(&self, resource: &str) -> Result<Vec<NodeInfo>> {
+        self.runtime.block_on(self.inner.info(resource))
+    }
+
+    /// Nodes that must agree: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum()
+    }
+
+    /// The nodes' names (`host:port`).
+    pub fn node_names(&self) -> Vec<String> {
+        self.inner.node_names()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        self.inner.config()
+    }
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// A blocking lock handle: see [`crate::Lock`]. Dropping it while it holds
+/// the lock releases it (waiting at most one per-node timeout).
+pub struct Lock {
+    // `None` only after `watchdog` moved the lock into a watchdog.
+    inner: Option<crate::Lock>,
+    runtime: Arc<Runtime>,
+}
+
+impl Lock {
+    fn inner(&self) -> Result<&crate::Lock> {
+        self.inner.as_ref().ok_or(Error::NotHeld)
+    }
+
+    /// See [`crate::Lock::acquire`].
+    pub fn acquire(&self) -> Result<Acquired> {
+        self.runtime.block_on(self.inner()?.acquire())?
+    }
+
+    /// See [`crate::Lock::try_acquire`].
+    pub fn try_acquire(&self) -> Result<Acquired> {
+        self.runtime.block_on(self.inner()?.try_acquire())?
+    }
+
+    /// See [`crate::Lock::extend`].
+    pub fn extend(&self) -> Result<Duration> {
+        self.runtime.block_on(self.inner()?.extend())?
+    }
+
+    /// See [`crate::Lock::release`].
+    pub fn release(&self) -> Result<Release> {
+        self.runtime.block_on(self.inner()?.release())?
+    }
+
+    /// See [`crate::Lock::release_all`].
+    pub fn release_all(&self) -> Result<Release> {
+        self.runtime.block_on(self.inner()?.release_all())?
+    }
+
+    /// See [`crate::Lock::fencing_token`].
+    pub fn fencing_token(&self) -> Result<u64> {
+        self.runtime.block_on(self.inner()?.fencing_token())?
+    }
+
+    /// Time left in which the lock is certainly held.
+    pub fn validity(&self) -> Option<Duration> {
+        self.inner.as_ref().and_then(crate::Lock::validity)
+    }
+
+    /// Whether the lock is held and valid.
+    pub fn is_held(&self) -> bool {
+        self.validity().is_some()
+    }
+
+    /// Nested holds not yet released.
+    pub fn holds(&self) -> u32 {
+        self.inner.as_ref().map_or(0, crate::Lock::holds)
+    }
+
+    /// The resource.
+    pub fn resource(&self) -> &str {
+        self.inner.as_ref().map_or("", crate::Lock::resource)
+    }
+
+    /// The owner id.
+    pub fn owner(&self) -> &str {
+        self.inner.as_ref().map_or("", crate::Lock::owner)
+    }
+
+    /// Hands the held lock to a watchdog renewing it in the background.
+    pub fn watchdog(mut self) -> Result<Watchdog> {
+        let inner = self.inner.take().ok_or(Error::NotHeld)?;
+        let runtime = Arc::clone(&self.runtime);
+        let watchdog = {
+            let _entered = runtime.get()?.enter();
+            inner.watchdog()?
+        };
+        Ok(Watchdog {
+            inner: Some(watchdog),
+            runtime,
+        })
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        if inner.holds() > 0 {
+            // The async handle would release in the background, but this
+            // runtime may be shut down right after; release here instead.
+            let timeout = inner.core.client().config().node_timeout * 2;
+            let _ = self.runtime.block_on(async {
+                let _ = tokio::time::timeout(timeout, inner.release_all()).await;
+            });
+        }
+        // Dropped inside our runtime, so that its own release (if the one
+        // above could not run) still has a runtime to run on.
+        if let Ok(runtime) = self.runtime.get() {
+            let _entered = runtime.enter();
+            drop(inner);
+        }
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// A blocking watchdog: see [`crate::Watchdog`]. Dropping it stops renewal
+/// and releases the lock.
+pub struct Watchdog {
+    // `None` only inside `release` and `stop`.
+    inner: Option<crate::Watchdog>,
+    runtime: Arc<Runtime>,
+}
+
+impl Watchdog {
+    fn inner(&self) -> Result<&crate::Watchdog> {
+        self.inner.as_ref().ok_or(Error::NotHeld)
+    }
+
+    /// Whether the lock has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.inner.as_ref().is_some_and(crate::Watchdog::is_lost)
+    }
+
+    /// The current status.
+    pub fn status(&self) -> LockStatus {
+        self.inner
+            .as_ref()
+            .map_or(LockStatus::Stopped, |w| w.status().borrow().clone())
+    }
+
+    /// Blocks until the lock is lost or `timeout` passes; returns whether
+    /// it was lost.
+    pub fn wait_lost(&self, timeout: Duration) -> Result<bool> {
+        let lost = self.inner()?.lost();
+        // The timer must be created inside the runtime.
+        let outcome = self
+            .runtime
+            .block_on(async move { tokio::time::timeout(timeout, lost).await })?;
+        Ok(matches!(outcome, Ok(LockStatus::Lost { .. })))
+    }
+
+    /// See [`crate::Lock::fencing_token`].
+    pub fn fencing_token(&self) -> Result<u64> {
+        self.runtime.block_on(self.inner()?.fencing_token())?
+    }
+
+    /// Time left in which the lock is certainly held.
+    pub fn validity(&self) -> Option<Duration> {
+        self.inner.as_ref().and_then(|w| w.validity())
+    }
+
+    /// Stops renewing and releases every hold.
+    pub fn release(mut self) -> Result<Release> {
+        let inner = self.inner.take().ok_or(Error::NotHeld)?;
+        self.runtime.block_on(inner.release())?
+    }
+
+    /// Stops renewing and hands the lock back.
+    pub fn stop(mut self) -> Result<Lock> {
+        let inner = self.inner.take().ok_or(Error::NotHeld)?;
+        let lock = self.runtime.block_on(inner.stop())?;
+        Ok(Lock {
+            inner: Some(lock),
+            runtime: Arc::clone(&self.runtime),
+        })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            let timeout = inner.core.client().config().node_timeout * 2;
+            // Inside another runtime this runs nothing and the async
+            // watchdog's own drop releases in the background instead.
+            let _ = self.runtime.block_on(async {
+                let _ = tokio::time::timeout(timeout, inner.release()).await;
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Watchdog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// What synchronous work under [`Redlock::with_lock`] can ask.
+pub struct Guard<'a> {
+    watchdog: &'a Watchdog,
+}
+
+impl Guard<'_> {
+    /// `Err(Error::LockLost)` once the lock is lost: call it between steps
+    /// and stop when it fails.
+    pub fn check(&self) -> Result<()> {
+        if self.watchdog.is_lost() {
+            return Err(Error::LockLost);
+        }
+        Ok(())
+    }
+
+    /// Whether the lock has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.watchdog.is_lost()
+    }
+
+    /// The hold's fencing token.
+    pub fn fencing_token(&self) -> Result<u64> {
+        self.watchdog.fencing_token()
+    }
+
+    /// Time left in which the lock is certainly held.
+    pub fn validity(&self) -> Option<Duration> {
+        self.watchdog.validity()
+    }
+
+    /// Blocks until `deadline` unless the lock is lost first (a sleep that
+    /// wakes up on loss); returns whether it was lost.
+    pub fn sleep_until_lost(&self, deadline: Instant) -> Result<bool> {
+        self.watchdog
+            .wait_lost(deadline.saturating_duration_since(Instant::now()))
+    }
+}

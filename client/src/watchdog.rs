@@ -1,0 +1,251 @@
+//! The watchdog: a guard that keeps renewing a held lock and says so the
+//! moment it can no longer be sure it holds it.
+
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::lock::{Lock, LockCore};
+use crate::outcome::{NodeOutcome, Release, Reply};
+
+/// What a watchdog knows about its lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockStatus {
+    /// Renewals keep succeeding.
+    Held,
+    /// Renewal could not reach a majority before the validity ended (or a
+    /// majority said outright that we no longer hold it). `outcomes` are
+    /// the last renewal's answers, if one finished.
+    Lost { outcomes: Vec<NodeOutcome> },
+    /// The watchdog was stopped or released; it no longer watches.
+    Stopped,
+}
+
+/// A held lock whose lease is renewed every `ttl / 3` (configurable with
+/// [`Config::watchdog_interval`](crate::Config::watchdog_interval)).
+///
+/// Renewal stops when the watchdog is released, stopped or dropped;
+/// dropping it also releases the lock in the background (the watched
+/// [`Lock`] is dropped with it). Select on
+/// [`Watchdog::lost`] (or a [`Watchdog::status`] receiver) in the critical
+/// section to stop working the moment the lock is gone:
+///
+/// ```no_run
+/// # async fn demo(redlock: redis_lock_client::Redlock) -> Result<(), redis_lock_client::Error> {
+/// use std::time::Duration;
+///
+/// let guard = redlock.acquire("reports:nightly", Duration::from_secs(5)).await?.watchdog()?;
+/// tokio::select! {
+///     status = guard.lost() => eprintln!("lock lost: {status:?}"),
+///     _ = async { /* long work, well past the 5 s TTL */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+pub struct Watchdog {
+    // Dropped in this order: renewal stops before the lock releases itself.
+    renewal: Renewal,
+    lock: Lock,
+    status: watch::Receiver<LockStatus>,
+}
+
+/// The renewal task, aborted when dropped. (A separate type so that
+/// `Watchdog` needs no `Drop` of its own and can give its lock back.)
+struct Renewal {
+    task: Option<JoinHandle<()>>,
+}
+
+impl Renewal {
+    /// Aborts the task and waits until it is gone, so that no renewal runs
+    /// after this returns.
+    async fn stop(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn start(lock: Lock) -> Result<Watchdog> {
+        if !lock.is_held() {
+            return Err(Error::NotHeld);
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| Error::Runtime("the watchdog needs a tokio runtime".into()))?;
+        let (sender, status) = watch::channel(LockStatus::Held);
+        let task = runtime.spawn(renew(Arc::clone(&lock.core), sender));
+        Ok(Watchdog {
+            renewal: Renewal { task: Some(task) },
+            lock,
+            status,
+        })
+    }
+
+    /// Resolves when the watchdog stops watching: with [`LockStatus::Lost`]
+    /// when the lock is lost, [`LockStatus::Stopped`] when it was stopped.
+    /// The future is independent of `self`, so it can be selected on while
+    /// the lock is used.
+    pub fn lost(&self) -> impl Future<Output = LockStatus> + Send + 'static {
+        let mut status = self.status.clone();
+        async move {
+            match status.wait_for(|s| *s != LockStatus::Held).await {
+                Ok(status) => status.clone(),
+                // The renewal task ended without reporting a loss: stopped.
+                Err(_) => LockStatus::Stopped,
+            }
+        }
+    }
+
+    /// A receiver of status changes, for code that prefers a channel.
+    pub fn status(&self) -> watch::Receiver<LockStatus> {
+        self.status.clone()
+    }
+
+    /// Whether the lock has been lost.
+    pub fn is_lost(&self) -> bool {
+        matches!(*self.status.borrow(), LockStatus::Lost { .. })
+    }
+
+    /// Stops renewing and releases every hold.
+    pub async fn release(self) -> Result<Release> {
+        let Watchdog { lock, renewal, .. } = self;
+        renewal.stop().await;
+        lock.release_all().await
+    }
+
+    /// Stops renewing and hands the lock back (still held until its lease
+    /// ends or it is released).
+    pub async fn stop(self) -> Lock {
+        let Watchdog { lock, renewal, .. } = self;
+        renewal.stop().await;
+        lock
+    }
+}
+
+impl Deref for Watchdog {
+    type Target = Lock;
+
+    fn deref(&self) -> &Lock {
+        &self.lock
+    }
+}
+
+impl std::fmt::Debug for Watchdog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watchdog")
+            .field("lock", &self.lock)
+            .field("status", &*self.status.borrow())
+            .finish()
+    }
+}
+
+/// The renewal loop: extend every `interval`; after a failed extension
+/// retry quickly; report a loss when the validity ends before a renewal
+/// succeeds, or when so many nodes deny holding the lock that no majority
+/// is left to confirm it.
+async fn renew(core: Arc<LockCore>, status: watch::Sender<LockStatus>) {
+    let interval = core.client().config().watchdog_interval_for(core.ttl());
+    let retry_pause = (interval / 4).max(Duration::from_millis(1));
+    let mut next = Instant::now() + interval;
+    let mut last_outcomes = Vec::new();
+    loop {
+        let Some(until) = core.valid_until().map(Instant::from_std) else {
+            // Released under us (through a context handle): nothing to watch.
+            return;
+        };
+        tokio::time::sleep_until(next.min(until)).await;
+        if Instant::now() >= until {
+            let _ = status.send(LockStatus::Lost {
+                outcomes: last_outcomes,
+            });
+            return;
+        }
+        tokio::select! {
+            result = core.extend(core.ttl()) => match result {
+                Ok(_) => {
+                    next = Instant::now() + interval;
+                    last_outcomes.clear();
+                }
+                Err(Error::QuorumLost { outcomes, .. }) => {
+                    if majority_denies(&outcomes, core.client().quorum()) {
+                        let _ = status.send(LockStatus::Lost { outcomes });
+                        return;
+                    }
+                    last_outcomes = outcomes;
+                    next = Instant::now() + retry_pause;
+                }
+                Err(_) => {
+                    // Not held any more: released through another handle.
+                    return;
+                }
+            },
+            _ = tokio::time::sleep_until(until) => {
+                let _ = status.send(LockStatus::Lost { outcomes: last_outcomes });
+                return;
+            }
+        }
+    }
+}
+
+/// Whether enough nodes answered "not held" that the rest cannot form a
+/// majority: then the lock is gone now, whatever the validity says (for
+/// example after nodes restarted without their data).
+fn majority_denies(outcomes: &[NodeOutcome], quorum: usize) -> bool {
+    let denied = outcomes
+        .iter()
+        .filter(|o| matches!(o.result, Ok(Reply::NotHeld)))
+        .count();
+    outcomes.len() - denied < quorum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::NodeError;
+
+    fn outcomes(replies: &[Option<Reply>]) -> Vec<NodeOutcome> {
+        replies
+            .iter()
+            .map(|reply| NodeOutcome {
+                node: "n".into(),
+                result: reply.ok_or(NodeError::Timeout(Duration::from_millis(1))),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_a_majority_of_denials_is_a_certain_loss() {
+        let not_held = Some(Reply::NotHeld);
+        let extended = Some(Reply::Extended);
+        // Two denials of five: three could still confirm.
+        assert!(!majority_denies(
+            &outcomes(&[not_held, not_held, extended, None, None]),
+            3
+        ));
+        // Three denials of five: at most two can confirm.
+        assert!(majority_denies(
+            &outcomes(&[not_held, not_held, not_held, extended, extended]),
+            3
+        ));
+        // Timeouts are not denials: the nodes may come back in time.
+        assert!(!majority_denies(
+            &outcomes(&[None, None, None, None, None]),
+            3
+        ));
+    }
+}

@@ -1,0 +1,85 @@
+//! The blocking API, used from plain threads without a runtime.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{holder, Cluster};
+use redis_lock_client::blocking::Redlock;
+use redis_lock_client::{Config, Error};
+
+fn config() -> Config {
+    Config {
+        node_timeout: Duration::from_millis(100),
+        ..common::test_config()
+    }
+}
+
+#[test]
+fn acquire_fence_and_release_without_a_runtime() {
+    let cluster = Cluster::start(3);
+    let redlock = Redlock::with_config(cluster.urls(), config()).unwrap();
+    let lock = redlock
+        .acquire("blocking", Duration::from_secs(10))
+        .unwrap();
+    let first = lock.fencing_token().unwrap();
+    for server in &cluster.servers {
+        assert_eq!(holder(server, "blocking").as_deref(), Some(lock.owner()));
+    }
+    let rival = redlock.lock("blocking", Duration::from_secs(10)).unwrap();
+    assert!(matches!(
+        rival.try_acquire(),
+        Err(Error::NotAcquired { .. })
+    ));
+    assert_eq!(lock.release().unwrap().released, 3);
+
+    rival.acquire().unwrap();
+    assert!(rival.fencing_token().unwrap() > first);
+    // Dropping a held blocking lock releases it before returning.
+    drop(rival);
+    for server in &cluster.servers {
+        assert_eq!(holder(server, "blocking"), None);
+    }
+}
+
+#[test]
+fn with_lock_and_a_watchdog_that_loses_its_majority() {
+    let mut cluster = Cluster::start(3);
+    let redlock = Redlock::with_config(cluster.urls(), config()).unwrap();
+    let value = redlock.with_lock("work", Duration::from_secs(5), |guard| {
+        guard.check().unwrap();
+        guard.fencing_token().unwrap()
+    });
+    assert!(value.unwrap() > 0);
+
+    let watchdog = redlock
+        .acquire("watched", Duration::from_millis(600))
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    assert!(
+        !watchdog.wait_lost(Duration::from_millis(1_500)).unwrap(),
+        "lost while all nodes were up"
+    );
+    cluster.servers[0].kill9();
+    cluster.servers[1].kill9();
+    assert!(watchdog.wait_lost(Duration::from_secs(10)).unwrap());
+    assert!(watchdog.is_lost());
+}
+
+#[tokio::test]
+async fn the_blocking_api_refuses_to_block_an_async_runtime() {
+    let cluster = Cluster::start(1);
+    let urls = cluster.urls();
+    // Built outside, used inside a runtime.
+    let redlock = std::thread::spawn(move || Redlock::with_config(urls, config()).unwrap())
+        .join()
+        .unwrap();
+    assert!(matches!(
+        redlock.acquire("inside", Duration::from_secs(5)),
+        Err(Error::Runtime(_))
+    ));
+    // Dropping it here must not panic either.
+    drop(redlock);
+}

@@ -1,0 +1,111 @@
+//! Single-node mode: a busy lock is waited for on the server (`WAIT`), not
+//! polled, and the node's failure is reported as such.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{block, holder, info_int, test_config, Cluster};
+use redis_lock_client::{Config, Error, NodeError};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_is_granted_when_the_holder_releases() {
+    let cluster = Cluster::start(1);
+    let config = Config {
+        acquire_timeout: Some(Duration::from_secs(20)),
+        ..test_config()
+    };
+    let redlock = cluster.client_with(config);
+    let first = redlock
+        .acquire("queue", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let released = Arc::new(AtomicBool::new(false));
+
+    let second = redlock.lock("queue", Duration::from_secs(10)).unwrap();
+    let released_seen = released.clone();
+    let waiter = tokio::spawn(async move {
+        let acquired = second.acquire().await;
+        (acquired, released_seen.load(Ordering::SeqCst), second)
+    });
+
+    // The second client waits inside the server: the lock shows a waiter.
+    let server = &cluster.servers[0];
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || info_int(
+            server, "queue", "waiters"
+        ) == Some(1)),
+        "no server-side waiter appeared"
+    );
+    released.store(true, Ordering::SeqCst);
+    first.release().await.unwrap();
+
+    let (acquired, after_release, second) = waiter.await.unwrap();
+    let acquired = acquired.unwrap();
+    assert!(after_release, "granted before the holder released");
+    assert_eq!(acquired.attempts, 2, "one plain attempt, then one wait");
+    assert_eq!(holder(server, "queue").as_deref(), Some(second.owner()));
+    assert!(second.fencing_token().await.unwrap() > 0);
+    second.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_that_times_out_leaves_no_waiter() {
+    let cluster = Cluster::start(1);
+    let server = &cluster.servers[0];
+    block(server, "busy");
+    let config = Config {
+        acquire_timeout: Some(Duration::from_millis(300)),
+        ..test_config()
+    };
+    let redlock = cluster.client_with(config);
+    let lock = redlock.lock("busy", Duration::from_secs(10)).unwrap();
+    let error = lock.acquire().await.unwrap_err();
+    assert!(
+        matches!(error, Error::NotAcquired { attempts: 2, .. }),
+        "{error}"
+    );
+    assert_eq!(info_int(server, "busy", "waiters"), Some(0));
+    assert_eq!(holder(server, "busy").as_deref(), Some("blocker"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_node_is_the_answer_in_single_node_mode() {
+    let mut cluster = Cluster::start(1);
+    let redlock = cluster.client();
+    cluster.servers[0].kill9();
+    let lock = redlock.lock("gone", Duration::from_secs(10)).unwrap();
+    match lock.acquire().await {
+        Err(Error::Node {
+            error: NodeError::Connection(_) | NodeError::Timeout(_),
+            ..
+        }) => {}
+        other => panic!("expected a node error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_error_reply_is_surfaced() {
+    let cluster = Cluster::start(1);
+    let server = &cluster.servers[0];
+    common::raw(server, &["SET", "plain", "value"]);
+    let redlock = cluster.client();
+    let lock = redlock.lock("plain", Duration::from_secs(10)).unwrap();
+    match lock.acquire().await {
+        Err(Error::Node {
+            error: NodeError::Reply(message),
+            ..
+        }) => {
+            assert!(message.starts_with("WRONGTYPE"), "{message}")
+        }
+        other => panic!("expected WRONGTYPE, got {other:?}"),
+    }
+    // The plain key is untouched.
+    assert_eq!(
+        common::raw(server, &["GET", "plain"]),
+        redis::Value::BulkString(b"value".to_vec())
+    );
+}

@@ -1,0 +1,151 @@
+//! The watchdog keeps a lock past its TTL, stops on release or drop, and
+//! reports the loss when a majority of nodes dies; `with_lock` cancels the
+//! work when that happens.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{holder, test_config, Cluster};
+use redis_lock_client::{Config, Error, LockStatus};
+
+fn short_lease_config() -> Config {
+    Config {
+        node_timeout: Duration::from_millis(100),
+        ..test_config()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_watchdog_keeps_the_lock_past_its_ttl() {
+    let cluster = Cluster::start(5);
+    let redlock = cluster.client_with(short_lease_config());
+    let ttl = Duration::from_millis(600);
+    let guard = redlock
+        .acquire("kept", ttl)
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+
+    // Three full TTLs pass: without renewal the lease would have ended.
+    tokio::time::sleep(ttl * 3).await;
+
+    assert!(!guard.is_lost());
+    assert!(guard.is_held(), "validity {:?}", guard.validity());
+    for server in &cluster.servers {
+        assert_eq!(holder(server, "kept").as_deref(), Some(guard.owner()));
+    }
+    let rival = cluster.client().lock("kept", ttl).unwrap();
+    assert!(matches!(
+        rival.try_acquire().await,
+        Err(Error::NotAcquired { .. })
+    ));
+
+    let release = guard.release().await.unwrap();
+    assert_eq!(release.released, 5);
+    for server in &cluster.servers {
+        assert_eq!(holder(server, "kept"), None);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_watchdog_signals_loss_when_a_majority_dies() {
+    let mut cluster = Cluster::start(5);
+    let redlock = cluster.client_with(short_lease_config());
+    let ttl = Duration::from_millis(1_000);
+    let guard = redlock
+        .acquire("doomed", ttl)
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    let mut status = guard.status();
+    assert_eq!(*status.borrow_and_update(), LockStatus::Held);
+
+    let killed = Instant::now();
+    for i in [0, 1, 2] {
+        cluster.servers[i].kill9();
+    }
+    let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+    eprintln!(
+        "loss reported {:?} after the majority died (ttl {ttl:?})",
+        killed.elapsed()
+    );
+    assert!(matches!(lost, Ok(LockStatus::Lost { .. })), "{lost:?}");
+    assert!(guard.is_lost());
+    assert!(
+        !guard.is_held(),
+        "validity must have ended when the loss is reported"
+    );
+    // The channel saw it too.
+    assert!(matches!(
+        *status.borrow_and_update(),
+        LockStatus::Lost { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dropping_the_watchdog_stops_renewal_and_frees_the_lock() {
+    let cluster = Cluster::start(5);
+    let redlock = cluster.client_with(short_lease_config());
+    let guard = redlock
+        .acquire("dropped", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    drop(guard);
+    for server in &cluster.servers {
+        assert!(testkit::wait_until(Duration::from_secs(5), || holder(
+            server, "dropped"
+        )
+        .is_none()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_lock_runs_the_work_and_releases() {
+    let cluster = Cluster::start(5);
+    let redlock = cluster.client();
+    let servers = &cluster.servers;
+    let (token, owner) = redlock
+        .with_lock("scoped", Duration::from_secs(10), |ctx| async move {
+            assert!(ctx.validity().is_some());
+            (ctx.fencing_token().await.unwrap(), ctx.owner().to_string())
+        })
+        .await
+        .unwrap();
+    assert!(token > 0);
+    assert!(!owner.is_empty());
+    for server in servers {
+        assert_eq!(holder(server, "scoped"), None);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_lock_cancels_the_work_when_the_lock_is_lost() {
+    let mut cluster = Cluster::start(5);
+    let redlock = cluster.client_with(short_lease_config());
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let work = tokio::spawn(async move {
+        redlock
+            .with_lock(
+                "cancelled",
+                Duration::from_millis(1_000),
+                |_ctx| async move {
+                    started_tx.send(()).unwrap();
+                    // Work that would never end by itself.
+                    std::future::pending::<()>().await;
+                },
+            )
+            .await
+    });
+    started_rx.await.unwrap();
+    for i in [1, 2, 3] {
+        cluster.servers[i].kill9();
+    }
+    let result = tokio::time::timeout(Duration::from_secs(10), work).await;
+    assert!(matches!(result, Ok(Ok(Err(Error::LockLost)))), "{result:?}");
+}
