@@ -4,48 +4,28 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use redis::{Connection, Value};
-use testkit::{wait_replicated, wait_until, RedisServer};
 
-const PATIENCE: Duration = Duration::from_secs(10);
+mod common;
+use common::{lock_info, lock_stat, wait_replicated, wait_until, RedisServer, SOON};
 
-fn info_field(conn: &mut Connection, key: &str, field: &str) -> Option<Value> {
-    let reply: Value = redis::cmd("LOCK.INFO").arg(key).query(conn).unwrap();
-    let Value::Array(items) = reply else {
-        return None;
-    };
-    items
-        .chunks(2)
-        .find(|pair| matches!(&pair[0], Value::BulkString(name) if name == field.as_bytes()))
-        .map(|pair| pair[1].clone())
-}
+const PATIENCE: std::time::Duration = SOON;
 
 fn owner(conn: &mut Connection, key: &str) -> Option<String> {
-    match info_field(conn, key, "owner") {
-        Some(Value::BulkString(bytes)) => Some(String::from_utf8(bytes).unwrap()),
-        _ => None,
-    }
+    lock_info(conn, key).map(|info| String::from_utf8(info.owner).unwrap())
 }
 
-fn int_field(conn: &mut Connection, key: &str, field: &str) -> Option<i64> {
-    match info_field(conn, key, field) {
-        Some(Value::Int(n)) => Some(n),
-        _ => None,
-    }
+fn held_token(conn: &mut Connection, key: &str) -> Option<i64> {
+    lock_info(conn, key).map(|info| info.token)
 }
 
 fn waiters(conn: &mut Connection, key: &str) -> i64 {
-    int_field(conn, key, "waiters").unwrap_or(0)
+    lock_info(conn, key).map_or(0, |info| info.waiters)
 }
 
 fn info_lock(conn: &mut Connection, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("lock").query(conn).unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix(&format!("lock_{field}:")))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or_else(|| panic!("no lock_{field} in INFO lock:\n{info}"))
+    lock_stat(conn, &format!("lock_{field}"))
 }
 
 /// Starts `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection
@@ -111,7 +91,7 @@ fn twenty_waiters_are_granted_in_arrival_order() {
             "grant {i} out of order"
         );
         assert_eq!(
-            int_field(&mut conn, "job", "token"),
+            held_token(&mut conn, "job"),
             Some(token),
             "the reply is the holder's token"
         );
@@ -137,7 +117,7 @@ fn a_lease_end_hands_the_lock_to_the_next_waiter_untouched() {
     // Nobody touches the key: the expiry timer must end the lease and grant.
     let token = waiter.join().unwrap().expect("granted at lease end");
     assert_eq!(owner(&mut conn, "job").as_deref(), Some("next"));
-    assert_eq!(int_field(&mut conn, "job", "token"), Some(token));
+    assert_eq!(held_token(&mut conn, "job"), Some(token));
     assert_eq!(info_lock(&mut conn, "expired"), 1);
 }
 
@@ -337,8 +317,8 @@ fn a_replica_holds_the_granted_waiters_lock_with_the_same_token() {
     wait_replicated(&primary, &replica);
     let mut replica_conn = replica.conn();
     assert_eq!(owner(&mut replica_conn, "job").as_deref(), Some("next"));
-    assert_eq!(int_field(&mut replica_conn, "job", "token"), Some(token));
-    assert_eq!(int_field(&mut replica_conn, "job", "holds"), Some(1));
+    assert_eq!(held_token(&mut replica_conn, "job"), Some(token));
+    assert_eq!(lock_info(&mut replica_conn, "job").map(|info| info.holds), Some(1));
 }
 
 #[test]
@@ -367,5 +347,5 @@ fn blocked_client_reads_its_own_reply_after_grant() {
         .expect("an integer reply")
         .parse()
         .unwrap();
-    assert_eq!(int_field(&mut conn, "job", "token"), Some(token));
+    assert_eq!(held_token(&mut conn, "job"), Some(token));
 }
