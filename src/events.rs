@@ -15,6 +15,9 @@ use crate::state::with_state;
 
 /// Keyspace events that put a lock under a (new) name.
 const ARRIVALS: [&CStr; 4] = [c"loaded", c"restore", c"rename_to", c"move_to"];
+/// Keyspace events that take a value away from a name without deleting it
+/// (so no `unlink` callback): whoever waits for that name may now get it.
+const DEPARTURES: [&CStr; 2] = [c"rename_from", c"move_from"];
 
 pub fn subscribe(ctx: Ctx) -> bool {
     let classes = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
@@ -53,6 +56,8 @@ extern "C" fn on_keyspace_event(
         let event = unsafe { CStr::from_ptr(event) };
         if ARRIVALS.contains(&event) {
             index_arrival(ctx, key);
+        } else if DEPARTURES.contains(&event) {
+            schedule_grants(ctx, key);
         }
         raw::REDISMODULE_OK as c_int
     })
@@ -83,6 +88,18 @@ fn index_arrival(ctx: Ctx, key: RString) {
     if let Some(id) = id {
         lock.set_expiry_id(id);
     }
+}
+
+/// Lets the waiters of `key` (in the context's database) in, from the timer:
+/// a notification callback may not write.
+fn schedule_grants(ctx: Ctx, key: RString) {
+    let id = (ffi::selected_db(ctx), ffi::bytes(key).into());
+    with_state(|state| {
+        if state.waiters.has_waiters(&id) {
+            state.pending_grants.insert(id);
+            expiry::arm(state);
+        }
+    });
 }
 
 /// `FLUSHDB`/`FLUSHALL` (and the flush before a full sync or `DEBUG RELOAD`):

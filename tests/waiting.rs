@@ -265,6 +265,22 @@ fn deleting_or_flushing_the_key_grants_the_next_waiter() {
 }
 
 #[test]
+fn renaming_or_moving_the_lock_away_grants_the_next_waiter() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    for (command, args) in [("RENAME", vec!["job", "elsewhere"]), ("MOVE", vec!["job", "1"])] {
+        let _: i64 = redis::cmd("LOCK.ACQUIRE").arg("job").arg("holder").arg(30_000).query(&mut conn).unwrap();
+        let waiter = spawn_waiter(&server, "job", "next", 30_000, 0);
+        let _: Value = redis::cmd(command).arg(&args).query(&mut conn).unwrap();
+        assert!(waiter.join().unwrap().is_some(), "{command} did not grant the waiter");
+        assert_eq!(owner(&mut conn, "job").as_deref(), Some("next"), "after {command}");
+        let _: i64 = redis::cmd("LOCK.RELEASE").arg("job").arg("next").query(&mut conn).unwrap();
+    }
+    // The lock that moved away is still a lock, held by its owner.
+    assert_eq!(owner(&mut conn, "elsewhere").as_deref(), Some("holder"));
+}
+
+#[test]
 fn wait_inside_multi_does_not_block() {
     let server = RedisServer::start();
     let mut conn = server.conn();
