@@ -12,13 +12,11 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
-use redis_lock_core::{Clock, Slot};
+use redis_lock_core::Clock;
 use redis_module::raw;
 
-use crate::effects::Target;
 use crate::ffi::{self, rm, Ctx};
 use crate::guard;
-use crate::key::LockKey;
 use crate::state::{with_state, ModuleState, CLOCK};
 use crate::waiting;
 
@@ -89,39 +87,14 @@ fn run(ctx: Ctx) {
             break;
         }
         for (id, (db, key)) in due {
-            settle_key(ctx, id, db, &key);
+            waiting::settle_by_name(ctx, db, &key, Some(id));
         }
     }
     let grants = with_state(|state| std::mem::take(&mut state.pending_grants)).unwrap_or_default();
     for (db, key) in grants {
-        waiting::grant_pending(ctx, db, &key);
+        waiting::settle_by_name(ctx, db, &key, None);
     }
     with_state(arm);
-}
-
-/// Expires the lock under `key` if it is the one entry `id` was made for
-/// (otherwise the entry is stale: the lock was renamed away or replaced, and
-/// its successor has an entry of its own).
-fn settle_key(ctx: Ctx, id: u64, db: i32, key: &[u8]) {
-    if !ffi::select_db(ctx, db) {
-        return;
-    }
-    let Some(name) = ffi::OwnedString::new(ctx, key) else {
-        return;
-    };
-    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else {
-        return;
-    };
-    if lock_key.lock().map(|lock| lock.expiry_id()) != Some(id) {
-        return;
-    }
-    let target = Target {
-        ctx,
-        name: name.as_ptr(),
-        db,
-        bytes: key,
-    };
-    waiting::settle(&target, &mut lock_key);
 }
 
 /// Registers the timer context at load.

@@ -132,20 +132,26 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
     }
 }
 
-/// Grants `key` in `db` to its waiters if it is free: after a `DEL`, a
-/// `FLUSHDB` or anything else that removed a lock outside our commands.
-pub fn grant_pending(ctx: Ctx, db: i32, key: &[u8]) {
+/// Settles `key` in `db` from a timer: ends its lease if it is over and
+/// serves its waiters if it is free (after a `DEL`, a `FLUSHDB` or anything
+/// else that removed a lock outside our commands). With `entry`, only if the
+/// lock there still carries that expiry entry: otherwise the entry was stale
+/// (the lock was renamed away or replaced, and its successor has its own).
+pub fn settle_by_name(ctx: Ctx, db: i32, key: &[u8], entry: Option<u64>) {
     if !ffi::select_db(ctx, db) {
         return;
     }
     let Some(name) = ffi::OwnedString::new(ctx, key) else {
         return;
     };
+    // A key of another type: nobody can get this lock now, so its waiters
+    // time out as they asked; nothing to settle.
     let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else {
-        // The key now holds another type: nobody can get this lock, so the
-        // waiters time out as they asked; nothing to grant.
         return;
     };
+    if entry.is_some() && lock_key.lock().map(|lock| lock.expiry_id()) != entry {
+        return;
+    }
     let target = Target {
         ctx,
         name: name.as_ptr(),

@@ -8,7 +8,9 @@ use std::thread::JoinHandle;
 use redis::{Connection, Value};
 
 mod common;
-use common::{lock_info, lock_stat, wait_replicated, wait_until, RedisServer, SOON};
+use common::{
+    acquire, lock_info, lock_stat, release, wait_replicated, wait_until, RedisServer, SOON,
+};
 
 const PATIENCE: std::time::Duration = SOON;
 
@@ -107,12 +109,7 @@ fn twenty_waiters_are_granted_in_arrival_order() {
 fn a_lease_end_hands_the_lock_to_the_next_waiter_untouched() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg("short")
-        .arg(200)
-        .query(&mut conn)
-        .unwrap();
+    assert!(acquire(&mut conn, "job", "short", 200).is_some());
     let waiter = spawn_waiter(&server, "job", "next", 5_000, 0);
     // Nobody touches the key: the expiry timer must end the lease and grant.
     let token = waiter.join().unwrap().expect("granted at lease end");
@@ -125,23 +122,14 @@ fn a_lease_end_hands_the_lock_to_the_next_waiter_untouched() {
 fn a_timeout_replies_nil_and_leaves_no_trace() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg("holder")
-        .arg(30_000)
-        .query(&mut conn)
-        .unwrap();
+    assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
     let waiter = spawn_waiter(&server, "job", "patient", 1_000, 100);
     assert_eq!(waiter.join().unwrap(), None);
     assert_eq!(waiters(&mut conn, "job"), 0);
     assert_eq!(info_lock(&mut conn, "wait_timeouts"), 1);
     assert_eq!(info_lock(&mut conn, "waiting"), 0);
     // The holder is untouched, and a release now grants nobody.
-    let _: i64 = redis::cmd("LOCK.RELEASE")
-        .arg("job")
-        .arg("holder")
-        .query(&mut conn)
-        .unwrap();
+    assert_eq!(release(&mut conn, "job", "holder"), Some(0));
     let exists: i64 = redis::cmd("EXISTS").arg("job").query(&mut conn).unwrap();
     assert_eq!(exists, 0);
 }
@@ -165,12 +153,7 @@ fn raw_waiter(server: &RedisServer, key: &str, owner: &str) -> TcpStream {
 fn a_disconnected_waiter_leaves_the_queue_and_the_next_is_served() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg("holder")
-        .arg(30_000)
-        .query(&mut conn)
-        .unwrap();
+    assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
     let gone = raw_waiter(&server, "job", "gone");
     let next = spawn_waiter(&server, "job", "next", 30_000, 0);
     drop(gone);
@@ -178,11 +161,7 @@ fn a_disconnected_waiter_leaves_the_queue_and_the_next_is_served() {
         wait_until(PATIENCE, || waiters(&mut conn, "job") == 1),
         "the disconnected waiter stayed queued"
     );
-    let _: i64 = redis::cmd("LOCK.RELEASE")
-        .arg("job")
-        .arg("holder")
-        .query(&mut conn)
-        .unwrap();
+    assert_eq!(release(&mut conn, "job", "holder"), Some(0));
     assert!(next.join().unwrap().is_some());
     assert_eq!(owner(&mut conn, "job").as_deref(), Some("next"));
 }
@@ -191,12 +170,7 @@ fn a_disconnected_waiter_leaves_the_queue_and_the_next_is_served() {
 fn client_unblock_ends_the_wait() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg("holder")
-        .arg(30_000)
-        .query(&mut conn)
-        .unwrap();
+    assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
     for mode in ["TIMEOUT", "ERROR"] {
         let mut waiter_conn = server.conn();
         let id: i64 = redis::cmd("CLIENT")
@@ -235,12 +209,7 @@ fn deleting_or_flushing_the_key_grants_the_next_waiter() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     for wipe in ["DEL", "UNLINK", "FLUSHALL"] {
-        let _: i64 = redis::cmd("LOCK.ACQUIRE")
-            .arg("job")
-            .arg("holder")
-            .arg(30_000)
-            .query(&mut conn)
-            .unwrap();
+        assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
         let waiter = spawn_waiter(&server, "job", "next", 30_000, 0);
         let mut command = redis::cmd(wipe);
         if wipe != "FLUSHALL" {
@@ -256,11 +225,7 @@ fn deleting_or_flushing_the_key_grants_the_next_waiter() {
             Some("next"),
             "after {wipe}"
         );
-        let _: i64 = redis::cmd("LOCK.RELEASE")
-            .arg("job")
-            .arg("next")
-            .query(&mut conn)
-            .unwrap();
+        assert_eq!(release(&mut conn, "job", "next"), Some(0));
     }
 }
 
@@ -268,13 +233,23 @@ fn deleting_or_flushing_the_key_grants_the_next_waiter() {
 fn renaming_or_moving_the_lock_away_grants_the_next_waiter() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    for (command, args) in [("RENAME", vec!["job", "elsewhere"]), ("MOVE", vec!["job", "1"])] {
-        let _: i64 = redis::cmd("LOCK.ACQUIRE").arg("job").arg("holder").arg(30_000).query(&mut conn).unwrap();
+    for (command, args) in [
+        ("RENAME", vec!["job", "elsewhere"]),
+        ("MOVE", vec!["job", "1"]),
+    ] {
+        assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
         let waiter = spawn_waiter(&server, "job", "next", 30_000, 0);
         let _: Value = redis::cmd(command).arg(&args).query(&mut conn).unwrap();
-        assert!(waiter.join().unwrap().is_some(), "{command} did not grant the waiter");
-        assert_eq!(owner(&mut conn, "job").as_deref(), Some("next"), "after {command}");
-        let _: i64 = redis::cmd("LOCK.RELEASE").arg("job").arg("next").query(&mut conn).unwrap();
+        assert!(
+            waiter.join().unwrap().is_some(),
+            "{command} did not grant the waiter"
+        );
+        assert_eq!(
+            owner(&mut conn, "job").as_deref(),
+            Some("next"),
+            "after {command}"
+        );
+        assert_eq!(release(&mut conn, "job", "next"), Some(0));
     }
     // The lock that moved away is still a lock, held by its owner.
     assert_eq!(owner(&mut conn, "elsewhere").as_deref(), Some("holder"));
@@ -284,12 +259,7 @@ fn renaming_or_moving_the_lock_away_grants_the_next_waiter() {
 fn wait_inside_multi_does_not_block() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg("holder")
-        .arg(30_000)
-        .query(&mut conn)
-        .unwrap();
+    assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
     let (reply,): (Option<i64>,) = redis::pipe()
         .atomic()
         .cmd("LOCK.ACQUIRE")
@@ -317,24 +287,18 @@ fn a_replica_holds_the_granted_waiters_lock_with_the_same_token() {
     let replica = RedisServer::start();
     replica.replicate_from(&primary);
     let mut conn = primary.conn();
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg("holder")
-        .arg(30_000)
-        .query(&mut conn)
-        .unwrap();
+    assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
     let waiter = spawn_waiter(&primary, "job", "next", 30_000, 0);
-    let _: i64 = redis::cmd("LOCK.RELEASE")
-        .arg("job")
-        .arg("holder")
-        .query(&mut conn)
-        .unwrap();
+    assert_eq!(release(&mut conn, "job", "holder"), Some(0));
     let token = waiter.join().unwrap().unwrap();
     wait_replicated(&primary, &replica);
     let mut replica_conn = replica.conn();
     assert_eq!(owner(&mut replica_conn, "job").as_deref(), Some("next"));
     assert_eq!(held_token(&mut replica_conn, "job"), Some(token));
-    assert_eq!(lock_info(&mut replica_conn, "job").map(|info| info.holds), Some(1));
+    assert_eq!(
+        lock_info(&mut replica_conn, "job").map(|info| info.holds),
+        Some(1)
+    );
 }
 
 #[test]
@@ -342,18 +306,9 @@ fn blocked_client_reads_its_own_reply_after_grant() {
     // A waiter on a raw socket sees exactly one integer reply when granted.
     let server = RedisServer::start();
     let mut conn = server.conn();
-    let _: i64 = redis::cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg("holder")
-        .arg(30_000)
-        .query(&mut conn)
-        .unwrap();
+    assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
     let stream = raw_waiter(&server, "job", "raw");
-    let _: i64 = redis::cmd("LOCK.RELEASE")
-        .arg("job")
-        .arg("holder")
-        .query(&mut conn)
-        .unwrap();
+    assert_eq!(release(&mut conn, "job", "holder"), Some(0));
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut line = String::new();
     BufReader::new(stream).read_line(&mut line).unwrap();
