@@ -46,8 +46,9 @@ pub struct Doc {
     summary: &'static CStr,
     complexity: &'static CStr,
     arity: c_int,
-    /// Key-spec flags: how the command uses its key.
-    key_flags: u32,
+    /// Key-spec flags: how the command uses its key (at position 1); `None`
+    /// for a command without a key.
+    key_flags: Option<u32>,
     args: &'static [Arg],
 }
 
@@ -63,13 +64,13 @@ const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UP
 const RW_DELETE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE;
 const RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
-pub const DOCS: [Doc; 6] = [
+pub const DOCS: [Doc; 7] = [
     Doc {
         name: c"lock.acquire",
         summary: c"Acquires or re-enters a lock and returns its fencing token; nil when another owner holds it. With WAIT, blocks in FIFO order until granted or timeout (0 waits forever).",
         complexity: c"O(1)",
         arity: -4,
-        key_flags: RW_INSERT,
+        key_flags: Some(RW_INSERT),
         args: &[
             required(c"owner", STRING),
             required(c"ttl-ms", INTEGER),
@@ -81,7 +82,7 @@ pub const DOCS: [Doc; 6] = [
         summary: c"Releases one hold (or ALL) of a lock held by owner; returns the holds left (0: freed), nil when owner does not hold it.",
         complexity: c"O(1)",
         arity: -3,
-        key_flags: RW_DELETE,
+        key_flags: Some(RW_DELETE),
         args: &[required(c"owner", STRING), option(c"all", TOKEN, c"ALL")],
     },
     Doc {
@@ -89,7 +90,7 @@ pub const DOCS: [Doc; 6] = [
         summary: c"Makes the holder's lease end ttl-ms from now; 1 if owner holds the lock, else 0.",
         complexity: c"O(1)",
         arity: -4,
-        key_flags: RW_UPDATE,
+        key_flags: Some(RW_UPDATE),
         args: &[required(c"owner", STRING), required(c"ttl-ms", INTEGER)],
     },
     Doc {
@@ -97,7 +98,7 @@ pub const DOCS: [Doc; 6] = [
         summary: c"Returns the holder's fencing token, first raising it and this node's counter to at least n with ATLEAST; nil when owner does not hold the lock.",
         complexity: c"O(1)",
         arity: -3,
-        key_flags: RW_UPDATE,
+        key_flags: Some(RW_UPDATE),
         args: &[required(c"owner", STRING), option(c"n", INTEGER, c"ATLEAST")],
     },
     Doc {
@@ -105,7 +106,7 @@ pub const DOCS: [Doc; 6] = [
         summary: c"Returns owner, holds, token, pttl and waiters of a held lock; nil when there is none.",
         complexity: c"O(1)",
         arity: -2,
-        key_flags: RO_ACCESS,
+        key_flags: Some(RO_ACCESS),
         args: &[],
     },
     Doc {
@@ -113,12 +114,23 @@ pub const DOCS: [Doc; 6] = [
         summary: c"Internal: the effect of a lock change as replicated to replicas and the AOF (owner, holds, token, absolute lease end). Refused from ordinary clients.",
         complexity: c"O(1)",
         arity: -6,
-        key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        key_flags: Some(raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE),
         args: &[
             required(c"owner", STRING),
             required(c"holds", INTEGER),
             required(c"token", INTEGER),
             required(c"wall-end-ms", INTEGER),
+        ],
+    },
+    Doc {
+        name: c"lock.debug",
+        summary: c"Debug only (module loaded with debug yes): WALLCLOCK-OFFSET [ms] reads or sets the offset added to the wall clock the module reads, to show that leases ignore wall-clock steps.",
+        complexity: c"O(1)",
+        arity: -2,
+        key_flags: None,
+        args: &[
+            required(c"subcommand", STRING),
+            Arg { name: c"ms", kind: INTEGER, token: None, optional: true },
         ],
     },
 ];
@@ -166,7 +178,7 @@ pub fn describe(ctx: Ctx, doc: &Doc) {
     };
     // SAFETY: all-zero is the documented terminator of both arrays.
     let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
-    key_specs[0].flags = u64::from(doc.key_flags);
+    key_specs[0].flags = u64::from(doc.key_flags.unwrap_or(0));
     key_specs[0].begin_search_type =
         raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_specs[0].bs.index.pos = 1;
@@ -175,14 +187,15 @@ pub fn describe(ctx: Ctx, doc: &Doc) {
     key_specs[0].fk.range.keystep = 1;
     key_specs[0].fk.range.limit = 0;
     let key_type = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
-    let mut args: Vec<raw::RedisModuleCommandArg> =
-        std::iter::once(arg(c"key", key_type, None, false))
-            .chain(
-                doc.args
-                    .iter()
-                    .map(|a| arg(a.name, a.kind, a.token, a.optional)),
-            )
-            .collect();
+    let key = doc.key_flags.map(|_| arg(c"key", key_type, None, false));
+    let mut args: Vec<raw::RedisModuleCommandArg> = key
+        .into_iter()
+        .chain(
+            doc.args
+                .iter()
+                .map(|a| arg(a.name, a.kind, a.token, a.optional)),
+        )
+        .collect();
     // SAFETY: as above.
     args.push(unsafe { std::mem::zeroed() });
     let info = raw::RedisModuleCommandInfo {
@@ -193,7 +206,11 @@ pub fn describe(ctx: Ctx, doc: &Doc) {
         history: null_mut(),
         tips: null(),
         arity: doc.arity,
-        key_specs: key_specs.as_mut_ptr(),
+        key_specs: if doc.key_flags.is_some() {
+            key_specs.as_mut_ptr()
+        } else {
+            null_mut()
+        },
         args: args.as_mut_ptr(),
     };
     if rm!(RedisModule_SetCommandInfo(command, &info)) != Some(raw::REDISMODULE_OK as c_int) {
