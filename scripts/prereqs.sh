@@ -8,9 +8,16 @@ set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-if ! ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so' && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
-    missing+=(libclang-dev)
-fi
+# bindgen loads libclang itself (libclang-NN.so.1 or libclang.so); the
+# libclang-cpp library that Debian images often carry is not it.
+has_libclang() {
+    if command -v dpkg >/dev/null 2>&1; then
+        dpkg -s libclang-dev >/dev/null 2>&1 && return 0
+    fi
+    compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
+        compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null
+}
+has_libclang || missing+=(libclang-dev)
 if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo is not installed. Install Rust from https://rustup.rs (rustup), then run make again." >&2
     exit 1
