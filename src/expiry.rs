@@ -1,5 +1,6 @@
-//! Ending leases on time. One Redis timer is armed for the earliest deadline
-//! in the index; when it fires, every lock whose lease ended is removed with
+//! Ending leases and waits on time. One Redis timer is armed for the earliest
+//! deadline: of the lease index, of the `WAIT` timeouts, or now when grants
+//! are pending; when it fires, every lock whose lease ended is removed with
 //! an `expired` event and a replicated `DEL`, and its waiters are served,
 //! whether or not anyone touches the key. Work per firing is bounded so that
 //! a million leases ending at once never stall the server: the rest is left
@@ -35,17 +36,19 @@ pub fn arm(state: &mut ModuleState) {
     arm_not_before(state, 0);
 }
 
-fn arm_not_before(state: &mut ModuleState, not_before: u64) {
+/// Arms for the earliest of: the next lease end (not before
+/// `leases_not_before`), the next wait timeout, and now if grants are pending.
+fn arm_not_before(state: &mut ModuleState, leases_not_before: u64) {
     let now = CLOCK.monotonic_ms();
-    let next = match (
-        state.deadlines.next_deadline(),
-        state.pending_grants.is_empty(),
-    ) {
-        (_, false) => now,
-        (Some(deadline), true) => deadline,
-        (None, true) => return,
+    let leases = state
+        .deadlines
+        .next_deadline()
+        .map(|deadline| deadline.max(leases_not_before));
+    let waits = state.wait_deadlines.next_deadline();
+    let grants = (!state.pending_grants.is_empty()).then_some(now);
+    let Some(fire_at) = [leases, waits, grants].into_iter().flatten().min() else {
+        return;
     };
-    let fire_at = next.max(not_before);
     let ctx = TIMER_CTX.load(Ordering::Relaxed);
     if ctx.is_null() {
         return;
@@ -74,6 +77,9 @@ extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
 
 fn run(ctx: Ctx) {
     with_state(|state| state.timer = None);
+    // Waits end on time whatever the role (a primary turned replica may
+    // still have clients waiting).
+    waiting::end_due_waits();
     if !ffi::is_primary(ctx) {
         let recheck = CLOCK.monotonic_ms().saturating_add(REPLICA_RECHECK_MS);
         with_state(|state| arm_not_before(state, recheck));

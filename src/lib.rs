@@ -56,16 +56,53 @@ mod module {
 
     type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
 
-    /// Name, handler, flags, and the legacy key positions (first, last, step).
-    const COMMANDS: [(&CStr, Handler, &CStr, c_int); 7] = [
-        (c"lock.acquire", acquire, c"write deny-oom fast", 1),
-        (c"lock.release", release, c"write fast", 1),
-        (c"lock.extend", extend, c"write fast", 1),
-        (c"lock.fence", fence, c"write fast", 1),
-        (c"lock.info", info_command, c"readonly fast", 1),
-        (c"lock.apply", apply, c"write", 1),
-        (c"lock.debug", debug, c"admin", 0),
+    /// Name, handler, flags, the legacy key position (first = last = step),
+    /// and the ACL categories (set on Redis 7.2+, which has the API; on 7.0
+    /// module commands are only in `@all`, see the README).
+    const COMMANDS: [(&CStr, Handler, &CStr, c_int, &CStr); 7] = [
+        (
+            c"lock.acquire",
+            acquire,
+            c"write deny-oom fast",
+            1,
+            c"write fast",
+        ),
+        (c"lock.release", release, c"write fast", 1, c"write fast"),
+        (c"lock.extend", extend, c"write fast", 1, c"write fast"),
+        (c"lock.fence", fence, c"write fast", 1, c"write fast"),
+        (
+            c"lock.info",
+            info_command,
+            c"readonly fast",
+            1,
+            c"read fast",
+        ),
+        (c"lock.apply", apply, c"write", 1, c"write"),
+        (c"lock.debug", debug, c"admin", 0, c"admin dangerous"),
     ];
+
+    /// Puts a command in its ACL categories where the server supports it.
+    fn set_acl_categories(ctx: Ctx, name: &CStr, categories: &CStr) {
+        let command =
+            rm!(RedisModule_GetCommand(ctx, name.as_ptr())).unwrap_or(std::ptr::null_mut());
+        if command.is_null() {
+            return;
+        }
+        if rm!(RedisModule_SetCommandACLCategories(
+            command,
+            categories.as_ptr()
+        ))
+        .is_some_and(|status| status != raw::REDISMODULE_OK as c_int)
+        {
+            ffi::log_warning(
+                ctx,
+                &format!(
+                    "redis-lock: no ACL categories for {}",
+                    name.to_string_lossy()
+                ),
+            );
+        }
+    }
 
     fn fail(ctx: Ctx, why: &str) -> Status {
         ffi::log_warning(ctx, &format!("redis-lock: not loaded: {why}"));
@@ -96,7 +133,7 @@ mod module {
         }
         config::register(context);
         rm!(RedisModule_LoadConfigs(ctx));
-        for (name, handler, flags, key) in COMMANDS {
+        for (name, handler, flags, key, categories) in COMMANDS {
             let created = rm!(RedisModule_CreateCommand(
                 ctx,
                 name.as_ptr(),
@@ -109,6 +146,7 @@ mod module {
             if created != Some(raw::REDISMODULE_OK as c_int) {
                 return fail(ctx, &format!("could not create {}", name.to_string_lossy()));
             }
+            set_acl_categories(ctx, name, categories);
         }
         for doc in &docs::DOCS {
             docs::describe(ctx, doc);

@@ -28,6 +28,10 @@ pub struct ModuleState {
     /// Keys removed outside our commands (`DEL`, `FLUSHDB`) whose waiters
     /// the timer must serve: a keyspace callback may not write.
     pub pending_grants: BTreeSet<KeyId>,
+    /// `WAIT` timeouts, by blocked client address. The module ends waits
+    /// itself: a Redis-side timeout can race a grant made in the same
+    /// event-loop turn and lose the reply.
+    pub wait_deadlines: DeadlineIndex<usize>,
 }
 
 thread_local! {

@@ -4,45 +4,54 @@
 //! lives in the core crate; this file blocks, unblocks and replies.
 //!
 //! Every blocked client is unblocked exactly once through
-//! `RedisModule_UnblockClient`: by a grant, or from our timeout and
-//! disconnect callbacks, as the modules API asks.
+//! `RedisModule_UnblockClient`: by a grant, by our own wait timeout, or from
+//! the disconnect and `CLIENT UNBLOCK` callbacks, as the modules API asks.
+//! Clients are blocked without a Redis-side timeout: when Redis timed a
+//! client out in the same event-loop turn as our grant unblocked it, Redis
+//! 7.0 dropped the grant's reply (the client held a lock it never heard of)
+//! and could crash later. Our timer ends waits instead.
 
 use std::ffi::{c_int, c_void};
 
 use redis_lock_core::ops;
-use redis_lock_core::Slot;
+use redis_lock_core::{Clock, Slot};
 use redis_module::raw;
 
 use crate::effects::{self, Facts, Target};
+use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
 use crate::key::LockKey;
 use crate::recovery;
-use crate::state::{with_state, KeyId, CLOCK};
+use crate::state::{with_state, KeyId, ModuleState, CLOCK};
 
 /// One blocked `LOCK.ACQUIRE … WAIT`.
 pub struct Waiter {
     client: *mut raw::RedisModuleBlockedClient,
     owner: Box<[u8]>,
     ttl_ms: u64,
+    /// Its entry in the wait-timeout index: (deadline, id); none for `WAIT 0`.
+    timeout: Option<(u64, u64)>,
 }
 
-/// What the blocked client is told when it is unblocked by a grant.
+/// What the blocked client is told when it is unblocked.
 enum Answer {
     Token(i64),
     Error(String),
+    TimedOut,
 }
 
 /// Blocks the calling client in `key`'s queue. The caller has checked that
 /// blocking is allowed here (not in MULTI or Lua).
 pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
-    let timeout = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+    // No Redis-side timeout (see the module docs above); the timeout
+    // callback still serves `CLIENT UNBLOCK`.
     let client = rm!(RedisModule_BlockClient(
         ctx,
         Some(on_reply),
         Some(on_timeout),
         Some(free_answer),
-        timeout
+        0
     ))
     .unwrap_or(std::ptr::null_mut());
     if client.is_null() {
@@ -53,16 +62,25 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
         Some(on_disconnect)
     ));
     with_state(|state| {
+        let timeout = (timeout_ms > 0).then(|| {
+            let deadline = CLOCK.monotonic_ms().saturating_add(timeout_ms);
+            (
+                deadline,
+                state.wait_deadlines.insert(deadline, client as usize),
+            )
+        });
         state.waiters.push(
             id.clone(),
             Waiter {
                 client,
                 owner: owner.into(),
                 ttl_ms,
+                timeout,
             },
         );
         state.blocked.insert(client as usize, id);
         state.node.stats.waits += 1;
+        expiry::arm(state);
     });
     raw::REDISMODULE_OK as c_int
 }
@@ -79,6 +97,9 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         let Some(Some(waiter)) = with_state(|state| {
             let waiter = state.waiters.pop_front(&id)?;
             state.blocked.remove(&(waiter.client as usize));
+            if let Some((deadline, entry)) = waiter.timeout {
+                state.wait_deadlines.remove(deadline, entry);
+            }
             Some(waiter)
         }) else {
             return;
@@ -119,6 +140,9 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                 // Still held: the waiter keeps its place at the head.
                 with_state(|state| {
                     state.blocked.insert(waiter.client as usize, id.clone());
+                    if let Some((deadline, entry)) = waiter.timeout {
+                        state.wait_deadlines.reschedule(deadline, entry, deadline);
+                    }
                     state.waiters.push_front(id, waiter);
                 });
                 return;
@@ -180,18 +204,33 @@ fn unblock(client: *mut raw::RedisModuleBlockedClient, answer: Answer) {
     }
 }
 
-/// Removes a blocked client from its queue (timeout, disconnect).
-fn forget(client: *mut raw::RedisModuleBlockedClient) -> bool {
-    with_state(|state| {
-        let Some(id) = state.blocked.remove(&(client as usize)) else {
-            return false;
-        };
-        state
-            .waiters
-            .remove(&id, |waiter| waiter.client == client)
-            .is_some()
-    })
-    .unwrap_or(false)
+/// Removes a blocked client from its queue and the timeout index.
+fn forget(state: &mut ModuleState, client: *mut raw::RedisModuleBlockedClient) -> Option<Waiter> {
+    let id = state.blocked.remove(&(client as usize))?;
+    let waiter = state
+        .waiters
+        .remove(&id, |waiter| waiter.client == client)?;
+    if let Some((deadline, entry)) = waiter.timeout {
+        state.wait_deadlines.remove(deadline, entry);
+    }
+    Some(waiter)
+}
+
+/// Ends the waits whose timeout has passed: nil, and no trace in the queue.
+pub fn end_due_waits() {
+    let now = CLOCK.monotonic_ms();
+    let due = with_state(|state| state.wait_deadlines.pop_due(now, usize::MAX)).unwrap_or_default();
+    for (_, address) in due {
+        let ended = with_state(|state| {
+            let client = address as *mut raw::RedisModuleBlockedClient;
+            let waiter = forget(state, client)?;
+            state.node.stats.wait_timeouts += 1;
+            Some(waiter.client)
+        });
+        if let Some(Some(client)) = ended {
+            unblock(client, Answer::TimedOut);
+        }
+    }
 }
 
 /// How many wait for `id`.
@@ -209,16 +248,17 @@ extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
         match unsafe { answer.cast::<Answer>().as_ref() } {
             Some(Answer::Token(token)) => ffi::reply_integer(ctx, *token),
             Some(Answer::Error(message)) => ffi::reply_error(ctx, message),
-            None => ffi::reply_null(ctx),
+            Some(Answer::TimedOut) | None => ffi::reply_null(ctx),
         }
     })
 }
 
-/// The wait timed out (or `CLIENT UNBLOCK`): nil, and no trace in the queue.
+/// `CLIENT UNBLOCK … TIMEOUT` (Redis never times our clients out itself):
+/// nil, and no trace in the queue.
 extern "C" fn on_timeout(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     guard::command(ctx, "LOCK.ACQUIRE WAIT timeout", || {
         let client = rm!(RedisModule_GetBlockedClientHandle(ctx)).unwrap_or(std::ptr::null_mut());
-        if forget(client) {
+        if with_state(|state| forget(state, client).is_some()) == Some(true) {
             with_state(|state| state.node.stats.wait_timeouts += 1);
         }
         if !client.is_null() {
@@ -231,7 +271,7 @@ extern "C" fn on_timeout(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
 /// The waiting client went away (or `CLIENT UNBLOCK … ERROR`).
 extern "C" fn on_disconnect(ctx: Ctx, client: *mut raw::RedisModuleBlockedClient) {
     guard::callback(ctx, "LOCK.ACQUIRE WAIT disconnect", (), || {
-        forget(client);
+        with_state(|state| forget(state, client));
         rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
     });
 }

@@ -1,0 +1,316 @@
+//! Fuzzes argument parsing (`redis_lock_core::args`) against an independent
+//! model of the README's command contract.
+//!
+//! Input: byte 0 picks the command, bytes 1-2 `lock.max-owner-bytes`, bytes
+//! 3-10 `lock.max-ttl`; the rest, split on NUL bytes, is the argument list
+//! after the command name (so the key, owner, numbers and options are all
+//! fuzzed, arity included).
+//!
+//! Checks, for every input:
+//! - `parse_i64` agrees with Redis's integer rule (optional `-`, digits
+//!   without a leading zero, no `+`, no spaces, fits in i64);
+//! - each `parse_*` accepts exactly what the model accepts, with the same
+//!   values, and when it refuses, its error is one the model allows (when a
+//!   call has several defects, which one is reported is the parser's choice);
+//! - every error renders as a one-line `ERR …` reply.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use redis_lock_core::args::{self, ArgError, Limits, MAX_WAIT_MS};
+use redis_lock_core::token::MAX_RAISE;
+
+/// Redis's integer rule, written independently of `parse_i64`.
+fn model_int(bytes: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let canonical = text == "0"
+        || (!digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && !digits.starts_with('0'));
+    if canonical {
+        text.parse().ok()
+    } else {
+        None
+    }
+}
+
+fn model_range(bytes: &[u8], lo: i64, hi: i64) -> Option<i64> {
+    model_int(bytes).filter(|v| (lo..=hi).contains(v))
+}
+
+/// What the model expects: the parsed values, or the errors it allows.
+enum Expect<T> {
+    Ok(T),
+    Err(Vec<ArgError>),
+}
+
+/// Collects defects; `Ok` only if there are none.
+struct Defects(Vec<ArgError>);
+
+impl Defects {
+    fn new() -> Self {
+        Defects(Vec::new())
+    }
+
+    fn add(&mut self, error: ArgError) {
+        self.0.push(error);
+    }
+
+    fn owner(&mut self, owner: &[u8], limits: &Limits) {
+        if owner.is_empty() {
+            self.add(ArgError::EmptyOwner);
+        } else if owner.len() > limits.max_owner_bytes {
+            self.add(ArgError::OwnerTooLong {
+                max: limits.max_owner_bytes,
+            });
+        }
+    }
+
+    fn ttl(&mut self, ttl: &[u8], limits: &Limits) -> u64 {
+        let max = i64::try_from(limits.max_ttl_ms).unwrap_or(i64::MAX);
+        match model_range(ttl, 1, max) {
+            Some(v) => v as u64,
+            None => {
+                self.add(ArgError::Ttl {
+                    max: limits.max_ttl_ms,
+                });
+                0
+            }
+        }
+    }
+
+    fn finish<T>(self, value: T) -> Expect<T> {
+        if self.0.is_empty() {
+            Expect::Ok(value)
+        } else {
+            Expect::Err(self.0)
+        }
+    }
+}
+
+fn keyword(word: &[u8], name: &str) -> bool {
+    word.eq_ignore_ascii_case(name.as_bytes())
+}
+
+fn model_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Expect<args::AcquireArgs<'a>> {
+    if argv.len() < 4 {
+        return Expect::Err(vec![ArgError::WrongArity]);
+    }
+    let mut defects = Defects::new();
+    defects.owner(argv[2], limits);
+    let ttl_ms = defects.ttl(argv[3], limits);
+    let mut wait_ms = None;
+    let mut i = 4;
+    while i < argv.len() {
+        if !keyword(argv[i], "WAIT") || wait_ms.is_some() || i + 1 == argv.len() {
+            // Unknown, repeated or incomplete: the rest is not interpreted.
+            defects.add(ArgError::Syntax);
+            break;
+        }
+        match model_range(argv[i + 1], 0, MAX_WAIT_MS as i64) {
+            Some(t) => wait_ms = Some(t as u64),
+            None => {
+                defects.add(ArgError::WaitTimeout);
+                wait_ms = Some(0);
+            }
+        }
+        i += 2;
+    }
+    defects.finish(args::AcquireArgs {
+        owner: argv[2],
+        ttl_ms,
+        wait_ms,
+    })
+}
+
+fn model_release<'a>(argv: &[&'a [u8]], limits: &Limits) -> Expect<args::ReleaseArgs<'a>> {
+    if argv.len() < 3 {
+        return Expect::Err(vec![ArgError::WrongArity]);
+    }
+    let mut defects = Defects::new();
+    defects.owner(argv[2], limits);
+    let all = match &argv[3..] {
+        [] => false,
+        [word] if keyword(word, "ALL") => true,
+        _ => {
+            defects.add(ArgError::Syntax);
+            false
+        }
+    };
+    defects.finish(args::ReleaseArgs {
+        owner: argv[2],
+        all,
+    })
+}
+
+fn model_extend<'a>(argv: &[&'a [u8]], limits: &Limits) -> Expect<args::ExtendArgs<'a>> {
+    if argv.len() < 4 {
+        return Expect::Err(vec![ArgError::WrongArity]);
+    }
+    let mut defects = Defects::new();
+    defects.owner(argv[2], limits);
+    let ttl_ms = defects.ttl(argv[3], limits);
+    if argv.len() > 4 {
+        defects.add(ArgError::Syntax);
+    }
+    defects.finish(args::ExtendArgs {
+        owner: argv[2],
+        ttl_ms,
+    })
+}
+
+fn model_fence<'a>(argv: &[&'a [u8]], limits: &Limits) -> Expect<args::FenceArgs<'a>> {
+    if argv.len() < 3 {
+        return Expect::Err(vec![ArgError::WrongArity]);
+    }
+    let mut defects = Defects::new();
+    defects.owner(argv[2], limits);
+    let mut at_least = None;
+    match &argv[3..] {
+        [] => {}
+        [word, n, rest @ ..] if keyword(word, "ATLEAST") => {
+            match model_range(n, 0, MAX_RAISE) {
+                Some(n) => at_least = Some(n),
+                None => defects.add(ArgError::AtLeast),
+            }
+            if !rest.is_empty() {
+                defects.add(ArgError::Syntax);
+            }
+        }
+        _ => defects.add(ArgError::Syntax),
+    }
+    defects.finish(args::FenceArgs {
+        owner: argv[2],
+        at_least,
+    })
+}
+
+fn model_info(argv: &[&[u8]]) -> Expect<()> {
+    match argv.len() {
+        0 | 1 => Expect::Err(vec![ArgError::WrongArity]),
+        2 => Expect::Ok(()),
+        _ => Expect::Err(vec![ArgError::Syntax]),
+    }
+}
+
+/// LOCK.APPLY is internal: exactly six words, not held to this node's limits.
+/// Its value errors are `Effect(..)`, matched by kind only.
+fn model_apply<'a>(argv: &[&'a [u8]]) -> Expect<args::ApplyArgs<'a>> {
+    if argv.len() < 6 {
+        return Expect::Err(vec![ArgError::WrongArity]);
+    }
+    let mut defects = Defects::new();
+    if argv.len() > 6 {
+        defects.add(ArgError::WrongArity);
+        defects.add(ArgError::Syntax);
+    }
+    if argv[2].is_empty() {
+        defects.add(ArgError::EmptyOwner);
+    }
+    let holds = model_range(argv[3], 1, i64::from(u32::MAX));
+    let token = model_int(argv[4]).filter(|t| *t > 0);
+    let wall_end_ms = model_int(argv[5]);
+    if holds.is_none() || token.is_none() || wall_end_ms.is_none() {
+        defects.add(ArgError::Effect(""));
+    }
+    defects.finish(args::ApplyArgs {
+        owner: argv[2],
+        holds: holds.unwrap_or(1) as u32,
+        token: token.unwrap_or(1),
+        wall_end_ms: wall_end_ms.unwrap_or(0),
+    })
+}
+
+fn allowed(error: &ArgError, allowed: &[ArgError]) -> bool {
+    allowed.iter().any(|a| match (a, error) {
+        (ArgError::Effect(_), ArgError::Effect(_)) => true,
+        _ => a == error,
+    })
+}
+
+fn compare<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    argv: &[&[u8]],
+    got: Result<T, ArgError>,
+    expect: Expect<T>,
+) {
+    match (got, expect) {
+        (Ok(got), Expect::Ok(want)) => {
+            assert_eq!(got, want, "{what} {argv:?}: parsed differently")
+        }
+        (Err(error), Expect::Err(allowed_errors)) => {
+            assert!(
+                allowed(&error, &allowed_errors),
+                "{what} {argv:?}: error {error:?}, the model allows {allowed_errors:?}"
+            );
+            let line = error.to_string();
+            assert!(
+                line.starts_with("ERR ") && !line.contains(['\r', '\n']),
+                "{line:?}"
+            );
+        }
+        (Ok(got), Expect::Err(allowed_errors)) => {
+            panic!(
+                "{what} {argv:?}: accepted as {got:?}, the model refuses with {allowed_errors:?}"
+            )
+        }
+        (Err(error), Expect::Ok(want)) => {
+            panic!("{what} {argv:?}: refused with {error:?}, the model accepts {want:?}")
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 11 {
+        return;
+    }
+    let (head, rest) = data.split_at(11);
+    let limits = Limits {
+        max_owner_bytes: 1 + usize::from(u16::from_le_bytes([head[1], head[2]])) % 1024,
+        max_ttl_ms: {
+            // Half the time a small limit, so that its edges are easy to hit.
+            let raw = u64::from_le_bytes(head[3..11].try_into().unwrap_or_default());
+            if raw & 1 == 0 {
+                1 + (raw >> 1) % 1_000
+            } else {
+                1 + (raw >> 1) % MAX_WAIT_MS
+            }
+        },
+    };
+    let mut argv: Vec<&[u8]> = vec![b"LOCK.X"];
+    if !rest.is_empty() {
+        argv.extend(rest.split(|b| *b == 0));
+    }
+
+    for arg in &argv {
+        assert_eq!(args::parse_i64(arg), model_int(arg), "parse_i64({arg:?})");
+    }
+    match head[0] % 6 {
+        0 => compare(
+            "acquire",
+            &argv,
+            args::parse_acquire(&argv, &limits),
+            model_acquire(&argv, &limits),
+        ),
+        1 => compare(
+            "release",
+            &argv,
+            args::parse_release(&argv, &limits),
+            model_release(&argv, &limits),
+        ),
+        2 => compare(
+            "extend",
+            &argv,
+            args::parse_extend(&argv, &limits),
+            model_extend(&argv, &limits),
+        ),
+        3 => compare(
+            "fence",
+            &argv,
+            args::parse_fence(&argv, &limits),
+            model_fence(&argv, &limits),
+        ),
+        4 => compare("info", &argv, args::parse_info(&argv), model_info(&argv)),
+        _ => compare("apply", &argv, args::parse_apply(&argv), model_apply(&argv)),
+    }
+});

@@ -1,0 +1,158 @@
+//! Access control: the LOCK.* commands declare their key (position 1), so
+//! ACL key patterns apply to them, and a user who may not run them gets
+//! `NOPERM` without any change to the dataset.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use redis::{Connection, RedisResult, Value};
+use testkit::RedisServer;
+
+fn cmd(conn: &mut Connection, args: &[&str]) -> RedisResult<Value> {
+    let mut cmd = redis::cmd(args[0]);
+    for arg in &args[1..] {
+        cmd.arg(*arg);
+    }
+    cmd.query(conn)
+}
+
+/// Runs a command that must be refused by ACL; returns the error's detail.
+fn noperm(conn: &mut Connection, args: &[&str]) -> String {
+    match cmd(conn, args) {
+        Ok(value) => panic!("{args:?} should be refused with NOPERM, replied {value:?}"),
+        Err(err) => {
+            assert_eq!(err.code(), Some("NOPERM"), "{args:?}: {err}");
+            err.detail().unwrap_or_default().to_string()
+        }
+    }
+}
+
+fn acl_setuser(server: &RedisServer, rules: &[&str]) {
+    let mut admin = server.conn();
+    let mut args = vec!["ACL", "SETUSER"];
+    args.extend_from_slice(rules);
+    assert_eq!(cmd(&mut admin, &args).unwrap(), Value::Okay);
+}
+
+/// A connection authenticated as `user` with password `pw`.
+fn conn_as(server: &RedisServer, user: &str) -> Connection {
+    let url = format!("redis://{user}:pw@127.0.0.1:{}/", server.port());
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+fn token(value: Value) -> i64 {
+    match value {
+        Value::Int(token) if token > 0 => token,
+        other => panic!("expected a fencing token, got {other:?}"),
+    }
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    let mut admin = server.conn();
+    cmd(&mut admin, &["EXISTS", key]).unwrap() == Value::Int(1)
+}
+
+#[test]
+fn key_patterns_confine_a_user_to_its_locks() {
+    let server = RedisServer::start();
+    acl_setuser(&server, &["app", "on", ">pw", "~app:*", "+@all"]);
+    let mut app = conn_as(&server, "app");
+
+    let granted = token(cmd(&mut app, &["LOCK.ACQUIRE", "app:x", "me", "60000"]).unwrap());
+    assert_eq!(
+        cmd(&mut app, &["LOCK.FENCE", "app:x", "me"]).unwrap(),
+        Value::Int(granted)
+    );
+    assert_eq!(
+        cmd(&mut app, &["LOCK.EXTEND", "app:x", "me", "60000"]).unwrap(),
+        Value::Int(1)
+    );
+    assert!(matches!(
+        cmd(&mut app, &["LOCK.INFO", "app:x"]).unwrap(),
+        Value::Array(_)
+    ));
+
+    // Outside its key pattern, every LOCK.* command is refused.
+    let detail = noperm(&mut app, &["LOCK.ACQUIRE", "other:x", "me", "60000"]);
+    assert!(detail.contains("keys"), "{detail}");
+    noperm(&mut app, &["LOCK.RELEASE", "other:x", "me"]);
+    noperm(&mut app, &["LOCK.EXTEND", "other:x", "me", "60000"]);
+    noperm(&mut app, &["LOCK.FENCE", "other:x", "me"]);
+    noperm(&mut app, &["LOCK.INFO", "other:x"]);
+    assert!(!exists(&server, "other:x"), "a refused acquire made a lock");
+
+    // Someone else's lock outside the pattern cannot be touched either.
+    let mut admin = server.conn();
+    let theirs = token(cmd(&mut admin, &["LOCK.ACQUIRE", "other:y", "me", "60000"]).unwrap());
+    noperm(&mut app, &["LOCK.RELEASE", "other:y", "me", "ALL"]);
+    assert_eq!(
+        cmd(&mut admin, &["LOCK.FENCE", "other:y", "me"]).unwrap(),
+        Value::Int(theirs)
+    );
+
+    assert_eq!(
+        cmd(&mut app, &["LOCK.RELEASE", "app:x", "me"]).unwrap(),
+        Value::Int(0)
+    );
+    assert!(!exists(&server, "app:x"));
+}
+
+/// A user allowed only reads (plus LOCK.INFO by name) cannot take or change a
+/// lock, but can inspect one. The LOCK.* commands are named explicitly: on
+/// Redis 7.0 module commands belong to no ACL category but `@all`, so
+/// `+@read` alone allows no LOCK.* command at all (see the ignored test).
+#[test]
+fn a_user_without_write_commands_cannot_acquire_but_can_inspect() {
+    let server = RedisServer::start();
+    acl_setuser(
+        &server,
+        &["reader", "on", ">pw", "~*", "-@all", "+@read", "+lock.info"],
+    );
+    let mut admin = server.conn();
+    let held = token(cmd(&mut admin, &["LOCK.ACQUIRE", "job", "worker", "60000"]).unwrap());
+
+    let mut reader = conn_as(&server, "reader");
+    let detail = noperm(&mut reader, &["LOCK.ACQUIRE", "fresh", "me", "60000"]);
+    assert!(detail.contains("lock.acquire"), "{detail}");
+    noperm(&mut reader, &["LOCK.ACQUIRE", "job", "worker", "60000"]);
+    noperm(&mut reader, &["LOCK.RELEASE", "job", "worker", "ALL"]);
+    noperm(&mut reader, &["LOCK.EXTEND", "job", "worker", "1"]);
+    noperm(
+        &mut reader,
+        &["LOCK.FENCE", "job", "worker", "ATLEAST", "1"],
+    );
+    noperm(&mut reader, &["LOCK.DEBUG", "WALLCLOCK-OFFSET", "0"]);
+    assert!(!exists(&server, "fresh"), "a refused acquire made a lock");
+
+    let Value::Array(info) = cmd(&mut reader, &["LOCK.INFO", "job"]).unwrap() else {
+        panic!("LOCK.INFO of a held lock should be an array");
+    };
+    assert_eq!(info[1], Value::BulkString(b"worker".to_vec()));
+    assert_eq!(info[3], Value::Int(1), "the refused re-entry added a hold");
+    assert_eq!(info[5], Value::Int(held));
+    assert_eq!(
+        cmd(&mut reader, &["LOCK.INFO", "fresh"]).unwrap(),
+        Value::Nil
+    );
+}
+
+/// What the issue asks with ACL categories: a user with `+@all -@write`
+/// must not acquire, and `+@read` must allow LOCK.INFO.
+///
+/// Needs Redis 7.2 or newer: Redis 7.0 puts module commands in no ACL
+/// category except `@all` (`ACL CAT write` lists no LOCK.* command) and has
+/// no API to change that, so there a `+@all -@write` user CAN take locks and
+/// the commands must be named in ACL rules (the README says so, and the
+/// tests above use named rules). On 7.2+ the module calls
+/// `RedisModule_SetCommandACLCategories` and this test applies.
+#[test]
+#[ignore = "needs Redis 7.2+ (RedisModule_SetCommandACLCategories); Debian bookworm ships 7.0"]
+fn acl_categories_cover_the_lock_commands() {
+    let server = RedisServer::start();
+    acl_setuser(&server, &["nowrite", "on", ">pw", "~*", "+@all", "-@write"]);
+    acl_setuser(&server, &["reader", "on", ">pw", "~*", "+@read"]);
+    let mut nowrite = conn_as(&server, "nowrite");
+    noperm(&mut nowrite, &["LOCK.ACQUIRE", "job", "me", "60000"]);
+    assert!(!exists(&server, "job"));
+    let mut reader = conn_as(&server, "reader");
+    noperm(&mut reader, &["LOCK.ACQUIRE", "job", "me", "60000"]);
+    assert_eq!(cmd(&mut reader, &["LOCK.INFO", "job"]).unwrap(), Value::Nil);
+}
