@@ -5,7 +5,7 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-.PHONY: prereqs build run test unit integration lint fmt clean cluster cluster-stop demo
+.PHONY: prereqs build run test unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -22,6 +22,24 @@ run: build
 
 test: build
 	$(CARGO) test --release --workspace
+	scripts/fuzz.sh short
+
+# cargo-fuzz on the core crate's parsing and lock operations: 10 minutes in
+# all (FUZZ_SECONDS=N to change). `make test` runs a 30 s round of it.
+fuzz: build
+	scripts/fuzz.sh long
+
+# The chaos suite: five module-loaded masters, 32 clients, faults injected at
+# random (kill -9, AOF tail cut, SIGSTOP, DEBUG SLEEP, clock offsets, client
+# pauses), every holder checked by a fenced store. CHAOS_SECONDS (default 180)
+# and CHAOS_SEED (default random, printed) override. Fails on any violation.
+CHAOS_SECONDS ?= 180
+chaos: build
+	CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) $(CARGO) run --release -p chaos -- $(CHAOS_ARGS)
+
+# The same with no persistence and no recovery window: must report violations.
+chaos-negative: build
+	CHAOS_SECONDS=$(CHAOS_SECONDS) CHAOS_SEED=$(CHAOS_SEED) $(CARGO) run --release -p chaos -- --negative-control $(CHAOS_ARGS)
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -38,6 +56,12 @@ cluster-stop:
 
 demo: build
 	$(CARGO) run --release -p redis-lock-client --example demo
+
+# Benchmarks against SET NX PX, Lua and Redisson locks and the rslock crate;
+# writes BENCHMARKS.md. QUICK=1 for a short run; BENCH_ARGS="--only 1,2" to
+# pick sections (1 acquire .. 7 scale).
+bench: build
+	QUICK=$(QUICK) scripts/bench.sh $(BENCH_ARGS)
 
 clean:
 	$(CARGO) clean

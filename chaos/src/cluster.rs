@@ -1,0 +1,135 @@
+//! The five lock nodes: real `redis-server` processes (testkit) with the
+//! module loaded, each behind an async mutex that a fault holds while it
+//! acts on the node, so that two faults never act on one node at once.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use testkit::{RedisServer, ServerOptions};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::plan::NodeProfile;
+use crate::Error;
+
+/// One node: its profile, address, and the server process.
+pub struct Node {
+    pub index: usize,
+    pub profile: NodeProfile,
+    pub port: u16,
+    pub url: String,
+    dir: PathBuf,
+    server: Arc<Mutex<RedisServer>>,
+}
+
+/// A node claimed by a fault.
+pub type Claimed = OwnedMutexGuard<RedisServer>;
+
+impl Node {
+    /// Claims the node for a fault, or `None` if another fault has it.
+    pub fn try_claim(&self) -> Option<Claimed> {
+        self.server.clone().try_lock_owned().ok()
+    }
+
+    /// The server's data directory (kept across restarts).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// The nodes of one phase; every server is killed when this is dropped
+/// (testkit's `Drop`), also on an early return or a panic.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+}
+
+/// The `redis-server` options for a profile: the module with its debug knob
+/// (for `LOCK.DEBUG WALLCLOCK-OFFSET`) and the recovery window, and the
+/// persistence settings.
+pub fn server_options(profile: &NodeProfile) -> ServerOptions {
+    ServerOptions::default()
+        .module_args(["recovery-ms".to_string(), profile.recovery_ms.to_string()])
+        .args(profile.persistence.server_args())
+}
+
+impl Cluster {
+    /// Starts one server per profile; returns once each answers `PING`.
+    pub async fn start(profiles: &[NodeProfile]) -> Result<Cluster, Error> {
+        let mut nodes = Vec::with_capacity(profiles.len());
+        for (index, profile) in profiles.iter().enumerate() {
+            let options = server_options(profile);
+            let server = tokio::task::spawn_blocking(move || RedisServer::start_with(options))
+                .await
+                .map_err(|e| Error::Setup(format!("node {index} did not start: {e}")))?;
+            nodes.push(Node {
+                index,
+                profile: profile.clone(),
+                port: server.port(),
+                url: server.url(),
+                dir: server.dir().to_path_buf(),
+                server: Arc::new(Mutex::new(server)),
+            });
+        }
+        Ok(Cluster { nodes })
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url.clone()).collect()
+    }
+
+    /// The node index for a client outcome's node name (`host:port`).
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        let port: u16 = name.rsplit(':').next()?.parse().ok()?;
+        self.nodes.iter().position(|n| n.port == port)
+    }
+
+    /// Waits until no fault holds any node (faults end by themselves: a
+    /// stopped node is always resumed, a killed one restarted).
+    pub async fn settle(&self) {
+        for node in &self.nodes {
+            drop(node.server.lock().await);
+        }
+    }
+}
+
+/// Runs a blocking testkit operation on a claimed server off the async
+/// threads; gives the claim back. A panic inside testkit (a server that did
+/// not come back) is returned as an error, the claim is then lost and the
+/// node stays as it is until the cluster is dropped.
+pub async fn blocking<F>(mut claim: Claimed, op: F) -> Result<Claimed, Error>
+where
+    F: FnOnce(&mut RedisServer) + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        op(&mut claim);
+        claim
+    })
+    .await
+    .map_err(|e| Error::Fault(format!("server operation failed: {e}")))
+}
+
+/// One command on a fresh connection, bounded by `timeout`.
+pub async fn command(
+    url: &str,
+    cmd: &redis::Cmd,
+    timeout: Duration,
+) -> Result<redis::Value, Error> {
+    let call = async {
+        let client = redis::Client::open(url)?;
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(None)
+            .set_connection_timeout(Some(timeout));
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        cmd.query_async::<redis::Value>(&mut conn).await
+    };
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(Error::Fault(format!("{url}: {e}"))),
+        Err(_) => Err(Error::Fault(format!(
+            "{url}: no reply within {} ms",
+            timeout.as_millis()
+        ))),
+    }
+}

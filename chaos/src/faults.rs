@@ -1,0 +1,492 @@
+//! The fault injector: at random intervals it picks a fault kind by the
+//! phase's weights (every allowed kind once first, in random order, so that
+//! even a short run injects each), draws its parameters from the seeded
+//! random generator, claims the node(s) and runs the fault in a task of its
+//! own, so faults overlap (a node can be stopped while another restarts).
+//! A fault whose nodes are all busy with other faults is skipped.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use tokio::task::JoinSet;
+
+use crate::checker::ms_since;
+use crate::cluster::{self, Claimed, Cluster};
+use crate::plan::{FaultKind, Persistence, Phase};
+use crate::Error;
+
+/// One injected fault, for the report and for context around violations.
+#[derive(Clone, Debug)]
+pub struct FaultEvent {
+    pub at: Instant,
+    pub kind: FaultKind,
+    pub nodes: Vec<usize>,
+    pub detail: String,
+}
+
+/// Every fault of a phase, in order.
+pub struct FaultLog {
+    origin: Instant,
+    verbose: bool,
+    events: Mutex<Vec<FaultEvent>>,
+}
+
+impl FaultLog {
+    pub fn new(origin: Instant, verbose: bool) -> FaultLog {
+        FaultLog {
+            origin,
+            verbose,
+            events: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn record(&self, kind: FaultKind, nodes: Vec<usize>, detail: String) {
+        let event = FaultEvent {
+            at: Instant::now(),
+            kind,
+            nodes,
+            detail,
+        };
+        if self.verbose {
+            eprintln!("fault {}", self.describe(&event));
+        }
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(event);
+    }
+
+    pub fn describe(&self, event: &FaultEvent) -> String {
+        format!(
+            "[{}] {} on nodes {:?}: {}",
+            ms_since(self.origin, event.at),
+            event.kind.name(),
+            event.nodes,
+            event.detail
+        )
+    }
+
+    /// Faults injected between `from` and `to`.
+    pub fn between(&self, from: Instant, to: Instant) -> Vec<FaultEvent> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|e| e.at >= from && e.at <= to)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Faults by kind.
+#[derive(Clone, Debug, Default)]
+pub struct FaultCounts {
+    /// Started (for a client pause: requested).
+    pub injected: BTreeMap<FaultKind, u64>,
+    /// Not started: every eligible node was busy with another fault.
+    pub skipped: BTreeMap<FaultKind, u64>,
+    /// Started but an operation failed (a server that did not come back, a
+    /// command that got no answer in time).
+    pub failed: BTreeMap<FaultKind, u64>,
+    pub first_failure: Option<String>,
+}
+
+impl FaultCounts {
+    pub fn injected(&self, kind: FaultKind) -> u64 {
+        self.injected.get(&kind).copied().unwrap_or(0)
+    }
+
+    pub fn total_injected(&self) -> u64 {
+        self.injected.values().sum()
+    }
+
+    pub fn add(&mut self, other: &FaultCounts) {
+        for (kind, n) in &other.injected {
+            *self.injected.entry(*kind).or_default() += n;
+        }
+        for (kind, n) in &other.skipped {
+            *self.skipped.entry(*kind).or_default() += n;
+        }
+        for (kind, n) in &other.failed {
+            *self.failed.entry(*kind).or_default() += n;
+        }
+        if self.first_failure.is_none() {
+            self.first_failure.clone_from(&other.first_failure);
+        }
+    }
+}
+
+/// The injector of one phase.
+pub struct Injector {
+    pub cluster: Arc<Cluster>,
+    pub phase: Phase,
+    pub seed: u64,
+    pub log: Arc<FaultLog>,
+    pub pause_requests: Arc<AtomicU64>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// A fault under way.
+type FaultFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Error>> + Send>>;
+
+/// A fault with its parameters drawn, before its nodes are claimed.
+enum Planned {
+    Kill9 {
+        candidates: Vec<usize>,
+        downtime: Duration,
+        cut_bytes: Option<u64>,
+    },
+    Majority {
+        candidates: Vec<usize>,
+        downtime: Duration,
+    },
+    Stop {
+        candidates: Vec<usize>,
+        duration: Duration,
+    },
+    Slow {
+        candidates: Vec<usize>,
+        /// (DEBUG SLEEP, gap after it)
+        bursts: Vec<(Duration, Duration)>,
+    },
+    Offset {
+        candidates: Vec<usize>,
+        /// Drawn per node, as a fraction of the node's offset range.
+        unit: f64,
+        reset: bool,
+    },
+    Pause,
+}
+
+impl Injector {
+    /// Injects faults until `stop` is set, then waits for the running ones
+    /// to finish (every stopped node resumed, every killed one restarted).
+    pub async fn run(self) -> FaultCounts {
+        let mut rng = StdRng::seed_from_u64(self.seed);
+        let mut counts = FaultCounts::default();
+        let mut prelude: Vec<FaultKind> = self
+            .phase
+            .faults
+            .iter()
+            .filter(|(_, w)| *w > 0)
+            .map(|(k, _)| *k)
+            .collect();
+        prelude.shuffle(&mut rng);
+        let mut running: JoinSet<(FaultKind, Result<(), Error>)> = JoinSet::new();
+        let mean = self.phase.fault_interval_ms.max(2);
+        loop {
+            let wait = rng.random_range(mean / 2..=mean * 3 / 2);
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            while let Some(done) = running.try_join_next() {
+                note_done(&mut counts, done);
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let prelude_pending = !prelude.is_empty();
+            let kind = match prelude.pop() {
+                Some(kind) => kind,
+                None => self.pick_kind(&mut rng),
+            };
+            let planned = self.plan(kind, &mut rng);
+            match self.start(kind, planned) {
+                Some(fault) => {
+                    *counts.injected.entry(kind).or_default() += 1;
+                    running.spawn(async move { (kind, fault.await) });
+                }
+                None => {
+                    *counts.skipped.entry(kind).or_default() += 1;
+                    if prelude_pending {
+                        // Every kind must happen once: try it again next.
+                        prelude.push(kind);
+                    }
+                }
+            }
+        }
+        while let Some(done) = running.join_next().await {
+            note_done(&mut counts, done);
+        }
+        counts
+    }
+
+    fn pick_kind(&self, rng: &mut StdRng) -> FaultKind {
+        let total: u32 = self.phase.faults.iter().map(|(_, w)| *w).sum();
+        let mut pick = rng.random_range(0..total.max(1));
+        for (kind, weight) in &self.phase.faults {
+            if pick < *weight {
+                return *kind;
+            }
+            pick -= weight;
+        }
+        FaultKind::ClientPause
+    }
+
+    /// Draws every parameter of a fault from `rng` (the same draws whatever
+    /// state the nodes are in, so a seed gives the same schedule).
+    fn plan(&self, kind: FaultKind, rng: &mut StdRng) -> Planned {
+        let mut all: Vec<usize> = (0..self.cluster.nodes.len()).collect();
+        all.shuffle(rng);
+        let ms =
+            |rng: &mut StdRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..=hi));
+        match kind {
+            FaultKind::Kill9Restart => Planned::Kill9 {
+                candidates: all,
+                downtime: ms(rng, 0, 500),
+                cut_bytes: None,
+            },
+            FaultKind::PowerLoss => {
+                let candidates = all
+                    .into_iter()
+                    .filter(|&i| {
+                        self.cluster.nodes[i].profile.persistence == Persistence::AofEverysec
+                    })
+                    .collect();
+                Planned::Kill9 {
+                    candidates,
+                    downtime: ms(rng, 0, 500),
+                    cut_bytes: Some(rng.random_range(1..=16_384)),
+                }
+            }
+            FaultKind::RestartMajority => Planned::Majority {
+                candidates: all,
+                downtime: ms(rng, 0, 300),
+            },
+            FaultKind::StopNode => Planned::Stop {
+                candidates: all,
+                duration: ms(rng, 200, 2_500),
+            },
+            FaultKind::SlowNode => {
+                let bursts = (0..rng.random_range(3..=8))
+                    .map(|_| (ms(rng, 50, 300), ms(rng, 10, 100)))
+                    .collect();
+                Planned::Slow {
+                    candidates: all,
+                    bursts,
+                }
+            }
+            FaultKind::ClockOffset => Planned::Offset {
+                candidates: all,
+                unit: rng.random_range(0.0..=1.0),
+                reset: rng.random_bool(0.25),
+            },
+            FaultKind::ClientPause => Planned::Pause,
+        }
+    }
+
+    /// Claims the nodes and returns the fault's future, or `None` when its
+    /// nodes are busy.
+    fn start(&self, kind: FaultKind, planned: Planned) -> Option<FaultFuture> {
+        let cluster = self.cluster.clone();
+        let log = self.log.clone();
+        let claim_one = |candidates: &[usize]| {
+            candidates
+                .iter()
+                .find_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
+        };
+        match planned {
+            Planned::Kill9 {
+                candidates,
+                downtime,
+                cut_bytes,
+            } => {
+                let (i, claim) = claim_one(&candidates)?;
+                Some(Box::pin(async move {
+                    let dir = cluster.nodes[i].dir().to_path_buf();
+                    let claim = cluster::blocking(claim, |s| s.kill9()).await?;
+                    let detail = match cut_bytes {
+                        Some(bytes) => {
+                            let cut = cut_aof_tail(&dir, bytes)?;
+                            format!(
+                                "cut {cut} bytes of the AOF tail, down {} ms",
+                                downtime.as_millis()
+                            )
+                        }
+                        None => format!("down {} ms", downtime.as_millis()),
+                    };
+                    log.record(kind, vec![i], detail);
+                    tokio::time::sleep(downtime).await;
+                    cluster::blocking(claim, |s| s.restart()).await?;
+                    Ok(())
+                }))
+            }
+            Planned::Majority {
+                candidates,
+                downtime,
+            } => {
+                let quorum = cluster.nodes.len() / 2 + 1;
+                let claims: Vec<(usize, Claimed)> = candidates
+                    .iter()
+                    .filter_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
+                    .take(quorum)
+                    .collect();
+                if claims.len() < quorum {
+                    return None;
+                }
+                Some(Box::pin(async move {
+                    let nodes: Vec<usize> = claims.iter().map(|(i, _)| *i).collect();
+                    // Killed together, in one blocking call.
+                    let claims = tokio::task::spawn_blocking(move || {
+                        let mut claims = claims;
+                        for (_, claim) in &mut claims {
+                            claim.kill9();
+                        }
+                        claims
+                    })
+                    .await
+                    .map_err(|e| Error::Fault(format!("kill failed: {e}")))?;
+                    log.record(kind, nodes, format!("down {} ms", downtime.as_millis()));
+                    tokio::time::sleep(downtime).await;
+                    let restarts: Vec<_> = claims
+                        .into_iter()
+                        .map(|(_, claim)| tokio::spawn(cluster::blocking(claim, |s| s.restart())))
+                        .collect();
+                    for restart in restarts {
+                        restart
+                            .await
+                            .map_err(|e| Error::Fault(format!("restart failed: {e}")))??;
+                    }
+                    Ok(())
+                }))
+            }
+            Planned::Stop {
+                candidates,
+                duration,
+            } => {
+                let (i, claim) = claim_one(&candidates)?;
+                Some(Box::pin(async move {
+                    claim.pause();
+                    log.record(
+                        kind,
+                        vec![i],
+                        format!("stopped for {} ms", duration.as_millis()),
+                    );
+                    tokio::time::sleep(duration).await;
+                    claim.resume();
+                    Ok(())
+                }))
+            }
+            Planned::Slow { candidates, bursts } => {
+                let (i, claim) = claim_one(&candidates)?;
+                Some(Box::pin(async move {
+                    let url = cluster.nodes[i].url.clone();
+                    let total: Duration = bursts.iter().map(|(s, _)| *s).sum();
+                    log.record(
+                        kind,
+                        vec![i],
+                        format!(
+                            "{} DEBUG SLEEPs, {} ms in all",
+                            bursts.len(),
+                            total.as_millis()
+                        ),
+                    );
+                    for (sleep, gap) in bursts {
+                        let cmd = redis::cmd("DEBUG")
+                            .arg("SLEEP")
+                            .arg(format!("{:.3}", sleep.as_secs_f64()))
+                            .to_owned();
+                        cluster::command(&url, &cmd, sleep + Duration::from_secs(5)).await?;
+                        tokio::time::sleep(gap).await;
+                    }
+                    drop(claim);
+                    Ok(())
+                }))
+            }
+            Planned::Offset {
+                candidates,
+                unit,
+                reset,
+            } => {
+                let (i, claim) = claim_one(&candidates)?;
+                let range = cluster.nodes[i].profile.offsets_ms.clone();
+                let span = range.end().saturating_sub(*range.start()) as f64;
+                let offset = if reset {
+                    0
+                } else {
+                    range.start() + (span * unit).round() as i64
+                };
+                Some(Box::pin(async move {
+                    let url = cluster.nodes[i].url.clone();
+                    let cmd = redis::cmd("LOCK.DEBUG")
+                        .arg("WALLCLOCK-OFFSET")
+                        .arg(offset)
+                        .to_owned();
+                    cluster::command(&url, &cmd, Duration::from_secs(5)).await?;
+                    log.record(kind, vec![i], format!("offset {offset:+} ms"));
+                    drop(claim);
+                    Ok(())
+                }))
+            }
+            Planned::Pause => {
+                self.pause_requests.fetch_add(1, Ordering::Relaxed);
+                log.record(
+                    kind,
+                    Vec::new(),
+                    "the next holder sleeps past its validity".into(),
+                );
+                Some(Box::pin(async { Ok(()) }))
+            }
+        }
+    }
+}
+
+fn note_done(
+    counts: &mut FaultCounts,
+    done: Result<(FaultKind, Result<(), Error>), tokio::task::JoinError>,
+) {
+    let failure = match done {
+        Ok((_, Ok(()))) => return,
+        Ok((kind, Err(error))) => {
+            *counts.failed.entry(kind).or_default() += 1;
+            error.to_string()
+        }
+        Err(join) => join.to_string(),
+    };
+    if counts.first_failure.is_none() {
+        counts.first_failure = Some(failure);
+    }
+}
+
+/// Cuts up to `bytes` off the newest incremental AOF file (what an
+/// `everysec` node loses in a power cut: writes not yet fsynced). Redis
+/// loads the truncated file (`aof-load-truncated yes`, the default).
+/// Returns how many bytes were cut.
+fn cut_aof_tail(dir: &Path, bytes: u64) -> Result<u64, Error> {
+    let aof_dir = dir.join("appendonlydir");
+    let manifest = std::fs::read_dir(&aof_dir)
+        .map_err(|e| Error::Fault(format!("{}: {e}", aof_dir.display())))?
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "manifest"))
+        .ok_or_else(|| Error::Fault(format!("no AOF manifest in {}", aof_dir.display())))?;
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| Error::Fault(format!("{}: {e}", manifest.display())))?;
+    // Lines: `file NAME seq N type i|b|h`; the last `type i` is written now.
+    let Some(name) = text.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            ["file", name, "seq", _, "type", "i"] => Some(name.to_string()),
+            _ => None,
+        }
+    }) else {
+        return Ok(0);
+    };
+    let path = aof_dir.join(name);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::Fault(format!("{}: {e}", path.display())))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::Fault(format!("{}: {e}", path.display())))?
+        .len();
+    let cut = bytes.min(len);
+    file.set_len(len - cut)
+        .map_err(|e| Error::Fault(format!("{}: {e}", path.display())))?;
+    Ok(cut)
+}

@@ -1,0 +1,255 @@
+//! Chaos suite for redis-lock: Redlock over five module-loaded masters
+//! (real `redis-server` processes) while nodes are killed and restarted,
+//! stopped, slowed and have their clocks stepped, and clients pause past
+//! their validity; every holder makes a fenced write to a checker that
+//! reports any violation of mutual exclusion or of fencing-token order.
+//!
+//! - [`plan`]: the fault mix and the safety rules it must obey;
+//! - [`cluster`]: the nodes;
+//! - [`workload`]: the clients;
+//! - [`faults`]: the injector;
+//! - [`checker`]: the fenced store and the violation checks;
+//! - [`report`]: the summary.
+//!
+//! [`run`] runs every phase of the safe mix, or of a mix that breaks the
+//! rules on purpose (the negative control).
+
+pub mod checker;
+pub mod cluster;
+pub mod faults;
+pub mod plan;
+pub mod report;
+pub mod workload;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_lock_client::{Config, Redlock};
+
+use crate::checker::{Checker, ViolationKind};
+use crate::cluster::Cluster;
+use crate::faults::{FaultLog, Injector};
+use crate::plan::{Mix, Phase};
+use crate::report::{ClientFigures, PhaseSummary, Summary};
+use crate::workload::{ClientStats, Shared, Workload};
+
+/// What can stop a run (violations do not: they are its result).
+#[derive(Debug)]
+pub enum Error {
+    /// Nodes or the client could not be set up.
+    Setup(String),
+    /// A fault could not be carried out.
+    Fault(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Setup(why) => write!(f, "setup: {why}"),
+            Error::Fault(why) => write!(f, "fault: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The whole run, split over the phases.
+    pub duration: Duration,
+    /// Seeds the fault schedule and the clients' choices.
+    pub seed: u64,
+    /// Concurrent client tasks.
+    pub clients: usize,
+    /// Resources they contend for.
+    pub resources: usize,
+    /// The safe mix, or one that breaks the rules on purpose.
+    pub mix: Mix,
+    /// Print every fault as it is injected (stderr).
+    pub verbose: bool,
+    /// Set from outside (Ctrl-C) to end the run early.
+    pub interrupt: Arc<AtomicBool>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            duration: Duration::from_secs(180),
+            seed: 1,
+            clients: 32,
+            resources: 4,
+            mix: Mix::Safe,
+            verbose: false,
+            interrupt: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+/// The client settings: the default per-node timeout (100 ms, so a stopped
+/// or slow node costs a round little), and quick retries with a wide jitter
+/// so that 8 contenders per resource split up.
+pub fn client_config() -> Config {
+    Config {
+        retry_count: 5,
+        retry_delay: Duration::from_millis(50),
+        retry_jitter: Duration::from_millis(150),
+        ..Config::default()
+    }
+}
+
+/// Runs the safe mix (or the negative control) and returns its summary.
+pub async fn run(settings: &Settings) -> Result<Summary, Error> {
+    let plan = settings.mix.plan();
+    let mut phases = Vec::new();
+    for (index, phase) in plan.phases.iter().enumerate() {
+        if settings.interrupt.load(Ordering::Relaxed) {
+            break;
+        }
+        let broken = phase.broken_rules();
+        if !plan.mix.expects_violations() && !broken.is_empty() {
+            return Err(Error::Setup(format!(
+                "the safe mix breaks the safety rules: {}",
+                broken.join("; ")
+            )));
+        }
+        let duration = settings.duration.mul_f64(phase.share);
+        phases.push(run_phase(index, phase, duration, settings).await?);
+    }
+    Ok(Summary {
+        seed: settings.seed,
+        mix: plan.mix,
+        clients: settings.clients,
+        resources: settings.resources,
+        phases,
+        interrupted: settings.interrupt.load(Ordering::Relaxed),
+    })
+}
+
+/// Polls until every node answers `LOCK.INFO` through the client's own
+/// connections, so the first rounds do not count connection set-up.
+async fn wait_ready(redlock: &Redlock) -> Result<(), Error> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let infos = redlock.info("chaos:ready").await;
+        if infos.iter().all(|i| i.info.is_ok()) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let failed: Vec<String> = infos
+                .iter()
+                .filter_map(|i| i.info.as_ref().err().map(|e| format!("{}: {e}", i.node)))
+                .collect();
+            return Err(Error::Setup(format!(
+                "nodes not reachable: {}",
+                failed.join(", ")
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn run_phase(
+    index: usize,
+    phase: &Phase,
+    duration: Duration,
+    settings: &Settings,
+) -> Result<PhaseSummary, Error> {
+    let phase_seed = settings
+        .seed
+        .wrapping_add(0xA076_1D64_78BD_642Fu64.wrapping_mul(index as u64));
+    let cluster = Arc::new(Cluster::start(&phase.nodes).await?);
+    let redlock = Redlock::with_config(cluster.urls(), client_config())
+        .map_err(|e| Error::Setup(e.to_string()))?;
+    wait_ready(&redlock).await?;
+
+    let origin = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let pause_requests = Arc::new(AtomicU64::new(0));
+    let log = Arc::new(FaultLog::new(origin, settings.verbose));
+    let checker = Arc::new(Checker::new());
+    let stats = Arc::new(ClientStats::default());
+    let indexer = cluster.clone();
+    let shared = Shared {
+        redlock: redlock.clone(),
+        checker: checker.clone(),
+        stats: stats.clone(),
+        pause_requests: pause_requests.clone(),
+        stop: stop.clone(),
+        node_index: Arc::new(move |name: &str| indexer.index_of(name)),
+    };
+    let workload = Workload {
+        clients: settings.clients,
+        resources: (0..settings.resources)
+            .map(|r| format!("chaos:phase{}:r{r}", index + 1))
+            .collect(),
+        ttl_ms: phase.ttl_ms.clone(),
+        seed: phase_seed.wrapping_add(1),
+    };
+    let clients = workload::spawn(&workload, &shared);
+    drop(shared);
+    let injector = tokio::spawn(
+        Injector {
+            cluster: cluster.clone(),
+            phase: phase.clone(),
+            seed: phase_seed.wrapping_add(2),
+            log: log.clone(),
+            pause_requests,
+            stop: stop.clone(),
+        }
+        .run(),
+    );
+
+    let end = origin + duration;
+    while Instant::now() < end && !settings.interrupt.load(Ordering::Relaxed) {
+        let left = end.saturating_duration_since(Instant::now());
+        tokio::time::sleep(left.min(Duration::from_millis(100))).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let faults = injector
+        .await
+        .map_err(|e| Error::Fault(format!("the injector failed: {e}")))?;
+    for client in clients {
+        // A client task that panicked shows up as missing operations; the
+        // checker's record stays valid.
+        let _ = client.await;
+    }
+    let seconds = origin.elapsed().as_secs_f64();
+    cluster.settle().await;
+
+    let findings = checker.findings();
+    let mut examples = Vec::new();
+    for kind in ViolationKind::ALL {
+        for violation in findings
+            .violations
+            .iter()
+            .filter(|v| v.kind == kind)
+            .take(2)
+        {
+            let (from, to) = violation.span();
+            let mut text = violation.describe(origin);
+            let context = log.between(from.checked_sub(Duration::from_secs(4)).unwrap_or(from), to);
+            text.push_str("\n    faults from 4 s before the first acquisition to the end:");
+            if context.is_empty() {
+                text.push_str(" none");
+            }
+            for event in &context {
+                text.push_str("\n      ");
+                text.push_str(&log.describe(event));
+            }
+            examples.push(text);
+        }
+    }
+    Ok(PhaseSummary {
+        name: phase.name.to_string(),
+        nodes: phase.nodes.clone(),
+        ttl_ms: (*phase.ttl_ms.start(), *phase.ttl_ms.end()),
+        seconds,
+        clients: ClientFigures::of(&stats),
+        faults,
+        findings,
+        examples,
+    })
+}

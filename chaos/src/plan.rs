@@ -1,0 +1,432 @@
+//! The fault mix: how each node persists, its recovery window, which clock
+//! offsets it may be given, which faults are injected, and the TTLs in use;
+//! and the check that a mix obeys the documented safety rules.
+//!
+//! The rules (README, "Deployment"):
+//!
+//! 1. A node that can forget a lock on restart (AOF `everysec` that lost its
+//!    unsynced tail, no persistence) needs `lock.recovery-ms` ≥ the largest
+//!    TTL in use.
+//! 2. A node whose wall clock may step *forward* across a restart (it ran
+//!    with a backward offset, which the restart resets to 0) sees its saved
+//!    leases as shorter than they are: it needs the recovery window too,
+//!    whatever its persistence.
+//! 3. A node that can forget its token counter restarts with the wall clock
+//!    as its floor; tokens issued before may be ahead of that by the largest
+//!    difference between two nodes' clocks. Its recovery window must also
+//!    cover that difference (the largest offset minus the smallest).
+//!
+//! A node with `appendonly yes` + `appendfsync always` that never runs with
+//! a backward offset forgets nothing across `kill -9` and needs no window.
+
+use std::fmt;
+use std::ops::RangeInclusive;
+
+/// How a node keeps its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// `appendonly yes`, `appendfsync always`: fsynced before the reply.
+    AofAlways,
+    /// `appendonly yes`, `appendfsync everysec` (the Redis default): a power
+    /// loss may drop the last second, which the chaos suite simulates by
+    /// cutting the AOF's tail after `kill -9`.
+    AofEverysec,
+    /// Nothing on disk: a restart forgets every lock and the token counter.
+    None,
+}
+
+impl Persistence {
+    /// Whether a restart can lose acknowledged lock state.
+    pub fn can_forget(self) -> bool {
+        !matches!(self, Persistence::AofAlways)
+    }
+
+    /// `redis-server` arguments.
+    pub fn server_args(self) -> Vec<String> {
+        let args: &[&str] = match self {
+            Persistence::AofAlways => &["--appendonly", "yes", "--appendfsync", "always"],
+            Persistence::AofEverysec => &["--appendonly", "yes", "--appendfsync", "everysec"],
+            Persistence::None => &["--appendonly", "no"],
+        };
+        args.iter().map(|a| a.to_string()).collect()
+    }
+}
+
+impl fmt::Display for Persistence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Persistence::AofAlways => "AOF always",
+            Persistence::AofEverysec => "AOF everysec",
+            Persistence::None => "no persistence",
+        })
+    }
+}
+
+/// One node's configuration for a phase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeProfile {
+    pub persistence: Persistence,
+    /// `lock.recovery-ms`.
+    pub recovery_ms: u64,
+    /// Wall-clock offsets (ms) the injector may set with `LOCK.DEBUG`.
+    pub offsets_ms: RangeInclusive<i64>,
+}
+
+impl fmt::Display for NodeProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, recovery {} ms, clock offsets {:+}..{:+} ms",
+            self.persistence,
+            self.recovery_ms,
+            self.offsets_ms.start(),
+            self.offsets_ms.end()
+        )
+    }
+}
+
+/// What the injector does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// `kill -9` of one node, a short downtime, restart.
+    Kill9Restart,
+    /// `kill -9` of an `everysec` node, cut the AOF's unsynced tail, restart.
+    PowerLoss,
+    /// `kill -9` of three nodes at once, restart them.
+    RestartMajority,
+    /// SIGSTOP a node for up to about a TTL, then SIGCONT.
+    StopNode,
+    /// A slow node: a few `DEBUG SLEEP`s longer than the client's per-node
+    /// timeout.
+    SlowNode,
+    /// Step a node's wall clock with `LOCK.DEBUG WALLCLOCK-OFFSET`.
+    ClockOffset,
+    /// A client task sleeps past its validity before its fenced write (a
+    /// GC pause).
+    ClientPause,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::Kill9Restart,
+        FaultKind::PowerLoss,
+        FaultKind::RestartMajority,
+        FaultKind::StopNode,
+        FaultKind::SlowNode,
+        FaultKind::ClockOffset,
+        FaultKind::ClientPause,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Kill9Restart => "kill -9 + restart",
+            FaultKind::PowerLoss => "kill -9 + AOF tail cut",
+            FaultKind::RestartMajority => "kill -9 of 3 nodes",
+            FaultKind::StopNode => "SIGSTOP/SIGCONT",
+            FaultKind::SlowNode => "slow node (DEBUG SLEEP)",
+            FaultKind::ClockOffset => "wall-clock offset",
+            FaultKind::ClientPause => "client pause > validity",
+        }
+    }
+}
+
+/// One phase of a run: a fresh set of nodes, a fault mix, a share of the
+/// run's time.
+#[derive(Clone, Debug)]
+pub struct Phase {
+    pub name: &'static str,
+    /// Fraction of the run's duration.
+    pub share: f64,
+    pub nodes: Vec<NodeProfile>,
+    /// Fault kinds with their relative weights.
+    pub faults: Vec<(FaultKind, u32)>,
+    /// TTLs the clients draw from, ms.
+    pub ttl_ms: RangeInclusive<u64>,
+    /// Mean time between injected faults, ms.
+    pub fault_interval_ms: u64,
+}
+
+impl Phase {
+    /// Every documented rule this phase's nodes break (empty: safe).
+    pub fn broken_rules(&self) -> Vec<String> {
+        let ttl_max = *self.ttl_ms.end();
+        let offset_max = self
+            .nodes
+            .iter()
+            .map(|n| *n.offsets_ms.end())
+            .chain([0])
+            .max()
+            .unwrap_or(0);
+        let offset_min = self
+            .nodes
+            .iter()
+            .map(|n| *n.offsets_ms.start())
+            .chain([0])
+            .min()
+            .unwrap_or(0);
+        let skew = u64::try_from(offset_max.saturating_sub(offset_min)).unwrap_or(u64::MAX);
+        let mut broken = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let forgets = node.persistence.can_forget();
+            let steps_forward = *node.offsets_ms.start() < 0;
+            if (forgets || steps_forward) && node.recovery_ms < ttl_max {
+                broken.push(format!(
+                    "node {i} ({node}) may lose or shorten leases on restart but its recovery window is shorter than the largest TTL ({ttl_max} ms)"
+                ));
+            }
+            if forgets && node.recovery_ms < skew {
+                broken.push(format!(
+                    "node {i} ({node}) may forget its token counter but its recovery window is shorter than the clock skew between nodes ({skew} ms)"
+                ));
+            }
+        }
+        broken
+    }
+
+    pub fn allows(&self, kind: FaultKind) -> bool {
+        self.faults.iter().any(|(k, w)| *k == kind && *w > 0)
+    }
+}
+
+/// Which mix a run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mix {
+    /// Every node configured by the rules: must show no violation.
+    Safe,
+    /// No persistence, no recovery window: must show violations.
+    NegativeControl,
+    /// `AOF always` without a recovery window, but wall clocks stepped back
+    /// before restarts (rule 2 broken): shows that the rule is needed.
+    ClockStep,
+}
+
+impl Mix {
+    pub const ALL: [Mix; 3] = [Mix::Safe, Mix::NegativeControl, Mix::ClockStep];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mix::Safe => "safe",
+            Mix::NegativeControl => "negative-control",
+            Mix::ClockStep => "clock-step",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Mix> {
+        Mix::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Whether the mix breaks the rules on purpose, so that a run must
+    /// find violations to show the checker works.
+    pub fn expects_violations(self) -> bool {
+        self != Mix::Safe
+    }
+
+    pub fn plan(self) -> Plan {
+        match self {
+            Mix::Safe => Plan::safe(),
+            Mix::NegativeControl => Plan::negative_control(),
+            Mix::ClockStep => Plan::clock_step(),
+        }
+    }
+}
+
+/// The phases of a run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub mix: Mix,
+    pub phases: Vec<Phase>,
+}
+
+/// Largest TTL of the safe run, ms.
+const SAFE_TTL_MAX: u64 = 2_000;
+/// Largest clock offset of the safe run, either way, ms.
+const SAFE_OFFSET: i64 = 1_500;
+/// The recovery window of the first phase: at least the largest TTL and the
+/// largest clock skew (2 × SAFE_OFFSET).
+const SAFE_RECOVERY_MS: u64 = 3_000;
+
+impl Plan {
+    /// The safe mix, in two phases.
+    ///
+    /// 1. *recovery window* (two thirds of the time): one `AOF always`, two
+    ///    `everysec` (whose `kill -9` may cut the AOF tail), two without
+    ///    persistence; every node has a 3 s recovery window, clock offsets
+    ///    up to ±1.5 s; every fault kind.
+    /// 2. *AOF always* (one third): five `AOF always` nodes without a
+    ///    recovery window, so only the fsynced AOF keeps the locks across
+    ///    `kill -9`, including three nodes at once; clock offsets only
+    ///    forward (a backward offset before a restart would need the
+    ///    window).
+    pub fn safe() -> Plan {
+        let window = |persistence| NodeProfile {
+            persistence,
+            recovery_ms: SAFE_RECOVERY_MS,
+            offsets_ms: -SAFE_OFFSET..=SAFE_OFFSET,
+        };
+        let always = NodeProfile {
+            persistence: Persistence::AofAlways,
+            recovery_ms: 0,
+            offsets_ms: 0..=SAFE_OFFSET,
+        };
+        Plan {
+            mix: Mix::Safe,
+            phases: vec![
+                Phase {
+                    name: "recovery window",
+                    share: 2.0 / 3.0,
+                    nodes: vec![
+                        window(Persistence::AofAlways),
+                        window(Persistence::AofEverysec),
+                        window(Persistence::AofEverysec),
+                        window(Persistence::None),
+                        window(Persistence::None),
+                    ],
+                    faults: vec![
+                        (FaultKind::Kill9Restart, 3),
+                        (FaultKind::PowerLoss, 2),
+                        (FaultKind::RestartMajority, 1),
+                        (FaultKind::StopNode, 3),
+                        (FaultKind::SlowNode, 3),
+                        (FaultKind::ClockOffset, 3),
+                        (FaultKind::ClientPause, 3),
+                    ],
+                    ttl_ms: 300..=SAFE_TTL_MAX,
+                    fault_interval_ms: 700,
+                },
+                Phase {
+                    name: "AOF always",
+                    share: 1.0 / 3.0,
+                    nodes: vec![always; 5],
+                    faults: vec![
+                        (FaultKind::Kill9Restart, 3),
+                        (FaultKind::RestartMajority, 2),
+                        (FaultKind::StopNode, 3),
+                        (FaultKind::SlowNode, 3),
+                        (FaultKind::ClockOffset, 3),
+                        (FaultKind::ClientPause, 3),
+                    ],
+                    ttl_ms: 300..=SAFE_TTL_MAX,
+                    fault_interval_ms: 700,
+                },
+            ],
+        }
+    }
+
+    /// The negative control: the same faults on nodes that keep nothing
+    /// and have no recovery window, with majority restarts frequent and
+    /// TTLs long enough that a restarted majority grants a lock someone
+    /// still holds.
+    pub fn negative_control() -> Plan {
+        let forgetful = NodeProfile {
+            persistence: Persistence::None,
+            recovery_ms: 0,
+            offsets_ms: -SAFE_OFFSET..=SAFE_OFFSET,
+        };
+        Plan {
+            mix: Mix::NegativeControl,
+            phases: vec![Phase {
+                name: "negative control",
+                share: 1.0,
+                nodes: vec![forgetful; 5],
+                faults: vec![
+                    (FaultKind::Kill9Restart, 1),
+                    (FaultKind::RestartMajority, 4),
+                    (FaultKind::StopNode, 1),
+                    (FaultKind::SlowNode, 1),
+                    (FaultKind::ClockOffset, 1),
+                    (FaultKind::ClientPause, 1),
+                ],
+                ttl_ms: 1_000..=3_000,
+                fault_interval_ms: 800,
+            }],
+        }
+    }
+
+    /// `AOF always` nodes without a recovery window whose wall clocks are
+    /// stepped *back* (0.5 to 2 s) while they run: the restart resets the
+    /// offset, the clock steps forward, and the leases saved with the old
+    /// clock end early. Majority restarts are frequent.
+    pub fn clock_step() -> Plan {
+        let stepped = NodeProfile {
+            persistence: Persistence::AofAlways,
+            recovery_ms: 0,
+            offsets_ms: -2_000..=-500,
+        };
+        Plan {
+            mix: Mix::ClockStep,
+            phases: vec![Phase {
+                name: "clock step back, AOF always, no window",
+                share: 1.0,
+                nodes: vec![stepped; 5],
+                faults: vec![
+                    (FaultKind::Kill9Restart, 1),
+                    (FaultKind::RestartMajority, 3),
+                    (FaultKind::StopNode, 1),
+                    (FaultKind::SlowNode, 1),
+                    (FaultKind::ClockOffset, 4),
+                    (FaultKind::ClientPause, 1),
+                ],
+                ttl_ms: 1_000..=2_000,
+                fault_interval_ms: 600,
+            }],
+        }
+    }
+
+    /// Fault kinds any phase injects.
+    pub fn fault_kinds(&self) -> Vec<FaultKind> {
+        FaultKind::ALL
+            .into_iter()
+            .filter(|k| self.phases.iter().any(|p| p.allows(*k)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_safe_mix_obeys_every_rule() {
+        for phase in Plan::safe().phases {
+            assert_eq!(phase.broken_rules(), Vec::<String>::new(), "{}", phase.name);
+        }
+    }
+
+    #[test]
+    fn the_mixes_that_expect_violations_break_the_rules() {
+        for mix in Mix::ALL {
+            let plan = mix.plan();
+            assert_eq!(plan.mix, mix);
+            assert_eq!(Mix::parse(mix.name()), Some(mix));
+            for phase in plan.phases {
+                assert_eq!(
+                    !phase.broken_rules().is_empty(),
+                    mix.expects_violations(),
+                    "{}",
+                    phase.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_rules_catch_each_unsafe_setting() {
+        let mut phase = Plan::safe().phases.remove(0);
+        phase.nodes[3].recovery_ms = 1_000;
+        assert_eq!(phase.broken_rules().len(), 2, "TTL and skew");
+        let mut phase = Plan::safe().phases.remove(1);
+        phase.nodes[0].offsets_ms = -1..=0;
+        assert_eq!(
+            phase.broken_rules().len(),
+            1,
+            "backward offset before a restart"
+        );
+        let mut phase = Plan::safe().phases.remove(1);
+        phase.nodes[2].persistence = Persistence::AofEverysec;
+        assert!(
+            !phase.broken_rules().is_empty(),
+            "everysec without a window"
+        );
+    }
+}

@@ -1,0 +1,284 @@
+//! The summary of a run: per phase and in total, operations, grants, faults
+//! by kind, fenced writes accepted and rejected, and violations.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::Ordering;
+
+use crate::checker::{Findings, ViolationKind, WriteCounts};
+use crate::faults::FaultCounts;
+use crate::plan::{FaultKind, Mix, NodeProfile};
+use crate::workload::ClientStats;
+
+/// The client counters of a phase, as plain numbers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientFigures {
+    pub acquire_calls: u64,
+    pub grants: u64,
+    pub not_acquired: u64,
+    pub fence_calls: u64,
+    pub tokens: u64,
+    pub tokens_lost: u64,
+    pub release_calls: u64,
+    pub releases_lapsed: u64,
+    pub pauses: u64,
+    pub other_errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl ClientFigures {
+    pub fn of(stats: &ClientStats) -> ClientFigures {
+        let get = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+        ClientFigures {
+            acquire_calls: get(&stats.acquire_calls),
+            grants: get(&stats.grants),
+            not_acquired: get(&stats.not_acquired),
+            fence_calls: get(&stats.fence_calls),
+            tokens: get(&stats.tokens),
+            tokens_lost: get(&stats.tokens_lost),
+            release_calls: get(&stats.release_calls),
+            releases_lapsed: get(&stats.releases_lapsed),
+            pauses: get(&stats.pauses),
+            other_errors: get(&stats.other_errors),
+            first_error: stats.first_error(),
+        }
+    }
+
+    /// Client calls: acquire, fencing_token, release.
+    pub fn operations(&self) -> u64 {
+        self.acquire_calls + self.fence_calls + self.release_calls
+    }
+
+    fn add(&mut self, other: &ClientFigures) {
+        self.acquire_calls += other.acquire_calls;
+        self.grants += other.grants;
+        self.not_acquired += other.not_acquired;
+        self.fence_calls += other.fence_calls;
+        self.tokens += other.tokens;
+        self.tokens_lost += other.tokens_lost;
+        self.release_calls += other.release_calls;
+        self.releases_lapsed += other.releases_lapsed;
+        self.pauses += other.pauses;
+        self.other_errors += other.other_errors;
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+    }
+}
+
+/// One phase's results.
+#[derive(Clone, Debug)]
+pub struct PhaseSummary {
+    pub name: String,
+    pub nodes: Vec<NodeProfile>,
+    pub ttl_ms: (u64, u64),
+    pub seconds: f64,
+    pub clients: ClientFigures,
+    pub faults: FaultCounts,
+    pub findings: Findings,
+    /// A few violations, described with the faults around them.
+    pub examples: Vec<String>,
+}
+
+/// Figures added up over phases.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    pub seconds: f64,
+    pub clients: ClientFigures,
+    pub faults: FaultCounts,
+    pub writes: WriteCounts,
+    pub violations: BTreeMap<ViolationKind, usize>,
+}
+
+impl Figures {
+    pub fn violations(&self) -> usize {
+        self.violations.values().sum()
+    }
+
+    pub fn violations_of(&self, kind: ViolationKind) -> usize {
+        self.violations.get(&kind).copied().unwrap_or(0)
+    }
+
+    fn add_phase(&mut self, phase: &PhaseSummary) {
+        self.seconds += phase.seconds;
+        self.clients.add(&phase.clients);
+        self.faults.add(&phase.faults);
+        self.writes.add(&phase.findings.writes);
+        for kind in ViolationKind::ALL {
+            *self.violations.entry(kind).or_default() += phase.findings.count(kind);
+        }
+    }
+}
+
+impl PhaseSummary {
+    pub fn figures(&self) -> Figures {
+        let mut figures = Figures::default();
+        figures.add_phase(self);
+        figures
+    }
+}
+
+/// A whole run.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub seed: u64,
+    pub mix: Mix,
+    pub clients: usize,
+    pub resources: usize,
+    pub phases: Vec<PhaseSummary>,
+    /// Stopped early (Ctrl-C).
+    pub interrupted: bool,
+}
+
+impl Summary {
+    pub fn total(&self) -> Figures {
+        let mut figures = Figures::default();
+        for phase in &self.phases {
+            figures.add_phase(phase);
+        }
+        figures
+    }
+
+    /// The safe run passes with no violation; a mix that breaks the rules
+    /// (the negative control) passes when it found some.
+    pub fn passed(&self) -> bool {
+        let violations = self.total().violations();
+        if self.mix.expects_violations() {
+            violations > 0
+        } else {
+            violations == 0
+        }
+    }
+}
+
+fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
+    let c = &figures.clients;
+    writeln!(
+        f,
+        "  operations  {} (acquire {}, fencing_token {}, release {})",
+        c.operations(),
+        c.acquire_calls,
+        c.fence_calls,
+        c.release_calls
+    )?;
+    writeln!(
+        f,
+        "  grants      {} (not acquired {}; tokens lost {}; lapsed releases {}; other errors {})",
+        c.grants, c.not_acquired, c.tokens_lost, c.releases_lapsed, c.other_errors
+    )?;
+    let faults = &figures.faults;
+    let by_kind: Vec<String> = FaultKind::ALL
+        .iter()
+        .filter(|k| faults.injected.contains_key(k))
+        .map(|k| {
+            let n = faults.injected(*k);
+            match *k {
+                FaultKind::ClientPause => format!("{} {n} ({} performed)", k.name(), c.pauses),
+                _ => format!("{} {n}", k.name()),
+            }
+        })
+        .collect();
+    writeln!(
+        f,
+        "  faults      {}: {}",
+        faults.total_injected(),
+        by_kind.join(", ")
+    )?;
+    let skipped: u64 = faults.skipped.values().sum();
+    let failed: u64 = faults.failed.values().sum();
+    if skipped > 0 || failed > 0 {
+        writeln!(
+            f,
+            "              (skipped, nodes busy: {skipped}; failed: {failed})"
+        )?;
+    }
+    let w = &figures.writes;
+    writeln!(
+        f,
+        "  writes      accepted {} (after the window: {}), rejected {} (stale holders: {}, inside the window: {})",
+        w.accepted,
+        w.accepted_late,
+        w.rejected(),
+        w.rejected_stale,
+        w.rejected_while_valid
+    )?;
+    let kinds: Vec<String> = ViolationKind::ALL
+        .iter()
+        .map(|k| format!("{} {}", k.name(), figures.violations_of(*k)))
+        .collect();
+    writeln!(
+        f,
+        "  VIOLATIONS  {} ({})",
+        figures.violations(),
+        kinds.join(", ")
+    )
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total = self.total();
+        writeln!(
+            f,
+            "chaos summary: seed {}, {:.0} s, {} clients, {} resources, {}{}",
+            self.seed,
+            total.seconds,
+            self.clients,
+            self.resources,
+            match self.mix {
+                Mix::Safe => "safe mix",
+                Mix::NegativeControl => "NEGATIVE CONTROL (no persistence, no recovery window)",
+                Mix::ClockStep =>
+                    "UNSAFE MIX clock-step (AOF always, no recovery window, clocks stepped back)",
+            },
+            if self.interrupted {
+                ", interrupted"
+            } else {
+                ""
+            }
+        )?;
+        for (i, phase) in self.phases.iter().enumerate() {
+            writeln!(
+                f,
+                "phase {}/{} \"{}\": {:.1} s, TTL {}..{} ms",
+                i + 1,
+                self.phases.len(),
+                phase.name,
+                phase.seconds,
+                phase.ttl_ms.0,
+                phase.ttl_ms.1
+            )?;
+            for (n, node) in phase.nodes.iter().enumerate() {
+                writeln!(f, "  node {n}: {node}")?;
+            }
+            write_figures(f, &phase.figures())?;
+            if let Some(error) = &phase.clients.first_error {
+                writeln!(f, "  first client error: {error}")?;
+            }
+            if let Some(failure) = &phase.faults.first_failure {
+                writeln!(f, "  first fault failure: {failure}")?;
+            }
+            for example in &phase.examples {
+                writeln!(f, "  {example}")?;
+            }
+        }
+        if self.phases.len() > 1 {
+            writeln!(f, "total:")?;
+            write_figures(f, &total)?;
+        }
+        let violations = total.violations();
+        match (self.mix.expects_violations(), self.passed()) {
+            (false, true) => write!(f, "RESULT: PASS, no violations"),
+            (false, false) => write!(f, "RESULT: FAIL, {violations} violation(s)"),
+            (true, true) => write!(
+                f,
+                "RESULT: the {} mix breaks the rules and {violations} violation(s) were detected, as they must be",
+                self.mix.name()
+            ),
+            (true, false) => write!(
+                f,
+                "RESULT: FAIL, the {} mix breaks the rules but no violation was detected",
+                self.mix.name()
+            ),
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Short chaos runs against real servers: the safe mix must show no
+//! violation while doing real work under every fault kind, and the negative
+//! control (no persistence, no recovery window) must show violations, or
+//! the checker proves nothing. `make chaos` runs the long version.
+//!
+//! The seed is fixed (override with `CHAOS_SEED`) so the fault schedule is
+//! the same each time; the summary is printed either way.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use chaos::checker::ViolationKind;
+use chaos::plan::{FaultKind, Mix, Plan};
+use chaos::Settings;
+
+fn seed() -> u64 {
+    std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_260_522)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_safe_mix_has_no_violations_under_every_fault() {
+    let settings = Settings {
+        duration: Duration::from_secs(24),
+        seed: seed(),
+        ..Settings::default()
+    };
+    let summary = chaos::run(&settings).await.unwrap();
+    println!("{summary}");
+    let total = summary.total();
+    assert_eq!(total.violations(), 0, "violations:\n{summary}");
+    assert!(summary.passed());
+    // Real work: holders, tokens and accepted writes in both phases.
+    assert!(total.clients.grants >= 30, "too few grants:\n{summary}");
+    for phase in &summary.phases {
+        assert!(
+            phase.clients.grants >= 10 && phase.findings.writes.accepted >= 10,
+            "phase {} did too little:\n{summary}",
+            phase.name
+        );
+    }
+    assert_eq!(
+        total.writes.accepted + total.writes.rejected(),
+        total.clients.tokens,
+        "every holder with a token writes once"
+    );
+    // Every fault kind of the mix was injected, and the pauses happened.
+    for kind in Plan::safe().fault_kinds() {
+        assert!(
+            total.faults.injected(kind) >= 1,
+            "{} never injected:\n{summary}",
+            kind.name()
+        );
+    }
+    assert_eq!(Plan::safe().fault_kinds().len(), FaultKind::ALL.len());
+    assert!(total.clients.pauses >= 1, "no client pause:\n{summary}");
+    assert_eq!(
+        total.faults.failed.values().sum::<u64>(),
+        0,
+        "faults failed:\n{summary}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_negative_control_reports_violations() {
+    let settings = Settings {
+        duration: Duration::from_secs(12),
+        seed: seed(),
+        mix: Mix::NegativeControl,
+        ..Settings::default()
+    };
+    let summary = chaos::run(&settings).await.unwrap();
+    println!("{summary}");
+    let total = summary.total();
+    assert!(
+        total.violations_of(ViolationKind::Overlap) > 0,
+        "restarted nodes without their locks must let two holders overlap:\n{summary}"
+    );
+    assert!(summary.passed());
+    assert!(total.faults.injected(FaultKind::RestartMajority) >= 1);
+}
