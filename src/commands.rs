@@ -6,7 +6,7 @@ use std::ffi::{c_int, CStr};
 
 use redis_lock_core::args::{self, ArgError};
 use redis_lock_core::ops::{self, Acquired, Change, Outcome};
-use redis_lock_core::{Now, Slot};
+use redis_lock_core::Slot;
 use redis_module::raw;
 
 use crate::config::{self, DEBUG};
@@ -16,11 +16,6 @@ use crate::key::{LockKey, WrongType};
 use crate::recovery;
 use crate::state::{with_state, CLOCK};
 use crate::waiting;
-
-/// Both clocks read once for the operation.
-fn now() -> Now {
-    Now::of(&CLOCK)
-}
 
 /// A command's key, opened and settled (an ended lease removed, waiters
 /// served), ready for the operation.
@@ -35,12 +30,7 @@ fn open<'a>(ctx: Ctx, argv: *mut RString, argc: c_int, write: bool) -> Result<Op
     };
     let mut key = LockKey::open(ctx, name, write)
         .map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
-    let target = Target {
-        ctx,
-        name,
-        db: ffi::selected_db(ctx),
-        bytes: ffi::bytes(name),
-    };
+    let target = Target::new(ctx, name, ffi::selected_db(ctx), ffi::bytes(name));
     if write && ffi::is_primary(ctx) {
         waiting::settle(&target, &mut key);
     }
@@ -59,8 +49,8 @@ fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CS
     let facts = opened.key.lock().map(|lock| Facts::of(lock));
     opened.key.commit();
     match (outcome.change, facts) {
-        (Change::Stored { previous_deadline }, Some(facts)) => {
-            let id = effects::stored(&opened.target, owner, facts, previous_deadline, event);
+        (Change::Stored { .. }, Some(facts)) => {
+            let id = effects::stored(&opened.target, owner, facts, event);
             if let Some(lock) = opened.key.lock() {
                 lock.set_expiry_id(id);
             }
@@ -105,12 +95,12 @@ pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let parsed = parse_or_reply!(ctx, args::parse_acquire(&argv_bytes, &config::limits()));
     // Opening settles the key: a free lock with a queue has gone to its head.
     let mut opened = open_or_return!(ctx, argv, argc, true);
-    let refusal = recovery::refusal();
+    let refusal = recovery::refusal(opened.target.now.monotonic_ms);
     let Some(result) = with_state(|state| {
         ops::acquire(
             &mut state.node,
             &mut opened.key,
-            &now(),
+            &opened.target.now,
             parsed.owner,
             parsed.ttl_ms,
             refusal,
@@ -148,7 +138,7 @@ pub fn release(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::release(
             &mut state.node,
             &mut opened.key,
-            &now(),
+            &opened.target.now,
             parsed.owner,
             parsed.all,
         )
@@ -171,7 +161,7 @@ pub fn extend(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::extend(
             &mut state.node,
             &mut opened.key,
-            &now(),
+            &opened.target.now,
             parsed.owner,
             parsed.ttl_ms,
         )
@@ -191,7 +181,7 @@ pub fn fence(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         ops::fence(
             &mut state.node,
             &mut opened.key,
-            &now(),
+            &opened.target.now,
             parsed.owner,
             parsed.at_least,
         )
@@ -210,7 +200,7 @@ pub fn info(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let argv_bytes = ffi::argv_bytes(argv, argc);
     parse_or_reply!(ctx, args::parse_info(&argv_bytes));
     let mut opened = open_or_return!(ctx, argv, argc, false);
-    let Some(snapshot) = ops::info(&mut opened.key, &now()) else {
+    let Some(snapshot) = ops::info(&mut opened.key, &opened.target.now) else {
         return ffi::reply_null(ctx);
     };
     let waiters = waiting::waiting(&opened.target.id());
@@ -247,17 +237,12 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let Ok(mut key) = LockKey::open(ctx, name, true) else {
         return ffi::reply_error(ctx, ffi::WRONGTYPE);
     };
-    let target = Target {
-        ctx,
-        name,
-        db: ffi::selected_db(ctx),
-        bytes: ffi::bytes(name),
-    };
+    let target = Target::new(ctx, name, ffi::selected_db(ctx), ffi::bytes(name));
     let Some(outcome) = with_state(|state| {
         ops::apply(
             &mut state.node,
             &mut key,
-            &now(),
+            &target.now,
             parsed.owner,
             parsed.holds,
             parsed.token,
@@ -268,8 +253,8 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     };
     let facts = key.lock().map(|lock| Facts::of(lock));
     key.commit();
-    if let (Change::Stored { previous_deadline }, Some(facts)) = (outcome.change, facts) {
-        let id = effects::index(&target, facts, previous_deadline);
+    if let (Change::Stored { .. }, Some(facts)) = (outcome.change, facts) {
+        let id = effects::index(&target, facts);
         if let Some(lock) = key.lock() {
             lock.set_expiry_id(id);
         }

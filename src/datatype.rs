@@ -230,7 +230,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             return;
         };
         with_state(|state| {
-            state.deadlines.remove(lock.deadline(), lock.expiry_id());
+            state.deadlines.remove(lock.expiry_id());
             if state.waiters.has_waiters(&id) {
                 state.pending_grants.insert(id);
                 expiry::arm(state);

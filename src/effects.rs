@@ -5,22 +5,35 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use redis_lock_core::{lease, Lock};
+use redis_lock_core::{lease, Lock, Now};
 use redis_module::raw;
 
 use crate::expiry;
 use crate::ffi::{rm, Ctx, RString};
 use crate::state::{with_state, KeyId, CLOCK};
 
-/// The key a command or callback works on.
+/// The key a command or callback works on, and the instant it does: both
+/// clocks are read once per command (clock reads were 7% of its time).
 pub struct Target<'a> {
     pub ctx: Ctx,
     pub name: RString,
     pub db: i32,
     pub bytes: &'a [u8],
+    pub now: Now,
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
+    /// `name` in the context's selected database, now.
+    pub fn new(ctx: Ctx, name: RString, db: i32, bytes: &'a [u8]) -> Self {
+        Target {
+            ctx,
+            name,
+            db,
+            bytes,
+            now: Now::of(&CLOCK),
+        }
+    }
+
     pub fn id(&self) -> KeyId {
         (self.db, self.bytes.into())
     }
@@ -50,14 +63,8 @@ impl Facts {
 /// the absolute lease end, move the expiry entry, announce `event`. Returns
 /// the expiry entry id the lock must carry from now on.
 #[must_use]
-pub fn stored(
-    target: &Target,
-    owner: &[u8],
-    facts: Facts,
-    previous_deadline: Option<u64>,
-    event: &CStr,
-) -> u64 {
-    let wall_end = lease::to_wall_ms(&CLOCK, facts.deadline);
+pub fn stored(target: &Target, owner: &[u8], facts: Facts, event: &CStr) -> u64 {
+    let wall_end = lease::to_wall_ms(&target.now, facts.deadline);
     rm!(RedisModule_Replicate(
         target.ctx,
         c"LOCK.APPLY".as_ptr(),
@@ -69,26 +76,20 @@ pub fn stored(
         facts.token,
         wall_end,
     ));
-    let id = index(target, facts, previous_deadline);
+    let id = index(target, facts);
     notify(target, raw::REDISMODULE_NOTIFY_MODULE, event);
     id
 }
 
 /// Only the expiry index changes (a replicated effect being applied: the
 /// primary's stream already carries it onwards). A lock changed in place
-/// moves its entry from `previous_deadline`; a new lock (id 0) gets one.
-/// Returns the entry id the lock must carry.
+/// moves its entry; a new lock (id 0) gets one. Returns the entry id the
+/// lock must carry.
 #[must_use]
-pub fn index(target: &Target, facts: Facts, previous_deadline: Option<u64>) -> u64 {
+pub fn index(target: &Target, facts: Facts) -> u64 {
     with_state(|state| {
-        let moved = match previous_deadline {
-            Some(old) if facts.expiry_id != 0 => {
-                state
-                    .deadlines
-                    .reschedule(old, facts.expiry_id, facts.deadline)
-            }
-            _ => false,
-        };
+        let moved =
+            facts.expiry_id != 0 && state.deadlines.reschedule(facts.expiry_id, facts.deadline);
         let id = if moved {
             facts.expiry_id
         } else {

@@ -78,10 +78,15 @@ fn index_arrival(ctx: Ctx, key: RString) {
         return;
     };
     let key_id = (ffi::selected_db(ctx), ffi::bytes(key).into());
-    // A renamed or moved lock gets a new entry; the one under its old name
-    // goes stale and is skipped when it comes due.
+    // A renamed or moved lock keeps its entry under the new name; a loaded
+    // or restored one (id 0) gets a new entry.
+    let current = lock.expiry_id();
     let id = with_state(|state| {
-        let id = state.deadlines.insert(lock.deadline(), key_id);
+        let id = if current != 0 && state.deadlines.rekey(current, key_id.clone()) {
+            current
+        } else {
+            state.deadlines.insert(lock.deadline(), key_id)
+        };
         expiry::arm(state);
         id
     });

@@ -39,13 +39,13 @@ pub fn arm(state: &mut ModuleState) {
 /// Arms for the earliest of: the next lease end (not before
 /// `leases_not_before`), the next wait timeout, and now if grants are pending.
 fn arm_not_before(state: &mut ModuleState, leases_not_before: u64) {
-    let now = CLOCK.monotonic_ms();
     let leases = state
         .deadlines
         .next_deadline()
         .map(|deadline| deadline.max(leases_not_before));
     let waits = state.wait_deadlines.next_deadline();
-    let grants = (!state.pending_grants.is_empty()).then_some(now);
+    // Pending grants: at once (0 is in the past of any monotonic reading).
+    let grants = (!state.pending_grants.is_empty()).then_some(0);
     let Some(fire_at) = [leases, waits, grants].into_iter().flatten().min() else {
         return;
     };
@@ -60,6 +60,9 @@ fn arm_not_before(state: &mut ModuleState, leases_not_before: u64) {
         rm!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()));
         state.timer = None;
     }
+    // The clock is read only when a timer is (re)armed: most commands find
+    // one armed early enough and return above.
+    let now = CLOCK.monotonic_ms();
     let delay = i64::try_from(fire_at.saturating_sub(now)).unwrap_or(i64::MAX);
     if let Some(timer) = rm!(RedisModule_CreateTimer(
         ctx,
@@ -88,10 +91,13 @@ fn run(ctx: Ctx) {
     let started = Instant::now();
     while started.elapsed() < BUDGET {
         let now = CLOCK.monotonic_ms();
-        let due = with_state(|state| state.deadlines.pop_due(now, BATCH)).unwrap_or_default();
-        if due.is_empty() {
+        let Some(due) = with_state(|state| {
+            let due = state.deadlines.pop_due(now, BATCH);
+            (!due.is_empty() || state.deadlines.has_due(now)).then_some(due)
+        })
+        .flatten() else {
             break;
-        }
+        };
         for (id, (db, key)) in due {
             waiting::settle_by_name(ctx, db, &key, Some(id));
         }

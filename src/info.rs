@@ -23,7 +23,9 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             return;
         };
         let held = LIVE_LOCKS.load(Ordering::Relaxed);
-        let recovering = recovery::refusal().unwrap_or(0);
+        let recovering =
+            recovery::refusal(redis_lock_core::Clock::monotonic_ms(&crate::state::CLOCK))
+                .unwrap_or(0);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let fields: [(&CStr, i64); 15] = [
             (c"held", held),

@@ -17,10 +17,11 @@ pub fn mark_loaded() {
     LOADED_AT.store(CLOCK.monotonic_ms(), Ordering::Relaxed);
 }
 
-/// Milliseconds left in the recovery window, if it is still open.
-pub fn refusal() -> Option<u64> {
+/// Milliseconds left in the recovery window at monotonic time `now`, if it
+/// is still open.
+pub fn refusal(now: u64) -> Option<u64> {
     let window = u64::try_from(RECOVERY_MS.load(Ordering::Relaxed)).unwrap_or(0);
     let ends = LOADED_AT.load(Ordering::Relaxed).saturating_add(window);
-    let left = ends.saturating_sub(CLOCK.monotonic_ms());
+    let left = ends.saturating_sub(now);
     (left > 0).then_some(left)
 }

@@ -30,8 +30,8 @@ pub struct Waiter {
     client: *mut raw::RedisModuleBlockedClient,
     owner: Box<[u8]>,
     ttl_ms: u64,
-    /// Its entry in the wait-timeout index: (deadline, id); none for `WAIT 0`.
-    timeout: Option<(u64, u64)>,
+    /// Its entry in the wait-timeout index; none for `WAIT 0`.
+    timeout: Option<u64>,
 }
 
 /// What the blocked client is told when it is unblocked.
@@ -64,10 +64,7 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
     with_state(|state| {
         let timeout = (timeout_ms > 0).then(|| {
             let deadline = CLOCK.monotonic_ms().saturating_add(timeout_ms);
-            (
-                deadline,
-                state.wait_deadlines.insert(deadline, client as usize),
-            )
+            state.wait_deadlines.insert(deadline, client as usize)
         });
         state.waiters.push(
             id.clone(),
@@ -95,21 +92,20 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
     let id = target.id();
     loop {
         let Some(Some(waiter)) = with_state(|state| {
+            // Its timeout entry stays until it is answered: a waiter that
+            // goes back to the head must still time out.
             let waiter = state.waiters.pop_front(&id)?;
             state.blocked.remove(&(waiter.client as usize));
-            if let Some((deadline, entry)) = waiter.timeout {
-                state.wait_deadlines.remove(deadline, entry);
-            }
             Some(waiter)
         }) else {
             return;
         };
         let granted = with_state(|state| {
-            let refusal = recovery::refusal();
+            let refusal = recovery::refusal(target.now.monotonic_ms);
             ops::grant(
                 &mut state.node,
                 key,
-                &CLOCK,
+                &target.now,
                 &waiter.owner,
                 waiter.ttl_ms,
                 refusal,
@@ -119,37 +115,26 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
             Some(Ok(Some(outcome))) => {
                 let facts = key.lock().map(|lock| Facts::of(lock));
                 key.commit();
-                if let (Some(facts), ops::Change::Stored { previous_deadline }) =
-                    (facts, outcome.change)
-                {
-                    let id = effects::stored(
-                        target,
-                        &waiter.owner,
-                        facts,
-                        previous_deadline,
-                        c"lock.acquire",
-                    );
+                if let (Some(facts), ops::Change::Stored { .. }) = (facts, outcome.change) {
+                    let id = effects::stored(target, &waiter.owner, facts, c"lock.acquire");
                     if let Some(lock) = key.lock() {
                         lock.set_expiry_id(id);
                     }
                 }
-                unblock(waiter.client, Answer::Token(outcome.reply));
+                answer(&waiter, Answer::Token(outcome.reply));
                 return;
             }
             Some(Ok(None)) => {
                 // Still held: the waiter keeps its place at the head.
                 with_state(|state| {
                     state.blocked.insert(waiter.client as usize, id.clone());
-                    if let Some((deadline, entry)) = waiter.timeout {
-                        state.wait_deadlines.reschedule(deadline, entry, deadline);
-                    }
                     state.waiters.push_front(id, waiter);
                 });
                 return;
             }
-            Some(Err(error)) => unblock(waiter.client, Answer::Error(error.message())),
-            None => unblock(
-                waiter.client,
+            Some(Err(error)) => answer(&waiter, Answer::Error(error.message())),
+            None => answer(
+                &waiter,
                 Answer::Error("ERR internal error: state busy".into()),
             ),
         }
@@ -176,19 +161,28 @@ pub fn settle_by_name(ctx: Ctx, db: i32, key: &[u8], entry: Option<u64>) {
     if entry.is_some() && lock_key.lock().map(|lock| lock.expiry_id()) != entry {
         return;
     }
-    let target = Target {
-        ctx,
-        name: name.as_ptr(),
-        db,
-        bytes: key,
-    };
+    let target = Target::new(ctx, name.as_ptr(), db, key);
     settle(&target, &mut lock_key);
+    // Popped, yet its lease has not ended (the index and the lock disagree:
+    // a bug elsewhere, but a lock must never be left without an entry, or it
+    // would never end): file it again.
+    if let (Some(entry), Some(lock)) = (entry, lock_key.lock()) {
+        if lock.expiry_id() == entry {
+            let id = with_state(|state| {
+                let id = state.deadlines.insert(lock.deadline(), target.id());
+                expiry::arm(state);
+                id
+            });
+            lock.set_expiry_id(id.unwrap_or(0));
+        }
+    }
 }
 
 /// Ends a lock whose lease is over (announcing it), then serves the queue.
 /// Every path that may find a free lock calls this first.
 pub fn settle(target: &Target, key: &mut LockKey) {
-    let expired = with_state(|state| ops::expire_if_due(&mut state.node, key, &CLOCK)).flatten();
+    let expired =
+        with_state(|state| ops::expire_if_due(&mut state.node, key, &target.now)).flatten();
     if expired.is_some() {
         key.commit();
         effects::expired(target);
@@ -204,14 +198,22 @@ fn unblock(client: *mut raw::RedisModuleBlockedClient, answer: Answer) {
     }
 }
 
+/// Answers a waiter already taken off its queue, and drops its timeout.
+fn answer(waiter: &Waiter, answer: Answer) {
+    if let Some(entry) = waiter.timeout {
+        with_state(|state| state.wait_deadlines.remove(entry));
+    }
+    unblock(waiter.client, answer);
+}
+
 /// Removes a blocked client from its queue and the timeout index.
 fn forget(state: &mut ModuleState, client: *mut raw::RedisModuleBlockedClient) -> Option<Waiter> {
     let id = state.blocked.remove(&(client as usize))?;
     let waiter = state
         .waiters
         .remove(&id, |waiter| waiter.client == client)?;
-    if let Some((deadline, entry)) = waiter.timeout {
-        state.wait_deadlines.remove(deadline, entry);
+    if let Some(entry) = waiter.timeout {
+        state.wait_deadlines.remove(entry);
     }
     Some(waiter)
 }

@@ -260,6 +260,16 @@ fn an_extended_or_renewed_lease_outlives_its_old_deadline() {
 }
 
 #[test]
+fn a_lease_shortened_by_extend_ends_at_its_new_end() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "alice", 600_000).unwrap();
+    assert_eq!(extend(&mut c, "k", "alice", 100), 1);
+    wait_gone(&mut c, "k", Duration::from_millis(100));
+    assert!(acquire(&mut c, "k", "bob", 1_000).is_some());
+}
+
+#[test]
 fn a_stale_deadline_never_removes_a_newer_lock_or_another_type() {
     let server = RedisServer::start();
     let mut c = server.conn();

@@ -5,9 +5,12 @@
 //! them: the shorter the round, the smaller the window in which two
 //! contending clients can split the nodes between them.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
+use futures_util::future::{maybe_done, poll_fn, MaybeDone};
 use redis::{Cmd, Value};
 
 use crate::error::NodeError;
@@ -15,7 +18,9 @@ use crate::node::Node;
 use crate::outcome::{NodeOutcome, Reply, Round};
 
 /// Sends `cmd` to every node in parallel, each bounded by `timeout`, and
-/// reads each reply with `parse`.
+/// reads each reply with `parse`. All nodes share one timer: a node that has
+/// not answered when it fires is a timeout (a timer per node call was the
+/// client's largest cost after the socket writes).
 pub(crate) async fn round(
     nodes: &[Node],
     cmd: &Cmd,
@@ -23,14 +28,36 @@ pub(crate) async fn round(
     parse: fn(Value) -> Result<Reply, NodeError>,
 ) -> Round {
     let start = Instant::now();
-    let calls = nodes.iter().map(|node| async move {
-        let result = node.call(cmd, timeout).await.and_then(parse);
-        NodeOutcome {
-            node: node.name().to_string(),
-            result,
+    let mut calls: Vec<Pin<Box<MaybeDone<_>>>> = nodes
+        .iter()
+        .map(|node| Box::pin(maybe_done(node.send(cmd))))
+        .collect();
+    let all_answered = poll_fn(|cx| {
+        let mut waiting = false;
+        for call in &mut calls {
+            waiting |= call.as_mut().poll(cx).is_pending();
+        }
+        if waiting {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
         }
     });
-    let outcomes = join_all(calls).await;
+    // Either way the calls that finished keep their output; the rest are
+    // dropped (their replies, if they come, are discarded by the connection).
+    let _ = tokio::time::timeout(timeout, all_answered).await;
+    let outcomes = nodes
+        .iter()
+        .zip(&mut calls)
+        .map(|(node, call)| NodeOutcome {
+            node: node.name().to_string(),
+            result: call
+                .as_mut()
+                .take_output()
+                .unwrap_or(Err(NodeError::Timeout(timeout)))
+                .and_then(parse),
+        })
+        .collect();
     Round {
         outcomes,
         started: start,

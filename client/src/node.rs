@@ -81,11 +81,17 @@ impl Node {
 
     /// Sends `cmd` on the shared connection and waits at most `timeout`.
     pub async fn call(&self, cmd: &Cmd, timeout: Duration) -> Result<Value, NodeError> {
-        let mut conn = self.conn.clone();
-        match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
-            Ok(result) => result.map_err(node_error),
+        match tokio::time::timeout(timeout, self.send(cmd)).await {
+            Ok(result) => result,
             Err(_) => Err(NodeError::Timeout(timeout)),
         }
+    }
+
+    /// Sends `cmd` on the shared connection with no time bound of its own:
+    /// the caller bounds it (a round bounds all its nodes with one timer).
+    pub async fn send(&self, cmd: &Cmd) -> Result<Value, NodeError> {
+        let mut conn = self.conn.clone();
+        conn.send_packed_command(cmd).await.map_err(node_error)
     }
 
     /// Sends a command that blocks on the server (`LOCK.ACQUIRE … WAIT`) on
