@@ -272,7 +272,7 @@ pub fn debug(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         );
     }
     let argv_bytes = ffi::argv_bytes(argv, argc);
-    match argv_bytes.as_slice() {
+    match &argv_bytes[..] {
         [_, sub] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => {
             ffi::reply_integer(ctx, CLOCK.wall_offset_ms())
         }

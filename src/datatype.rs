@@ -226,14 +226,20 @@ fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<(i32, Box<[u8
 /// release or expiry): drop its expiry entry and let its waiters in.
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard::callback(null_ctx(), "unlink", (), || {
-        let (Some(lock), Some(id)) = (lock_ref(value), key_of(ctx, false)) else {
+        let Some(lock) = lock_ref(value) else {
             return;
         };
         with_state(|state| {
             state.deadlines.remove(lock.expiry_id());
-            if state.waiters.has_waiters(&id) {
-                state.pending_grants.insert(id);
-                expiry::arm(state);
+            // The key's name is copied only when someone waits at all.
+            if state.waiters.is_empty() {
+                return;
+            }
+            if let Some(id) = key_of(ctx, false) {
+                if state.waiters.has_waiters(&id) {
+                    state.pending_grants.insert(id);
+                    expiry::arm(state);
+                }
             }
         });
     });

@@ -86,7 +86,7 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
 /// grant succeeds gets it; one that cannot be granted (tokens exhausted,
 /// recovery window) is answered with the error and the next one is tried.
 pub fn grant_waiters(target: &Target, key: &mut LockKey) {
-    if with_state(|state| state.waiters.total() == 0).unwrap_or(true) {
+    if with_state(|state| state.waiters.is_empty()).unwrap_or(true) {
         return;
     }
     let id = target.id();

@@ -79,6 +79,12 @@ impl<K: Eq + Hash + Clone, W> WaitQueues<K, W> {
     }
 
     /// Total waiters over all keys.
+    /// Nobody waits for anything (a queue is dropped when it empties): the
+    /// check every release makes, so O(1).
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
     pub fn total(&self) -> usize {
         self.queues.values().map(VecDeque::len).sum()
     }
@@ -110,8 +116,10 @@ mod tests {
         assert_eq!(queues.remove(&"a", |w| *w == 2), Some(2));
         assert_eq!(queues.remove(&"a", |w| *w == 2), None);
         assert_eq!(queues.pop_front(&"a"), Some(1));
+        assert!(!queues.is_empty());
         assert_eq!(queues.remove(&"a", |w| *w == 3), Some(3));
         assert_eq!(queues.total(), 0);
+        assert!(queues.is_empty(), "an emptied queue must not linger");
         assert!(queues.keys_where(|_| true).is_empty());
     }
 
