@@ -14,23 +14,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-# redis-benchmark ships in redis-tools, like redis-cli (prereqs.sh checks
-# redis-cli only); same install pattern as scripts/prereqs.sh.
-if ! command -v redis-benchmark >/dev/null 2>&1; then
-    if [ "$(id -u)" -ne 0 ]; then
-        echo "error: redis-benchmark is missing. Install it with:" >&2
-        echo "    sudo apt-get update && sudo apt-get install -y redis-tools" >&2
-        exit 1
-    fi
-    if ! command -v apt-get >/dev/null 2>&1; then
-        echo "error: redis-benchmark is missing and this is not a Debian/Ubuntu system; install redis-tools with your package manager." >&2
-        exit 1
-    fi
-    echo "Installing redis-tools (redis-benchmark) ..."
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update
-    apt-get install -y redis-tools
-fi
+# redis-benchmark ships in redis-tools, which prereqs.sh installs (or names).
+scripts/prereqs.sh
 
 args=()
 if [ -n "${QUICK:-}" ] && [ "${QUICK}" != 0 ]; then

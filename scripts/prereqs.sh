@@ -7,7 +7,7 @@ set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+{ command -v redis-cli && command -v redis-benchmark; } >/dev/null 2>&1 || missing+=(redis-tools)
 # bindgen loads libclang itself (libclang-NN.so.1 or libclang.so); the
 # libclang-cpp library that Debian images often carry is not it.
 has_libclang() {
