@@ -255,6 +255,37 @@ fn renaming_or_moving_the_lock_away_grants_the_next_waiter() {
     assert_eq!(owner(&mut conn, "elsewhere").as_deref(), Some("holder"));
 }
 
+/// A free-lock grant that finds the lock taken again (another lock renamed
+/// onto the name in the same transaction) puts the waiter back at the head:
+/// it must still time out when it asked to.
+#[test]
+fn a_waiter_put_back_at_the_head_still_times_out() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
+    assert!(acquire(&mut conn, "other", "carol", 30_000).is_some());
+    let waiter = spawn_waiter(&server, "job", "patient", 30_000, 300);
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("RENAME")
+        .arg("job")
+        .arg("elsewhere")
+        .cmd("RENAME")
+        .arg("other")
+        .arg("job")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(replies.len(), 2);
+    assert_eq!(
+        waiter.join().unwrap(),
+        None,
+        "the waiter must time out, not be granted"
+    );
+    assert_eq!(waiters(&mut conn, "job"), 0);
+    assert_eq!(info_lock(&mut conn, "wait_timeouts"), 1);
+    assert_eq!(owner(&mut conn, "job").as_deref(), Some("carol"));
+}
+
 #[test]
 fn wait_inside_multi_does_not_block() {
     let server = RedisServer::start();
