@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::client::Redlock;
-use crate::error::{Error, Result};
+use redis::{Cmd, Value};
+
+use crate::error::{Error, NodeError, Result};
 use crate::fanout;
 use crate::outcome::{Acquired, NodeOutcome, Release, Reply, Round};
 use crate::protocol;
@@ -239,13 +241,7 @@ impl LockCore {
     async fn attempt(&self) -> std::result::Result<(Round, Duration), Round> {
         let config = self.client.config();
         let cmd = protocol::acquire(&self.resource, &self.owner, self.ttl, None);
-        let round = fanout::round(
-            self.client.nodes(),
-            &cmd,
-            config.node_timeout,
-            protocol::parse_acquire,
-        )
-        .await;
+        let round = self.round(&cmd, protocol::parse_acquire).await;
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));
         let validity = timing::validity(self.ttl, round.elapsed, config.drift(self.ttl));
         match validity {
@@ -368,13 +364,7 @@ impl LockCore {
         let mut outcomes = vec![outcome];
         if sent.elapsed() > config.node_timeout {
             let cmd = protocol::extend(&self.resource, &self.owner, self.ttl);
-            let round = fanout::round(
-                self.client.nodes(),
-                &cmd,
-                config.node_timeout,
-                protocol::parse_extend,
-            )
-            .await;
+            let round = self.round(&cmd, protocol::parse_extend).await;
             if round.count(|r| matches!(r, Reply::Extended)) < 1 {
                 self.release_everywhere().await;
                 return Err(Error::NotAcquired {
@@ -456,13 +446,7 @@ impl LockCore {
     async fn reenter(&self) -> Result<Acquired> {
         let config = self.client.config();
         let cmd = protocol::acquire(&self.resource, &self.owner, self.ttl, None);
-        let round = fanout::round(
-            self.client.nodes(),
-            &cmd,
-            config.node_timeout,
-            protocol::parse_acquire,
-        )
-        .await;
+        let round = self.round(&cmd, protocol::parse_acquire).await;
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));
         let quorum = self.client.quorum();
         let validity = timing::validity(self.ttl, round.elapsed, config.drift(self.ttl));
@@ -497,13 +481,7 @@ impl LockCore {
         }
         let config = self.client.config();
         let cmd = protocol::extend(&self.resource, &self.owner, ttl);
-        let round = fanout::round(
-            self.client.nodes(),
-            &cmd,
-            config.node_timeout,
-            protocol::parse_extend,
-        )
-        .await;
+        let round = self.round(&cmd, protocol::parse_extend).await;
         trace_outcomes(&round.outcomes);
         let confirmed = round.count(|r| matches!(r, Reply::Extended));
         let quorum = self.client.quorum();
@@ -572,8 +550,23 @@ impl LockCore {
     /// `LOCK.RELEASE key owner ALL` on every node at once.
     async fn release_everywhere(&self) -> Round {
         let cmd = protocol::release(&self.resource, &self.owner, true);
-        let timeout = self.client.config().node_timeout;
-        fanout::round(self.client.nodes(), &cmd, timeout, protocol::parse_release).await
+        self.round(&cmd, protocol::parse_release).await
+    }
+
+    /// `cmd` to every node of this lock's client at once, each bounded by
+    /// the configured per-node timeout.
+    async fn round(
+        &self,
+        cmd: &Cmd,
+        parse: fn(Value) -> std::result::Result<Reply, NodeError>,
+    ) -> Round {
+        fanout::round(
+            self.client.nodes(),
+            cmd,
+            self.client.config().node_timeout,
+            parse,
+        )
+        .await
     }
 
     /// The fencing token of this hold: the highest token the nodes granted
@@ -597,20 +590,13 @@ impl LockCore {
             }
             state.max_granted.unwrap_or(0)
         };
-        let config = self.client.config();
         let quorum = self.client.quorum();
         // Two rounds suffice while we hold the operation lock (no grant can
         // raise our tokens in between); the third is slack, not a loop.
         let mut last = Vec::new();
         for _ in 0..3 {
             let cmd = protocol::fence(&self.resource, &self.owner, Some(candidate));
-            let round = fanout::round(
-                self.client.nodes(),
-                &cmd,
-                config.node_timeout,
-                protocol::parse_fence,
-            )
-            .await;
+            let round = self.round(&cmd, protocol::parse_fence).await;
             trace_outcomes(&round.outcomes);
             let tokens: Vec<u64> = round
                 .outcomes
