@@ -30,7 +30,7 @@ fn open<'a>(ctx: Ctx, argv: *mut RString, argc: c_int, write: bool) -> Result<Op
     };
     let mut key = LockKey::open(ctx, name, write)
         .map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
-    let target = Target::new(ctx, name, ffi::selected_db(ctx), ffi::bytes(name));
+    let target = Target::of_command(ctx, name, ffi::bytes(name));
     if write && ffi::is_primary(ctx) {
         waiting::settle(&target, &mut key);
     }
@@ -46,7 +46,10 @@ fn reply_arg_error(ctx: Ctx, error: &ArgError) -> c_int {
 
 /// Commits what the operation changed and propagates it.
 fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CStr) {
-    let facts = opened.key.lock().map(|lock| Facts::of(lock));
+    let facts = opened
+        .key
+        .lock()
+        .map(|lock| Facts::of(lock, outcome.change));
     opened.key.commit();
     match (outcome.change, facts) {
         (Change::Stored { .. }, Some(facts)) => {
@@ -237,7 +240,7 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     let Ok(mut key) = LockKey::open(ctx, name, true) else {
         return ffi::reply_error(ctx, ffi::WRONGTYPE);
     };
-    let target = Target::new(ctx, name, ffi::selected_db(ctx), ffi::bytes(name));
+    let target = Target::of_command(ctx, name, ffi::bytes(name));
     let Some(outcome) = with_state(|state| {
         ops::apply(
             &mut state.node,
@@ -251,7 +254,7 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
-    let facts = key.lock().map(|lock| Facts::of(lock));
+    let facts = key.lock().map(|lock| Facts::of(lock, outcome.change));
     key.commit();
     if let (Change::Stored { .. }, Some(facts)) = (outcome.change, facts) {
         let id = effects::index(&target, facts);

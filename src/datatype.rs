@@ -14,7 +14,7 @@ use redis_module::{native_types::RedisType, raw};
 use crate::expiry;
 use crate::ffi::{self, rm, RString};
 use crate::guard;
-use crate::state::{with_state, CLOCK};
+use crate::state::{with_state, KeyId, CLOCK};
 use crate::stats::LIVE_LOCKS;
 
 /// Bump when the RDB layout changes; loading checks it.
@@ -207,7 +207,7 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
 }
 
 /// The key's name and database from a key-operation context.
-fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<(i32, Box<[u8]>)> {
+fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<KeyId> {
     let (name, db) = if to {
         (
             rm!(RedisModule_GetToKeyNameFromOptCtx(ctx))?,
@@ -219,7 +219,7 @@ fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<(i32, Box<[u8
             rm!(RedisModule_GetDbIdFromOptCtx(ctx))?,
         )
     };
-    Some((db, ffi::bytes(name).into()))
+    Some(KeyId::new(db, ffi::bytes(name)))
 }
 
 /// A lock key leaves the keyspace (`DEL`, `UNLINK`, overwrite, our own

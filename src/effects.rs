@@ -5,25 +5,29 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
-use redis_lock_core::{lease, Lock, Now};
+use redis_lock_core::{lease, Change, Lock, Now};
 use redis_module::raw;
 
 use crate::expiry;
-use crate::ffi::{rm, Ctx, RString};
+use crate::ffi::{self, rm, Ctx, RString};
+use crate::propagation;
 use crate::state::{with_state, KeyId, CLOCK};
 
-/// The key a command or callback works on, and the instant it does: both
+/// The key a command or callback works on, and the instant it does: the
 /// clocks are read once per command (clock reads were 7% of its time).
 pub struct Target<'a> {
     pub ctx: Ctx,
     pub name: RString,
     pub db: i32,
     pub bytes: &'a [u8],
-    pub now: Now,
+    pub now: Now<'static>,
+    /// `ctx` is a command's: its client may count a change without
+    /// propagating one (see [`replicate`]).
+    in_command: bool,
 }
 
 impl<'a> Target<'a> {
-    /// `name` in the context's selected database, now.
+    /// `name` in database `db`, now, from a callback (timer, event).
     pub fn new(ctx: Ctx, name: RString, db: i32, bytes: &'a [u8]) -> Self {
         Target {
             ctx,
@@ -31,11 +35,20 @@ impl<'a> Target<'a> {
             db,
             bytes,
             now: Now::of(&CLOCK),
+            in_command: false,
+        }
+    }
+
+    /// `name` in the calling client's database, now, from a command.
+    pub fn of_command(ctx: Ctx, name: RString, bytes: &'a [u8]) -> Self {
+        Target {
+            in_command: true,
+            ..Target::new(ctx, name, ffi::selected_db(ctx), bytes)
         }
     }
 
     pub fn id(&self) -> KeyId {
-        (self.db, self.bytes.into())
+        KeyId::new(self.db, self.bytes)
     }
 }
 
@@ -46,54 +59,73 @@ pub struct Facts {
     pub token: i64,
     pub deadline: u64,
     pub expiry_id: u64,
+    /// The lease end the lock had before this change, if it was held.
+    pub previous_deadline: Option<u64>,
 }
 
 impl Facts {
-    pub fn of(lock: &Lock) -> Facts {
+    /// `lock` as stored by `change` (see [`Change::Stored`]).
+    pub fn of(lock: &Lock, change: Change) -> Facts {
+        let previous_deadline = match change {
+            Change::Stored { previous_deadline } => previous_deadline,
+            _ => None,
+        };
         Facts {
             holds: lock.holds(),
             token: lock.token(),
             deadline: lock.deadline(),
             expiry_id: lock.expiry_id(),
+            previous_deadline,
         }
     }
 }
 
 /// `target` now holds `owner`'s lock as `facts`: replicate `LOCK.APPLY` with
-/// the absolute lease end, move the expiry entry, announce `event`. Returns
-/// the expiry entry id the lock must carry from now on.
+/// the absolute lease end, file the lease, announce `event`. Returns the
+/// expiry entry id the lock must carry from now on.
 #[must_use]
 pub fn stored(target: &Target, owner: &[u8], facts: Facts, event: &CStr) -> u64 {
-    let wall_end = lease::to_wall_ms(&target.now, facts.deadline);
-    rm!(RedisModule_Replicate(
-        target.ctx,
-        c"LOCK.APPLY".as_ptr(),
-        c"sblll".as_ptr(),
-        target.name,
-        owner.as_ptr().cast::<c_char>(),
-        owner.len(),
-        i64::from(facts.holds),
-        facts.token,
-        wall_end,
-    ));
+    replicate(target, || {
+        let wall_end = lease::to_wall_ms(&target.now, facts.deadline);
+        rm!(RedisModule_Replicate(
+            target.ctx,
+            c"LOCK.APPLY".as_ptr(),
+            c"sblll".as_ptr(),
+            target.name,
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+            i64::from(facts.holds),
+            facts.token,
+            wall_end,
+        ));
+    });
     let id = index(target, facts);
     notify(target, raw::REDISMODULE_NOTIFY_MODULE, event);
     id
 }
 
 /// Only the expiry index changes (a replicated effect being applied: the
-/// primary's stream already carries it onwards). A lock changed in place
-/// moves its entry; a new lock (id 0) gets one. Returns the entry id the
-/// lock must carry.
+/// primary's stream already carries it onwards). A new lock (id 0) gets an
+/// entry. A lock changed in place keeps its entry: a lease that grew is
+/// found still running when its old deadline surfaces and filed again then
+/// (so a re-entry or a renewal costs the index nothing); one that shrank
+/// gets an earlier item. Returns the entry id the lock must carry.
 #[must_use]
 pub fn index(target: &Target, facts: Facts) -> u64 {
+    let shrank = facts
+        .previous_deadline
+        .map_or(true, |previous| facts.deadline < previous);
+    if facts.expiry_id != 0 && !shrank {
+        return facts.expiry_id;
+    }
     with_state(|state| {
-        let moved =
-            facts.expiry_id != 0 && state.deadlines.reschedule(facts.expiry_id, facts.deadline);
-        let id = if moved {
-            facts.expiry_id
-        } else {
+        let id = if facts.expiry_id == 0 {
             state.deadlines.insert(facts.deadline, target.id())
+        } else {
+            state
+                .deadlines
+                .file_earlier(facts.expiry_id, facts.deadline);
+            facts.expiry_id
         };
         expiry::arm(state);
         id
@@ -115,12 +147,26 @@ pub fn expired(target: &Target) {
 }
 
 fn replicate_del(target: &Target) {
-    rm!(RedisModule_Replicate(
-        target.ctx,
-        c"DEL".as_ptr(),
-        c"s".as_ptr(),
-        target.name
-    ));
+    replicate(target, || {
+        rm!(RedisModule_Replicate(
+            target.ctx,
+            c"DEL".as_ptr(),
+            c"s".as_ptr(),
+            target.name
+        ));
+    });
+}
+
+/// Runs `build`, which replicates an effect, unless Redis would drop the
+/// effect unread (see `propagation`); then only counts the change, as
+/// `RedisModule_Replicate` would have. Callbacks always build it: their
+/// context has no command of its own to count with, and they are rare.
+fn replicate(target: &Target, build: impl FnOnce()) {
+    if target.in_command && !propagation::redis_propagates(target.ctx) {
+        rm!(RedisModule_ReplicateVerbatim(target.ctx));
+    } else {
+        build();
+    }
 }
 
 fn notify(target: &Target, class: c_int, event: &CStr) {

@@ -11,7 +11,7 @@ use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
 use crate::key::LockKey;
-use crate::state::with_state;
+use crate::state::{with_state, KeyId};
 
 /// Keyspace events that put a lock under a (new) name.
 const ARRIVALS: [&CStr; 4] = [c"loaded", c"restore", c"rename_to", c"move_to"];
@@ -26,20 +26,9 @@ pub fn subscribe(ctx: Ctx) -> bool {
         classes,
         Some(on_keyspace_event)
     ));
-    let flush = subscribe_server(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
-    let swap = subscribe_server(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
+    let flush = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
+    let swap = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
     keyspace == Some(raw::REDISMODULE_OK as c_int) && flush && swap
-}
-
-type ServerCallback = extern "C" fn(Ctx, raw::RedisModuleEvent, u64, *mut c_void);
-
-fn subscribe_server(ctx: Ctx, id: u64, callback: ServerCallback) -> bool {
-    let event = raw::RedisModuleEvent { id, dataver: 1 };
-    rm!(RedisModule_SubscribeToServerEvent(
-        ctx,
-        event,
-        Some(callback)
-    )) == Some(raw::REDISMODULE_OK as c_int)
 }
 
 extern "C" fn on_keyspace_event(
@@ -77,7 +66,7 @@ fn index_arrival(ctx: Ctx, key: RString) {
     let Some(lock) = lock_key.lock() else {
         return;
     };
-    let key_id = (ffi::selected_db(ctx), ffi::bytes(key).into());
+    let key_id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
     // A renamed or moved lock keeps its entry under the new name; a loaded
     // or restored one (id 0) gets a new entry.
     let current = lock.expiry_id();
@@ -98,7 +87,7 @@ fn index_arrival(ctx: Ctx, key: RString) {
 /// Lets the waiters of `key` (in the context's database) in, from the timer:
 /// a notification callback may not write.
 fn schedule_grants(ctx: Ctx, key: RString) {
-    let id = (ffi::selected_db(ctx), ffi::bytes(key).into());
+    let id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
     with_state(|state| {
         if state.waiters.has_waiters(&id) {
             state.pending_grants.insert(id);
@@ -124,8 +113,8 @@ extern "C" fn on_flush(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, d
         with_state(|state| {
             state
                 .deadlines
-                .remap(|(db, key)| (!hit(*db)).then(|| (*db, key.clone())));
-            let keys = state.waiters.keys_where(|(db, _)| hit(*db));
+                .remap(|id| (!hit(id.db())).then(|| id.clone()));
+            let keys = state.waiters.keys_where(|id| hit(id.db()));
             state.pending_grants.extend(keys);
             expiry::arm(state);
         });
@@ -158,17 +147,15 @@ extern "C" fn on_swapdb(
             db => db,
         };
         with_state(|state| {
-            state
-                .deadlines
-                .remap(|(db, key)| Some((swap(*db), key.clone())));
-            state.waiters.rekey(|(db, key)| (swap(*db), key.clone()));
+            state.deadlines.remap(|id| Some(id.in_db(swap(id.db()))));
+            state.waiters.rekey(|id| id.in_db(swap(id.db())));
             for id in state.blocked.values_mut() {
-                id.0 = swap(id.0);
+                *id = id.in_db(swap(id.db()));
             }
             // Either database may now hold a free lock its waiters want.
             let keys = state
                 .waiters
-                .keys_where(|(db, _)| *db == first || *db == second);
+                .keys_where(|id| id.db() == first || id.db() == second);
             state.pending_grants.extend(keys);
             expiry::arm(state);
         });

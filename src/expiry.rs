@@ -98,13 +98,13 @@ fn run(ctx: Ctx) {
         .flatten() else {
             break;
         };
-        for (id, (db, key)) in due {
-            waiting::settle_by_name(ctx, db, &key, Some(id));
+        for (id, key) in due {
+            waiting::settle_by_name(ctx, &key, Some(id));
         }
     }
     let grants = with_state(|state| std::mem::take(&mut state.pending_grants)).unwrap_or_default();
-    for (db, key) in grants {
-        waiting::settle_by_name(ctx, db, &key, None);
+    for key in grants {
+        waiting::settle_by_name(ctx, &key, None);
     }
     with_state(arm);
 }

@@ -2,7 +2,7 @@
 //! reading argument bytes, replying, and logging. Everything above this file
 //! works with slices, integers and the core crate's types.
 
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 
 use redis_module::raw;
 
@@ -167,6 +167,18 @@ pub fn select_db(ctx: Ctx, db: i32) -> bool {
     rm!(RedisModule_SelectDb(ctx, db)) == Some(raw::REDISMODULE_OK as c_int)
 }
 
+pub type ServerEventCallback = extern "C" fn(Ctx, raw::RedisModuleEvent, u64, *mut c_void);
+
+/// Subscribes `callback` to server event `id` (version 1 of its data).
+pub fn subscribe_server_event(ctx: Ctx, id: u64, callback: ServerEventCallback) -> bool {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    rm!(RedisModule_SubscribeToServerEvent(
+        ctx,
+        event,
+        Some(callback)
+    )) == Some(raw::REDISMODULE_OK as c_int)
+}
+
 /// A Redis string owned by us, freed on drop.
 pub struct OwnedString {
     ctx: Ctx,
@@ -232,6 +244,12 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_SetDisconnectCallback,
         RedisModule_SelectDb,
         RedisModule_EmitAOF,
+        RedisModule_ReplicateVerbatim,
+        RedisModule_RegisterCommandFilter,
+        RedisModule_CommandFilterArgGet,
+        RedisModule_GetServerInfo,
+        RedisModule_ServerInfoGetFieldSigned,
+        RedisModule_FreeServerInfo,
     );
     None
 }

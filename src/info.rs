@@ -27,7 +27,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             recovery::refusal(redis_lock_core::Clock::monotonic_ms(&crate::state::CLOCK))
                 .unwrap_or(0);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let fields: [(&CStr, i64); 15] = [
+        let fields: [(&CStr, i64); 16] = [
             (c"held", held),
             (c"acquired", count(stats.acquired)),
             (c"reentered", count(stats.reentered)),
@@ -42,6 +42,10 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"waiting", i64::try_from(waiting).unwrap_or(i64::MAX)),
             (c"last_token", last_token),
             (c"recovery_left_ms", count(recovering)),
+            (
+                c"effects_for_replicas",
+                i64::from(crate::propagation::propagating_to_replicas()),
+            ),
             (
                 c"debug_wall_offset_ms",
                 crate::state::CLOCK.wall_offset_ms(),

@@ -20,6 +20,7 @@ mod ffi;
 mod guard;
 mod info;
 mod key;
+mod propagation;
 mod recovery;
 mod state;
 mod stats;
@@ -34,7 +35,7 @@ mod module {
 
     use crate::datatype::LOCK_TYPE;
     use crate::ffi::{self, rm, Ctx, RString};
-    use crate::{commands, config, docs, events, expiry, guard, info, key, recovery};
+    use crate::{commands, config, docs, events, expiry, guard, info, key, propagation, recovery};
 
     /// Wraps a command handler in an `extern "C"` entry point that catches
     /// panics.
@@ -153,6 +154,12 @@ mod module {
         }
         if !events::subscribe(ctx) {
             return fail(ctx, "could not subscribe to keyspace and server events");
+        }
+        if !propagation::init(ctx) {
+            return fail(
+                ctx,
+                "could not register the command filter and replication events",
+            );
         }
         if !expiry::init(ctx) {
             return fail(ctx, "could not create the timer context");

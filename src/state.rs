@@ -14,7 +14,7 @@ use redis_lock_core::{Node, SystemClock};
 pub static CLOCK: SystemClock = SystemClock::new();
 
 /// A key in a database: how the expiry index and the waiter queues name it.
-pub type KeyId = (i32, Box<[u8]>);
+pub use redis_lock_core::KeyId;
 
 #[derive(Default)]
 pub struct ModuleState {

@@ -113,7 +113,7 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         });
         match granted {
             Some(Ok(Some(outcome))) => {
-                let facts = key.lock().map(|lock| Facts::of(lock));
+                let facts = key.lock().map(|lock| Facts::of(lock, outcome.change));
                 key.commit();
                 if let (Some(facts), ops::Change::Stored { .. }) = (facts, outcome.change) {
                     let id = effects::stored(target, &waiter.owner, facts, c"lock.acquire");
@@ -146,7 +146,8 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
 /// else that removed a lock outside our commands). With `entry`, only if the
 /// lock there still carries that expiry entry: otherwise the entry was stale
 /// (the lock was renamed away or replaced, and its successor has its own).
-pub fn settle_by_name(ctx: Ctx, db: i32, key: &[u8], entry: Option<u64>) {
+pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
+    let (db, key) = (id.db(), id.name());
     if !ffi::select_db(ctx, db) {
         return;
     }
@@ -163,9 +164,9 @@ pub fn settle_by_name(ctx: Ctx, db: i32, key: &[u8], entry: Option<u64>) {
     }
     let target = Target::new(ctx, name.as_ptr(), db, key);
     settle(&target, &mut lock_key);
-    // Popped, yet its lease has not ended (the index and the lock disagree:
-    // a bug elsewhere, but a lock must never be left without an entry, or it
-    // would never end): file it again.
+    // Popped, yet its lease has not ended: it grew since it was filed (see
+    // the lease index). A lock must never be left without an entry, or it
+    // would never end: file it again at its current end.
     if let (Some(entry), Some(lock)) = (entry, lock_key.lock()) {
         if lock.expiry_id() == entry {
             let id = with_state(|state| {

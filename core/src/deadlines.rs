@@ -3,26 +3,31 @@
 //! milliseconds and whether or not anyone touches the key.
 //!
 //! It is built for the hot paths of a lock server, measured with a million
-//! live locks (see BENCHMARKS.md): a release must drop its entry, a re-entry
-//! or an extension must move it, and neither may search a big ordered tree
-//! whose nodes are cold in the cache (a `BTreeMap` keyed by deadline cost a
-//! quarter of `LOCK.RELEASE`'s time). So:
+//! live locks (see BENCHMARKS.md): a release must drop its entry, and a
+//! re-entry or an extension must not search a big ordered tree whose nodes
+//! are cold in the cache (a `BTreeMap` keyed by deadline cost a quarter of
+//! `LOCK.RELEASE`'s time). So:
 //!
 //! - Entries live in a slab. An entry's id, which the lock keeps
 //!   ([`crate::Lock::expiry_id`]), is its slot and the slot's generation:
-//!   removal and renewal go straight to the slot, O(1), and an id whose slot
-//!   was freed and reused no longer matches (the generation moved on).
+//!   removal goes straight to the slot, O(1), and an id whose slot was freed
+//!   and reused no longer matches (the generation moved on).
 //! - Order comes from a binary min-heap of `(deadline, slot, generation)`.
 //!   Leases are mostly taken with similar TTLs, so a new deadline is the
 //!   largest and its push stops at once.
-//! - Removal and renewal do not touch the heap. A removed entry's heap item
-//!   goes stale and is skipped when it surfaces; a renewed lease keeps its
-//!   earlier heap item, which is filed again at the slot's current deadline
-//!   when it surfaces. A lease renewed every ttl/3 costs a field write per
-//!   renewal and one heap push per TTL, not a tree move per renewal.
-//! - Stale heap items are bounded: once they outnumber the live entries
-//!   (plus a slack), the heap is rebuilt from the slab in O(n), which is
-//!   amortised O(1) per removal.
+//! - An entry knows nothing of its lease. Its heap items are promises to
+//!   look at the lock no later than their deadlines. A lease that grows (a
+//!   re-entry, an extension, a watchdog renewal) does not touch the index:
+//!   its item surfaces at the old deadline, and the caller, seeing that the
+//!   lease has not ended, files the lock again. That is one heap push per
+//!   TTL instead of a write to a cold slot per renewal (9% of a re-entry).
+//!   A lease that shrinks gets an earlier item
+//!   ([`DeadlineIndex::file_earlier`]); the first of an entry's items to
+//!   surface ends the entry, which makes the others stale.
+//! - Removal does not touch the heap. A removed entry's items go stale and
+//!   are skipped when they surface. Stale items are bounded: once they
+//!   outnumber the live entries (plus a slack), the heap is rebuilt in O(n),
+//!   which is amortised O(1) per removal.
 //!
 //! Entries may still go stale as far as the caller is concerned (the lock
 //! under the key name was replaced behind the index's back): whoever pops an
@@ -40,11 +45,6 @@ const STALE_SLACK: usize = 1024;
 struct Slot<K> {
     /// `None` while the slot is free.
     key: Option<K>,
-    /// When the entry is due now (moves on every renewal).
-    deadline: u64,
-    /// The deadline of the heap item that speaks for this entry; other heap
-    /// items pointing at the slot are stale.
-    queued: u64,
     /// Bumped whenever the slot is freed, so old ids stop matching. Never 0.
     generation: u32,
 }
@@ -98,8 +98,6 @@ impl<K> DeadlineIndex<K> {
                 };
                 self.slots.push(Slot {
                     key: None,
-                    deadline: 0,
-                    queued: 0,
                     generation: 1,
                 });
                 slot
@@ -109,8 +107,6 @@ impl<K> DeadlineIndex<K> {
             return 0;
         };
         entry.key = Some(key);
-        entry.deadline = deadline;
-        entry.queued = deadline;
         let generation = entry.generation;
         self.heap.push(Reverse((deadline, slot, generation)));
         self.live += 1;
@@ -123,6 +119,12 @@ impl<K> DeadlineIndex<K> {
         self.slots
             .get_mut(slot as usize)
             .filter(|entry| entry.generation == generation && entry.key.is_some())
+    }
+
+    fn is_live(&self, slot: u32, generation: u32) -> bool {
+        self.slots
+            .get(slot as usize)
+            .is_some_and(|entry| entry.generation == generation && entry.key.is_some())
     }
 
     /// Drops entry `id` (the lock was released or deleted) and returns its
@@ -140,20 +142,15 @@ impl<K> DeadlineIndex<K> {
         key
     }
 
-    /// Entry `id`'s lease now ends at `deadline` (renewed, or shortened by
-    /// an extension with a smaller TTL). False if there is no such entry.
-    pub fn reschedule(&mut self, id: u64, deadline: u64) -> bool {
+    /// Entry `id`'s lease now ends at `deadline`, earlier than it did: an
+    /// item that surfaces then. Touches only the heap; for an id that names
+    /// no entry the item is stale and will be skipped.
+    pub fn file_earlier(&mut self, id: u64, deadline: u64) {
         let (slot, generation) = parts_of(id);
-        let Some(entry) = self.slot_mut(id) else {
-            return false;
-        };
-        entry.deadline = deadline;
-        if deadline < entry.queued {
-            // Earlier than its heap item: that item would surface too late.
-            entry.queued = deadline;
-            self.heap.push(Reverse((deadline, slot, generation)));
+        self.heap.push(Reverse((deadline, slot, generation)));
+        if self.heap.len() > 2 * self.live + STALE_SLACK {
+            self.rebuild_heap();
         }
-        true
     }
 
     /// Gives entry `id` a new key (the lock was renamed or moved to another
@@ -171,10 +168,10 @@ impl<K> DeadlineIndex<K> {
     /// The earliest deadline, if any. Drops stale heap items on the way, so
     /// a timer armed for it does not fire for a released lock; it may still
     /// be earlier than the lease it speaks for (a renewal), which costs one
-    /// early firing that files the entry again.
+    /// early firing that files the lock again.
     pub fn next_deadline(&mut self) -> Option<u64> {
         while let Some(&Reverse((deadline, slot, generation))) = self.heap.peek() {
-            if self.speaks_for(deadline, slot, generation) {
+            if self.is_live(slot, generation) {
                 return Some(deadline);
             }
             self.heap.pop();
@@ -189,16 +186,11 @@ impl<K> DeadlineIndex<K> {
             .is_some_and(|Reverse((deadline, _, _))| *deadline <= now)
     }
 
-    fn speaks_for(&self, deadline: u64, slot: u32, generation: u32) -> bool {
-        self.slots.get(slot as usize).is_some_and(|entry| {
-            entry.generation == generation && entry.key.is_some() && entry.queued == deadline
-        })
-    }
-
-    /// Removes and returns the entries whose lease ended at or before `now`,
+    /// Removes and returns the entries with an item due at or before `now`,
     /// earliest first, as `(id, key)`, looking at no more than `limit` heap
-    /// items (stale or renewed ones count: the work per call is bounded;
-    /// [`DeadlineIndex::has_due`] tells whether to call again).
+    /// items (stale ones count: the work per call is bounded;
+    /// [`DeadlineIndex::has_due`] tells whether to call again). The caller
+    /// ends each lease that is over and files the others again.
     pub fn pop_due(&mut self, now: u64, limit: usize) -> Vec<(u64, K)> {
         let mut due = Vec::new();
         for _ in 0..limit {
@@ -209,19 +201,8 @@ impl<K> DeadlineIndex<K> {
                 break;
             }
             self.heap.pop();
-            if !self.speaks_for(deadline, slot, generation) {
-                continue;
-            }
             let id = id_of(slot, generation);
-            let Some(entry) = self.slot_mut(id) else {
-                continue;
-            };
-            if entry.deadline > now {
-                // Renewed since it was filed: file it at its current end.
-                entry.queued = entry.deadline;
-                let queued = entry.queued;
-                self.heap.push(Reverse((queued, slot, generation)));
-            } else if let Some(key) = self.remove(id) {
+            if let Some(key) = self.remove(id) {
                 due.push((id, key));
             }
         }
@@ -247,19 +228,22 @@ impl<K> DeadlineIndex<K> {
         self.rebuild_heap();
     }
 
-    /// The heap again, with one item per live entry and nothing stale.
+    /// The heap again without stale items: for each live entry, only its
+    /// earliest item (the one that will end the entry).
     fn rebuild_heap(&mut self) {
-        let items: Vec<Item> = self
-            .slots
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, entry)| entry.key.is_some())
-            .filter_map(|(slot, entry)| {
-                entry.queued = entry.deadline;
-                let slot = u32::try_from(slot).ok()?;
-                Some(Reverse((entry.deadline, slot, entry.generation)))
-            })
-            .collect();
+        let mut items = std::mem::take(&mut self.heap).into_vec();
+        items.sort_unstable_by_key(|&Reverse(item)| item);
+        let mut kept = vec![false; self.slots.len()];
+        items.retain(|&Reverse((_, slot, generation))| {
+            let live = self.is_live(slot, generation);
+            match kept.get_mut(slot as usize) {
+                Some(kept) if live && !*kept => {
+                    *kept = true;
+                    true
+                }
+                _ => false,
+            }
+        });
         self.heap = BinaryHeap::from(items);
     }
 
@@ -315,20 +299,24 @@ mod tests {
         let new = index.insert(7, "new");
         assert_ne!(old, new, "same slot, new generation");
         assert_eq!(index.remove(old), None, "the old id no longer matches");
-        assert!(!index.reschedule(old, 1));
+        index.file_earlier(old, 1);
         assert!(!index.rekey(old, "stolen"));
+        assert_eq!(index.next_deadline(), Some(7), "the old id's item is stale");
         assert_eq!(index.pop_due(10, 10), vec![(new, "new")]);
     }
 
     #[test]
-    fn a_renewed_lease_is_filed_again_when_its_old_deadline_passes() {
+    fn a_renewed_lease_surfaces_at_its_old_deadline_for_the_caller_to_file_again() {
         let mut index = DeadlineIndex::new();
         let a = index.insert(10, "a");
-        assert!(index.reschedule(a, 50));
-        assert_eq!(index.pop_due(10, 10), vec![], "renewed: not due at 10");
-        assert_eq!(index.next_deadline(), Some(50), "filed at its new end");
+        // The lease grew to 50: nothing to tell the index.
+        assert_eq!(index.pop_due(9, 10), vec![]);
+        assert_eq!(index.pop_due(10, 10), vec![(a, "a")]);
+        // The caller saw the lease still runs and files it at its end.
+        let again = index.insert(50, "a");
+        assert_eq!(index.next_deadline(), Some(50));
         assert_eq!(index.pop_due(49, 10), vec![]);
-        assert_eq!(index.pop_due(50, 10), vec![(a, "a")]);
+        assert_eq!(index.pop_due(50, 10), vec![(again, "a")]);
         assert!(index.is_empty());
     }
 
@@ -336,7 +324,7 @@ mod tests {
     fn a_shortened_lease_comes_due_at_its_new_end() {
         let mut index = DeadlineIndex::new();
         let a = index.insert(100, "a");
-        assert!(index.reschedule(a, 20));
+        index.file_earlier(a, 20);
         assert_eq!(index.next_deadline(), Some(20));
         assert_eq!(index.pop_due(20, 10), vec![(a, "a")]);
         assert_eq!(index.pop_due(100, 10), vec![], "the old item is stale");
@@ -344,15 +332,15 @@ mod tests {
     }
 
     #[test]
-    fn shortened_then_renewed_pops_exactly_once() {
+    fn shortened_twice_pops_exactly_once() {
         let mut index = DeadlineIndex::new();
         let a = index.insert(100, "a");
-        assert!(index.reschedule(a, 20));
-        assert!(index.reschedule(a, 100));
-        assert_eq!(index.pop_due(99, 10), vec![]);
-        assert_eq!(index.pop_due(100, 10), vec![(a, "a")]);
-        assert_eq!(index.pop_due(1_000, 10), vec![]);
+        index.file_earlier(a, 60);
+        index.file_earlier(a, 20);
+        assert_eq!(index.pop_due(19, 10), vec![]);
+        assert_eq!(index.pop_due(1_000, 10), vec![(a, "a")]);
         assert!(index.is_empty());
+        assert_eq!(index.next_deadline(), None);
     }
 
     #[test]
@@ -372,6 +360,7 @@ mod tests {
         let kept: Vec<u64> = (0..100).map(|i| index.insert(1_000_000 + i, i)).collect();
         for round in 0..100_000u64 {
             let id = index.insert(500_000 + round, round);
+            index.file_earlier(id, 400_000 + round);
             assert_eq!(index.remove(id), Some(round));
         }
         assert_eq!(index.len(), 100);
@@ -387,6 +376,35 @@ mod tests {
             .map(|(id, _)| id)
             .collect();
         assert_eq!(popped, kept, "every kept entry, in deadline order");
+    }
+
+    #[test]
+    fn a_rebuild_keeps_each_entry_at_its_earliest_item() {
+        let mut index = DeadlineIndex::new();
+        let a = index.insert(100, "a");
+        index.file_earlier(a, 30);
+        let b = index.insert(50, "b");
+        // Churn enough to force a rebuild.
+        for round in 0..(2 * STALE_SLACK as u64) {
+            let id = index.insert(10, "churn");
+            assert_eq!(index.remove(id), Some("churn"), "round {round}");
+        }
+        assert!(index.queued_items() <= 2 * index.len() + STALE_SLACK + 1);
+        // The stale churn items (due at 10) go first; no limit for them.
+        assert_eq!(index.pop_due(29, usize::MAX), vec![]);
+        assert_eq!(index.pop_due(30, usize::MAX), vec![(a, "a")]);
+        assert_eq!(index.pop_due(1_000, usize::MAX), vec![(b, "b")]);
+    }
+
+    #[test]
+    fn leases_shortened_again_and_again_stay_bounded() {
+        let mut index = DeadlineIndex::new();
+        let a = index.insert(u64::MAX, "a");
+        for deadline in (1_000..100_000u64).rev() {
+            index.file_earlier(a, deadline);
+        }
+        assert!(index.queued_items() <= 2 * index.len() + STALE_SLACK + 1);
+        assert_eq!(index.pop_due(1_000, 10), vec![(a, "a")]);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 pub mod args;
 pub mod clock;
 pub mod deadlines;
+pub mod key_id;
 pub mod lease;
 pub mod lock;
 pub mod ops;
@@ -18,5 +19,6 @@ pub mod token;
 pub mod waiters;
 
 pub use clock::{Clock, ManualClock, Now, SystemClock};
+pub use key_id::KeyId;
 pub use lock::Lock;
 pub use ops::{Change, Node, Outcome, Slot};

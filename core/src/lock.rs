@@ -1,11 +1,53 @@
 //! The state of one lock: who holds it, how many times, under which fencing
 //! token, and until when.
 
+/// Owners up to this many bytes (a UUID in text is 36) live inside the lock
+/// itself: one allocation per lock instead of two, and the owner check on
+/// every command reads the cache line the lock is already in.
+const INLINE_OWNER: usize = 38;
+
+/// A lock's owner, inline when short.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Owner {
+    Inline { len: u8, bytes: [u8; INLINE_OWNER] },
+    Heap(Box<[u8]>),
+}
+
+impl Owner {
+    fn new(owner: &[u8]) -> Self {
+        match u8::try_from(owner.len()) {
+            Ok(len) if owner.len() <= INLINE_OWNER => {
+                let mut bytes = [0; INLINE_OWNER];
+                if let Some(inline) = bytes.get_mut(..owner.len()) {
+                    inline.copy_from_slice(owner);
+                }
+                Owner::Inline { len, bytes }
+            }
+            _ => Owner::Heap(owner.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Owner::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
+            Owner::Heap(bytes) => bytes,
+        }
+    }
+
+    /// Bytes held outside the lock.
+    fn heap_len(&self) -> usize {
+        match self {
+            Owner::Inline { .. } => 0,
+            Owner::Heap(bytes) => bytes.len(),
+        }
+    }
+}
+
 /// One held lock. It exists only while held: releasing the last hold, or the
 /// end of the lease, removes it (and its key).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lock {
-    owner: Box<[u8]>,
+    owner: Owner,
     holds: u32,
     token: i64,
     /// Monotonic milliseconds at which the lease ends.
@@ -17,7 +59,7 @@ pub struct Lock {
 impl Lock {
     pub fn new(owner: &[u8], holds: u32, token: i64, deadline: u64) -> Self {
         Lock {
-            owner: owner.into(),
+            owner: Owner::new(owner),
             holds,
             token,
             deadline,
@@ -26,7 +68,7 @@ impl Lock {
     }
 
     pub fn owner(&self) -> &[u8] {
-        &self.owner
+        self.owner.as_bytes()
     }
 
     pub fn holds(&self) -> u32 {
@@ -51,7 +93,7 @@ impl Lock {
     }
 
     pub fn is_held_by(&self, owner: &[u8]) -> bool {
-        *self.owner == *owner
+        self.owner.as_bytes() == owner
     }
 
     /// The lease has ended at monotonic time `now`.
@@ -73,6 +115,49 @@ impl Lock {
 
     /// Bytes this lock owns, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.owner.len()
+        std::mem::size_of::<Self>() + self.owner.heap_len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_owners_live_inside_the_lock_long_ones_outside() {
+        let uuid = b"0123456789abcdef0123456789abcdef0123";
+        let lock = Lock::new(uuid, 1, 7, 100);
+        assert_eq!(lock.owner(), uuid);
+        assert!(lock.is_held_by(uuid));
+        assert_eq!(lock.heap_bytes(), std::mem::size_of::<Lock>());
+        let long = [b'x'; INLINE_OWNER + 1];
+        let lock = Lock::new(&long, 1, 7, 100);
+        assert_eq!(lock.owner(), &long[..]);
+        assert_eq!(
+            lock.heap_bytes(),
+            std::mem::size_of::<Lock>() + INLINE_OWNER + 1
+        );
+    }
+
+    #[test]
+    fn an_owner_is_compared_whole() {
+        let lock = Lock::new(b"abc", 1, 7, 100);
+        assert!(!lock.is_held_by(b"ab"));
+        assert!(!lock.is_held_by(b"abc\0"));
+        assert!(!lock.is_held_by(b""));
+        let edge = [b'y'; INLINE_OWNER];
+        let lock = Lock::new(&edge, 1, 7, 100);
+        assert!(lock.is_held_by(&edge));
+        assert!(!lock.is_held_by(&edge[1..]));
+    }
+
+    #[test]
+    fn one_allocation_for_a_uuid_owned_lock() {
+        // 80 bytes in jemalloc's size classes: a header and a 36-byte owner.
+        assert!(
+            std::mem::size_of::<Lock>() <= 80,
+            "{}",
+            std::mem::size_of::<Lock>()
+        );
     }
 }

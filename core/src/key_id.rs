@@ -1,0 +1,130 @@
+//! A key's name in a database, as the module's own structures (the lease
+//! index, the waiter queues) keep it. Redis owns the key's name; the lease
+//! index needs its own copy to find a lock whose lease ended, one per live
+//! lock. Short names, like most lock names, are kept inline: no allocation
+//! of their own (24 bytes saved per lock in jemalloc's classes, and one
+//! `free` less on every release).
+
+/// Names up to this many bytes are stored inline.
+const INLINE_NAME: usize = 18;
+
+/// A key name and its database. A name is always stored the same way for a
+/// given length, so the derived equality, hash and order are those of
+/// `(db, name)` as far as any caller can tell (the order is total, not
+/// lexical).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KeyId {
+    Inline {
+        db: i32,
+        len: u8,
+        name: [u8; INLINE_NAME],
+    },
+    Heap {
+        db: i32,
+        name: Box<[u8]>,
+    },
+}
+
+impl KeyId {
+    pub fn new(db: i32, name: &[u8]) -> Self {
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= INLINE_NAME => {
+                let mut inline = [0; INLINE_NAME];
+                if let Some(bytes) = inline.get_mut(..name.len()) {
+                    bytes.copy_from_slice(name);
+                }
+                KeyId::Inline {
+                    db,
+                    len,
+                    name: inline,
+                }
+            }
+            _ => KeyId::Heap {
+                db,
+                name: name.into(),
+            },
+        }
+    }
+
+    pub fn db(&self) -> i32 {
+        match self {
+            KeyId::Inline { db, .. } | KeyId::Heap { db, .. } => *db,
+        }
+    }
+
+    pub fn name(&self) -> &[u8] {
+        match self {
+            KeyId::Inline { len, name, .. } => name.get(..usize::from(*len)).unwrap_or(name),
+            KeyId::Heap { name, .. } => name,
+        }
+    }
+
+    /// The same name in database `db` (`SWAPDB`).
+    pub fn in_db(&self, db: i32) -> Self {
+        let mut moved = self.clone();
+        match &mut moved {
+            KeyId::Inline { db: old, .. } | KeyId::Heap { db: old, .. } => *old = db,
+        }
+        moved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn short_and_long_names_read_back_whole() {
+        for name in [
+            &b""[..],
+            b"lock:1",
+            b"lock:000000123456",
+            &[b'k'; INLINE_NAME],
+            &[b'k'; INLINE_NAME + 1],
+            &[0u8; 300],
+        ] {
+            let id = KeyId::new(7, name);
+            assert_eq!((id.db(), id.name()), (7, name));
+        }
+        assert!(matches!(
+            KeyId::new(0, &[b'k'; INLINE_NAME]),
+            KeyId::Inline { .. }
+        ));
+        assert!(matches!(
+            KeyId::new(0, &[b'k'; INLINE_NAME + 1]),
+            KeyId::Heap { .. }
+        ));
+    }
+
+    #[test]
+    fn equal_exactly_when_db_and_name_are() {
+        let ids = [
+            KeyId::new(0, b"a"),
+            KeyId::new(1, b"a"),
+            KeyId::new(0, b"a\0"),
+            KeyId::new(0, b""),
+            KeyId::new(0, &[b'a'; 40]),
+            KeyId::new(1, &[b'a'; 40]),
+        ];
+        let set: HashSet<KeyId> = ids.iter().cloned().collect();
+        assert_eq!(set.len(), ids.len());
+        for id in &ids {
+            assert_eq!(&KeyId::new(id.db(), id.name()), id);
+        }
+    }
+
+    #[test]
+    fn moving_to_another_database_keeps_the_name() {
+        let short = KeyId::new(3, b"lock:x");
+        assert_eq!(short.in_db(5), KeyId::new(5, b"lock:x"));
+        let long = KeyId::new(3, &[b'z'; 64]);
+        assert_eq!(long.in_db(0), KeyId::new(0, &[b'z'; 64]));
+    }
+
+    #[test]
+    fn no_larger_than_a_boxed_name_and_its_database() {
+        assert_eq!(std::mem::size_of::<KeyId>(), 24);
+        assert_eq!(std::mem::size_of::<Option<KeyId>>(), 24);
+    }
+}

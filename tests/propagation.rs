@@ -1,0 +1,258 @@
+//! Effects are built only when Redis will write them somewhere: with no AOF,
+//! no replica and no replication backlog the module skips them (they cost a
+//! sixth of a command), yet a replica that attaches, or comes back, or an
+//! AOF switched on later, still gets every change, and every change is still
+//! counted for `save` points.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::*;
+
+const LONG: u64 = 600_000;
+
+/// `lock_effects_for_replicas` of `INFO lock`: 1 while the module builds
+/// effects for replicas, 0 while it knows there is nobody to read them.
+fn effects_for_replicas(conn: &mut redis::Connection) -> i64 {
+    lock_stat(conn, "lock_effects_for_replicas")
+}
+
+fn wait_for_skipping(server: &RedisServer) {
+    let mut conn = server.conn();
+    assert!(
+        wait_until(SOON, || effects_for_replicas(&mut conn) == 0),
+        "a lone primary kept building effects for replicas; log:\n{}",
+        server.log()
+    );
+}
+
+fn replication_field(conn: &mut redis::Connection, field: &str) -> String {
+    info_section(conn, "replication")
+        .remove(field)
+        .unwrap_or_else(|| panic!("INFO replication has no {field}"))
+}
+
+fn changes_since_save(conn: &mut redis::Connection) -> i64 {
+    info_section(conn, "persistence")["rdb_changes_since_last_save"]
+        .parse()
+        .unwrap()
+}
+
+/// Every kind of change, on keys named after `round`, so that a writer can
+/// run it again and again.
+fn churn(conn: &mut redis::Connection, round: u64) {
+    let key = format!("churn:{}", round % 50);
+    let owner = format!("owner-{round}");
+    if acquire(conn, &key, &owner, LONG).is_some() {
+        acquire(conn, &key, &owner, LONG).unwrap();
+        assert_eq!(extend(conn, &key, &owner, 2 * LONG), 1);
+        fence(
+            conn,
+            &key,
+            &owner,
+            Some(i64::try_from(round).unwrap() << 40),
+        )
+        .unwrap();
+        assert_eq!(release(conn, &key, &owner), Some(1));
+        if round % 3 == 0 {
+            assert_eq!(release(conn, &key, &owner), Some(0));
+        }
+    } else {
+        // Held from an earlier round: release it for the next one.
+        let _: redis::Value = redis::cmd("DEL").arg(&key).query(conn).unwrap();
+    }
+}
+
+#[test]
+fn a_lone_primary_skips_effects_but_counts_every_change() {
+    let server = RedisServer::start();
+    wait_for_skipping(&server);
+    let mut c = server.conn();
+    let before = changes_since_save(&mut c);
+    acquire(&mut c, "a", "alice", LONG).unwrap();
+    acquire(&mut c, "a", "alice", LONG).unwrap();
+    assert_eq!(extend(&mut c, "a", "alice", LONG), 1);
+    assert_eq!(release(&mut c, "a", "alice"), Some(1));
+    assert_eq!(release(&mut c, "a", "alice"), Some(0));
+    assert_eq!(
+        changes_since_save(&mut c) - before,
+        5,
+        "each change counts once towards save points"
+    );
+    // Refused commands change nothing and count nothing.
+    assert_eq!(release(&mut c, "a", "alice"), None);
+    assert_eq!(extend(&mut c, "a", "alice", LONG), 0);
+    assert_eq!(changes_since_save(&mut c) - before, 5);
+}
+
+#[test]
+fn a_replica_that_attaches_under_load_gets_every_change() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    wait_for_skipping(&primary);
+    let mut p = primary.conn();
+    for round in 0..200 {
+        churn(&mut p, round);
+    }
+    // A writer runs through the whole sync: before the replica asks, while
+    // the primary forks and sends its snapshot, and after.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = Arc::clone(&stop);
+        let mut conn = primary.conn();
+        std::thread::spawn(move || {
+            let mut round = 200;
+            while !stop.load(Ordering::Relaxed) {
+                churn(&mut conn, round);
+                round += 1;
+            }
+            round
+        })
+    };
+    replica.replicate_from(&primary);
+    assert_eq!(
+        effects_for_replicas(&mut p),
+        1,
+        "a primary with a replica must build effects"
+    );
+    let mut r = replica.conn();
+    // Let the writer run on after the sync for as many changes again.
+    let changes = lock_stat(&mut p, "lock_acquired");
+    assert!(wait_until(SOON, || lock_stat(&mut p, "lock_acquired") >= 2 * changes));
+    stop.store(true, Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    assert!(rounds > 200, "the writer ran during the sync");
+    wait_replicated(&primary, &replica);
+    assert_eq!(
+        digest(&mut r),
+        digest(&mut p),
+        "the replica missed effects written during its sync"
+    );
+}
+
+#[test]
+fn a_replica_that_comes_back_gets_the_changes_from_the_backlog() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.replicate_from(&primary);
+    let mut p = primary.conn();
+    let mut r = replica.conn();
+    for round in 0..100 {
+        churn(&mut p, round);
+    }
+    wait_replicated(&primary, &replica);
+    let partial_before: i64 = info_section(&mut p, "stats")["sync_partial_ok"]
+        .parse()
+        .unwrap();
+    // Cut the link; the replica comes back with PSYNC and is served from
+    // the backlog, which must hold what was written meanwhile.
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut p)
+        .unwrap();
+    for round in 100..200 {
+        churn(&mut p, round);
+    }
+    assert_eq!(
+        effects_for_replicas(&mut p),
+        1,
+        "the backlog outlives the replica's connection"
+    );
+    assert!(
+        wait_until(SOON, || replication_field(&mut r, "master_link_status")
+            == "up"),
+        "the replica did not reconnect"
+    );
+    wait_replicated(&primary, &replica);
+    let partial_after: i64 = info_section(&mut p, "stats")["sync_partial_ok"]
+        .parse()
+        .unwrap();
+    assert_eq!(
+        partial_after,
+        partial_before + 1,
+        "the replica resynced from the backlog"
+    );
+    assert_eq!(replication_field(&mut p, "connected_slaves"), "1");
+    assert_eq!(digest(&mut r), digest(&mut p), "the backlog missed effects");
+}
+
+#[test]
+fn a_promoted_replica_builds_effects_for_its_own_replicas() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    let sub = RedisServer::start();
+    replica.replicate_from(&primary);
+    let mut p = primary.conn();
+    churn(&mut p, 0);
+    wait_replicated(&primary, &replica);
+    let mut r = replica.conn();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r)
+        .unwrap();
+    // The promoted node keeps the backlog it had as a replica.
+    assert_eq!(effects_for_replicas(&mut r), 1);
+    sub.replicate_from(&replica);
+    for round in 1..100 {
+        churn(&mut r, round);
+    }
+    wait_replicated(&replica, &sub);
+    assert_eq!(digest(&mut sub.conn()), digest(&mut r));
+}
+
+#[test]
+fn an_aof_switched_on_later_gets_every_change() {
+    let mut server = RedisServer::start_with(ServerOptions::default().args([
+        "--aof-use-rdb-preamble",
+        "no",
+        "--appendfsync",
+        "always",
+    ]));
+    wait_for_skipping(&server);
+    let mut c = server.conn();
+    let before = acquire(&mut c, "before", "alice", LONG).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes")
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        wait_until(SOON, || {
+            let persistence = info_section(&mut c, "persistence");
+            persistence["aof_enabled"] == "1" && persistence["aof_rewrite_in_progress"] == "0"
+        }),
+        "the AOF was not written"
+    );
+    // With no replica and no backlog, only the AOF reads these.
+    acquire(&mut c, "before", "alice", LONG).unwrap();
+    let after = acquire(&mut c, "after", "bob", LONG).unwrap();
+    let gone = acquire(&mut c, "gone", "carol", LONG).unwrap();
+    assert_eq!(release(&mut c, "gone", "carol"), Some(0));
+    assert!(gone > before);
+    let digest_before = digest(&mut c);
+    server.kill9();
+    server.restart_with(ServerOptions::default().args([
+        "--appendonly",
+        "yes",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]));
+    let mut c = server.conn();
+    assert_eq!(
+        held(&mut c, "before").identity(),
+        (b"alice".to_vec(), 2, before)
+    );
+    assert_eq!(
+        held(&mut c, "after").identity(),
+        (b"bob".to_vec(), 1, after)
+    );
+    assert!(!exists(&mut c, "gone"));
+    assert_eq!(digest(&mut c), digest_before);
+}
