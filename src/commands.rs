@@ -31,7 +31,7 @@ fn open<'a>(ctx: Ctx, argv: *mut RString, argc: c_int, write: bool) -> Result<Op
     let mut key = LockKey::open(ctx, name, write)
         .map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
     let target = Target::of_command(ctx, name, ffi::bytes(name));
-    if write && ffi::is_primary(ctx) {
+    if write && target.on_primary() {
         waiting::settle(&target, &mut key);
     }
     Ok(Opened { target, key })

@@ -21,9 +21,10 @@ pub struct Target<'a> {
     pub db: i32,
     pub bytes: &'a [u8],
     pub now: Now<'static>,
-    /// `ctx` is a command's: its client may count a change without
-    /// propagating one (see [`replicate`]).
-    in_command: bool,
+    /// A command's context flags, read once at its start (role, AOF); none
+    /// for a callback, whose context has no client to count a change with
+    /// (see [`replicate`]).
+    flags: Option<c_int>,
 }
 
 impl<'a> Target<'a> {
@@ -35,16 +36,22 @@ impl<'a> Target<'a> {
             db,
             bytes,
             now: Now::of(&CLOCK),
-            in_command: false,
+            flags: None,
         }
     }
 
     /// `name` in the calling client's database, now, from a command.
     pub fn of_command(ctx: Ctx, name: RString, bytes: &'a [u8]) -> Self {
         Target {
-            in_command: true,
+            flags: Some(ffi::context_flags(ctx)),
             ..Target::new(ctx, name, ffi::selected_db(ctx), bytes)
         }
+    }
+
+    /// This node is a primary (so it decides expiry).
+    pub fn on_primary(&self) -> bool {
+        let flags = self.flags.unwrap_or_else(|| ffi::context_flags(self.ctx));
+        flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0
     }
 
     pub fn id(&self) -> KeyId {
@@ -162,10 +169,11 @@ fn replicate_del(target: &Target) {
 /// `RedisModule_Replicate` would have. Callbacks always build it: their
 /// context has no command of its own to count with, and they are rare.
 fn replicate(target: &Target, build: impl FnOnce()) {
-    if target.in_command && !propagation::redis_propagates(target.ctx) {
-        rm!(RedisModule_ReplicateVerbatim(target.ctx));
-    } else {
-        build();
+    match target.flags {
+        Some(flags) if !propagation::redis_propagates(flags) => {
+            rm!(RedisModule_ReplicateVerbatim(target.ctx));
+        }
+        _ => build(),
     }
 }
 

@@ -33,9 +33,9 @@ use crate::guard;
 /// and no replica has asked to sync since.
 static BACKLOG_MAY_EXIST: AtomicBool = AtomicBool::new(true);
 
-/// Whether Redis would propagate an effect replicated in `ctx` now.
-pub fn redis_propagates(ctx: Ctx) -> bool {
-    let flags = ffi::context_flags(ctx);
+/// Whether Redis would propagate an effect replicated now, in a context
+/// with these flags.
+pub fn redis_propagates(flags: c_int) -> bool {
     if flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0 {
         return true;
     }

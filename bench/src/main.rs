@@ -41,6 +41,9 @@ pub struct Plan {
     pub acquire_p1: u64,
     pub release_locks: u64,
     pub release_ops: u64,
+    /// Section 2 is the noisiest ratio (each run is short and its baseline
+    /// moves most): more rounds, so that its median settles.
+    pub release_rounds: usize,
     pub reentry_locks: u64,
     pub reentry_ops: u64,
     pub memory_locks: u64,
@@ -65,6 +68,7 @@ impl Plan {
             acquire_p1: 300_000,
             release_locks: 2_000_000,
             release_ops: 400_000,
+            release_rounds: 5,
             reentry_locks: 100_000,
             reentry_ops: 2_000_000,
             memory_locks: 1_000_000,
@@ -89,6 +93,7 @@ impl Plan {
             acquire_p1: 100_000,
             release_locks: 500_000,
             release_ops: 100_000,
+            release_rounds: 1,
             reentry_locks: 100_000,
             reentry_ops: 400_000,
             memory_locks: 1_000_000,

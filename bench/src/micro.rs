@@ -232,7 +232,7 @@ pub fn release(server: &Server, scripts: &Scripts, plan: &Plan, report: &mut Rep
     let port = server.port();
     let (locks, ops) = (plan.release_locks, plan.release_ops);
     let mut hits = (Vec::new(), Vec::new());
-    let (ours, base, lines) = alternate(plan.rounds, |native| {
+    let (ours, base, lines) = alternate(plan.release_rounds, |native| {
         server.flushall()?;
         let kind = if native { Kind::Module } else { Kind::String };
         preload(server, scripts, kind, "lock:", locks)?;
@@ -273,11 +273,13 @@ pub fn release(server: &Server, scripts: &Scripts, plan: &Plan, report: &mut Rep
              distribution, and the released share measured afterwards (`DBSIZE`) is: \
              ours {}; script {}. The rest are releases of an already released lock (a \
              `nil`/`0` reply after one lookup) on both sides. Same owner on every key: \
-             the comparison costs the same whether owners differ or not.\n\n{}",
+             the comparison costs the same whether owners differ or not. {} rounds \
+             (median).\n\n{}",
             (1.0 - (-(ops as f64) / locks as f64).exp()) * locks as f64 / ops as f64 * 100.0,
             ops as f64 / locks as f64,
             pct(&hits.0),
             pct(&hits.1),
+            plan.release_rounds,
             runs_detail(&lines)
         ),
     );
