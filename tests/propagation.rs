@@ -191,11 +191,7 @@ fn a_promoted_replica_builds_effects_for_its_own_replicas() {
     churn(&mut p, 0);
     wait_replicated(&primary, &replica);
     let mut r = replica.conn();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut r)
-        .unwrap();
+    replica.promote();
     // The promoted node keeps the backlog it had as a replica.
     assert_eq!(effects_for_replicas(&mut r), 1);
     sub.replicate_from(&replica);

@@ -170,11 +170,7 @@ fn a_promoted_replica_continues_above_streamed_tokens_and_runs_leases() {
     drop(primary);
 
     let mut r = replica.conn();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut r)
-        .unwrap();
+    replica.promote();
     let fresh = acquire(&mut r, "fresh", "bob", LONG).unwrap();
     assert!(
         fresh > raised,
@@ -206,11 +202,7 @@ fn a_promoted_replica_continues_above_a_counter_from_full_sync() {
     wait_replicated(&primary, &replica);
     drop(primary);
     let mut r = replica.conn();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut r)
-        .unwrap();
+    replica.promote();
     let fresh = acquire(&mut r, "fresh", "bob", LONG).unwrap();
     assert!(
         fresh > raised,

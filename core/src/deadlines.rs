@@ -47,6 +47,10 @@ struct Slot<K> {
     key: Option<K>,
     /// Bumped whenever the slot is freed, so old ids stop matching. Never 0.
     generation: u32,
+    /// Heap items filed for the live entry: 1, more after a lease shrank.
+    /// Lets a rebuild keep single items without looking further (the field
+    /// fills padding: a slot is 32 bytes with or without it).
+    items: u32,
 }
 
 /// A heap item: `(deadline, slot, generation)`, earliest deadline on top.
@@ -99,6 +103,7 @@ impl<K> DeadlineIndex<K> {
                 self.slots.push(Slot {
                     key: None,
                     generation: 1,
+                    items: 0,
                 });
                 slot
             }
@@ -107,6 +112,7 @@ impl<K> DeadlineIndex<K> {
             return 0;
         };
         entry.key = Some(key);
+        entry.items = 1;
         let generation = entry.generation;
         self.heap.push(Reverse((deadline, slot, generation)));
         self.live += 1;
@@ -143,10 +149,14 @@ impl<K> DeadlineIndex<K> {
     }
 
     /// Entry `id`'s lease now ends at `deadline`, earlier than it did: an
-    /// item that surfaces then. Touches only the heap; for an id that names
-    /// no entry the item is stale and will be skipped.
+    /// item that surfaces then. (Rare, unlike a lease that grows, so it may
+    /// touch the slot.) Nothing for an id that names no entry.
     pub fn file_earlier(&mut self, id: u64, deadline: u64) {
         let (slot, generation) = parts_of(id);
+        let Some(entry) = self.slot_mut(id) else {
+            return;
+        };
+        entry.items = entry.items.saturating_add(1);
         self.heap.push(Reverse((deadline, slot, generation)));
         if self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuild_heap();
@@ -229,25 +239,34 @@ impl<K> DeadlineIndex<K> {
     }
 
     /// The heap again without stale items: for each live entry, only its
-    /// earliest item (the one that will end the entry). O(n), no sort: with
-    /// a million locks this runs on a release, inside a command.
+    /// earliest item (the one that will end the entry). O(items), whatever
+    /// the slab's size: with a thousand live locks in a slab that once held
+    /// millions this runs every couple of thousand releases.
     fn rebuild_heap(&mut self) {
-        let mut earliest: Vec<Option<u64>> = vec![None; self.slots.len()];
-        for &Reverse((deadline, slot, generation)) in self.heap.iter() {
-            if self.is_live(slot, generation) {
-                if let Some(best) = earliest.get_mut(slot as usize) {
-                    *best = Some(best.map_or(deadline, |best| best.min(deadline)));
-                }
-            }
-        }
         let mut items = std::mem::take(&mut self.heap).into_vec();
-        items.clear();
-        items.extend(self.slots.iter().zip(earliest).enumerate().filter_map(
-            |(slot, (entry, deadline))| {
-                let slot = u32::try_from(slot).ok()?;
-                Some(Reverse((deadline?, slot, entry.generation)))
-            },
-        ));
+        // Entries with more than one item, sorted apart: few unless leases
+        // shrink all the time.
+        let mut several: Vec<(u32, u64, u32)> = Vec::new();
+        items.retain(|&Reverse((deadline, slot, generation))| {
+            match self.slots.get(slot as usize) {
+                Some(entry) if entry.generation == generation && entry.key.is_some() => {
+                    if entry.items > 1 {
+                        several.push((slot, deadline, generation));
+                        return false;
+                    }
+                    true
+                }
+                _ => false,
+            }
+        });
+        several.sort_unstable();
+        several.dedup_by_key(|&mut (slot, _, _)| slot);
+        for (slot, deadline, generation) in several {
+            if let Some(entry) = self.slots.get_mut(slot as usize) {
+                entry.items = 1;
+            }
+            items.push(Reverse((deadline, slot, generation)));
+        }
         self.heap = BinaryHeap::from(items);
     }
 

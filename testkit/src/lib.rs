@@ -308,6 +308,17 @@ impl RedisServer {
     }
 }
 
+impl RedisServer {
+    /// `REPLICAOF NO ONE`: this replica becomes a primary.
+    pub fn promote(&self) {
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query(&mut self.conn())
+            .unwrap();
+    }
+}
+
 /// PING on a fresh connection: Some(true) when it answered PONG.
 fn ping(port: u16) -> Option<bool> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
