@@ -30,7 +30,12 @@ fn open<'a>(ctx: Ctx, argv: *mut RString, argc: c_int, write: bool) -> Result<Op
     };
     let mut key = LockKey::open(ctx, name, write)
         .map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
-    let target = Target::of_command(ctx, name, ffi::bytes(name));
+    // A read propagates nothing and settles nothing: no flags to read.
+    let target = if write {
+        Target::of_command(ctx, name, ffi::bytes(name))
+    } else {
+        Target::new(ctx, name, ffi::selected_db(ctx), ffi::bytes(name))
+    };
     if write && target.on_primary() {
         waiting::settle(&target, &mut key);
     }

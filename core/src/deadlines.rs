@@ -53,6 +53,13 @@ struct Slot<K> {
     items: u32,
 }
 
+impl<K> Slot<K> {
+    /// The slot holds a live entry of this generation.
+    fn holds(&self, generation: u32) -> bool {
+        self.generation == generation && self.key.is_some()
+    }
+}
+
 /// A heap item: `(deadline, slot, generation)`, earliest deadline on top.
 type Item = Reverse<(u64, u32, u32)>;
 
@@ -124,13 +131,13 @@ impl<K> DeadlineIndex<K> {
         let (slot, generation) = parts_of(id);
         self.slots
             .get_mut(slot as usize)
-            .filter(|entry| entry.generation == generation && entry.key.is_some())
+            .filter(|entry| entry.holds(generation))
     }
 
     fn is_live(&self, slot: u32, generation: u32) -> bool {
         self.slots
             .get(slot as usize)
-            .is_some_and(|entry| entry.generation == generation && entry.key.is_some())
+            .is_some_and(|entry| entry.holds(generation))
     }
 
     /// Drops entry `id` (the lock was released or deleted) and returns its
@@ -249,7 +256,7 @@ impl<K> DeadlineIndex<K> {
         let mut several: Vec<(u32, u64, u32)> = Vec::new();
         items.retain(|&Reverse((deadline, slot, generation))| {
             match self.slots.get(slot as usize) {
-                Some(entry) if entry.generation == generation && entry.key.is_some() => {
+                Some(entry) if entry.holds(generation) => {
                     if entry.items > 1 {
                         several.push((slot, deadline, generation));
                         return false;

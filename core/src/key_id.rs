@@ -5,6 +5,8 @@
 //! of their own (24 bytes saved per lock in jemalloc's classes, and one
 //! `free` less on every release).
 
+use crate::inline;
+
 /// Names up to this many bytes are stored inline.
 const INLINE_NAME: usize = 18;
 
@@ -27,19 +29,13 @@ pub enum KeyId {
 
 impl KeyId {
     pub fn new(db: i32, name: &[u8]) -> Self {
-        match u8::try_from(name.len()) {
-            Ok(len) if name.len() <= INLINE_NAME => {
-                let mut inline = [0; INLINE_NAME];
-                if let Some(bytes) = inline.get_mut(..name.len()) {
-                    bytes.copy_from_slice(name);
-                }
-                KeyId::Inline {
-                    db,
-                    len,
-                    name: inline,
-                }
-            }
-            _ => KeyId::Heap {
+        match inline::pack(name) {
+            Some((len, inline)) => KeyId::Inline {
+                db,
+                len,
+                name: inline,
+            },
+            None => KeyId::Heap {
                 db,
                 name: name.into(),
             },
@@ -54,7 +50,7 @@ impl KeyId {
 
     pub fn name(&self) -> &[u8] {
         match self {
-            KeyId::Inline { len, name, .. } => name.get(..usize::from(*len)).unwrap_or(name),
+            KeyId::Inline { len, name, .. } => inline::unpack(*len, name),
             KeyId::Heap { name, .. } => name,
         }
     }

@@ -10,6 +10,7 @@
 pub mod args;
 pub mod clock;
 pub mod deadlines;
+mod inline;
 pub mod key_id;
 pub mod lease;
 pub mod lock;

@@ -1,6 +1,8 @@
 //! The state of one lock: who holds it, how many times, under which fencing
 //! token, and until when.
 
+use crate::inline;
+
 /// Owners up to this many bytes (a UUID in text is 36) live inside the lock
 /// itself: one allocation per lock instead of two, and the owner check on
 /// every command reads the cache line the lock is already in.
@@ -15,21 +17,15 @@ enum Owner {
 
 impl Owner {
     fn new(owner: &[u8]) -> Self {
-        match u8::try_from(owner.len()) {
-            Ok(len) if owner.len() <= INLINE_OWNER => {
-                let mut bytes = [0; INLINE_OWNER];
-                if let Some(inline) = bytes.get_mut(..owner.len()) {
-                    inline.copy_from_slice(owner);
-                }
-                Owner::Inline { len, bytes }
-            }
-            _ => Owner::Heap(owner.into()),
+        match inline::pack(owner) {
+            Some((len, bytes)) => Owner::Inline { len, bytes },
+            None => Owner::Heap(owner.into()),
         }
     }
 
     fn as_bytes(&self) -> &[u8] {
         match self {
-            Owner::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
+            Owner::Inline { len, bytes } => inline::unpack(*len, bytes),
             Owner::Heap(bytes) => bytes,
         }
     }
