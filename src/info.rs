@@ -27,7 +27,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             recovery::refusal(redis_lock_core::Clock::monotonic_ms(&crate::state::CLOCK))
                 .unwrap_or(0);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let fields: [(&CStr, i64); 16] = [
+        let fields: [(&CStr, i64); 18] = [
             (c"held", held),
             (c"acquired", count(stats.acquired)),
             (c"reentered", count(stats.reentered)),
@@ -39,6 +39,14 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (c"waits", count(stats.waits)),
             (c"wait_grants", count(stats.wait_grants)),
             (c"wait_timeouts", count(stats.wait_timeouts)),
+            (
+                c"wait_grants_undelivered",
+                count(stats.wait_grants_undelivered),
+            ),
+            (
+                c"timer_runs",
+                count(crate::expiry::TIMER_RUNS.load(Ordering::Relaxed)),
+            ),
             (c"waiting", i64::try_from(waiting).unwrap_or(i64::MAX)),
             (c"last_token", last_token),
             (c"recovery_left_ms", count(recovering)),

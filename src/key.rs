@@ -32,12 +32,23 @@ pub struct LockKey {
 }
 
 impl LockKey {
-    /// Opens `name` in the selected database for reading, or for writing too.
+    /// Opens `name` in the selected database for reading, or for writing too,
+    /// as a command does (the access counts for LRU/LFU).
     pub fn open(ctx: Ctx, name: RString, write: bool) -> Result<LockKey, WrongType> {
+        Self::open_with(ctx, name, write, 0)
+    }
+
+    /// Opens `name` from a timer or an event: the key's LRU/LFU is left as it
+    /// is, for a key that may not be a lock at all, or that nobody accessed.
+    pub fn open_untouched(ctx: Ctx, name: RString, write: bool) -> Result<LockKey, WrongType> {
+        Self::open_with(ctx, name, write, raw::REDISMODULE_OPEN_KEY_NOTOUCH)
+    }
+
+    fn open_with(ctx: Ctx, name: RString, write: bool, flags: u32) -> Result<LockKey, WrongType> {
         let mode = if write {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE | flags
         } else {
-            raw::REDISMODULE_READ
+            raw::REDISMODULE_READ | flags
         };
         let key =
             rm!(RedisModule_OpenKey(ctx, name, mode as c_int)).unwrap_or(std::ptr::null_mut());

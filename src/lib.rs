@@ -9,6 +9,7 @@
 // aborts outside Redis), which leaves the adapter unreferenced.
 #![cfg_attr(test, allow(dead_code))]
 
+mod caller_db;
 mod commands;
 mod config;
 mod datatype;

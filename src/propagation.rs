@@ -59,9 +59,11 @@ fn starts_a_sync(name: &[u8]) -> bool {
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     guard::callback(std::ptr::null_mut(), "command filter", (), || {
         let name = rm!(RedisModule_CommandFilterArgGet(fctx, 0)).unwrap_or(std::ptr::null_mut());
-        if starts_a_sync(ffi::bytes(name)) {
+        let name = ffi::bytes(name);
+        if starts_a_sync(name) {
             BACKLOG_MAY_EXIST.store(true, Ordering::Relaxed);
         }
+        crate::caller_db::on_command(fctx, name);
     });
 }
 

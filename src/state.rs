@@ -28,10 +28,17 @@ pub struct ModuleState {
     /// Keys removed outside our commands (`DEL`, `FLUSHDB`) whose waiters
     /// the timer must serve: a keyspace callback may not write.
     pub pending_grants: BTreeSet<KeyId>,
+    /// Names with waiters that hold a value of another type (a `SET` over a
+    /// lock): looked at again every so often, as it may expire or be
+    /// evicted without any event the module hears of.
+    pub behind_foreign: BTreeSet<KeyId>,
     /// `WAIT` timeouts, by blocked client address. The module ends waits
     /// itself: a Redis-side timeout can race a grant made in the same
     /// event-loop turn and lose the reply.
     pub wait_deadlines: DeadlineIndex<usize>,
+    /// Grants whose reply never reached the waiter, for the timer to take
+    /// back (a type callback may not write).
+    pub undelivered: Vec<crate::waiting::Grant>,
 }
 
 thread_local! {

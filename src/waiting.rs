@@ -11,12 +11,15 @@
 //! 7.0 dropped the grant's reply (the client held a lock it never heard of)
 //! and could crash later. Our timer ends waits instead.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
+use redis_lock_core::args::ArgError;
 use redis_lock_core::ops;
 use redis_lock_core::{Clock, Slot};
 use redis_module::raw;
 
+use crate::config;
 use crate::effects::{self, Facts, Target};
 use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
@@ -36,9 +39,20 @@ pub struct Waiter {
 
 /// What the blocked client is told when it is unblocked.
 enum Answer {
-    Token(i64),
+    Token(Grant),
     Error(String),
     TimedOut,
+}
+
+/// A lock granted to a waiter, carried to its reply. Redis completes an
+/// unblock only in `beforeSleep`; a client freed before then (killed,
+/// `CLIENT UNBLOCK … ERROR`, demotion) never gets the reply, and the grant
+/// must be taken back, or the lock stays held by nobody until its lease ends.
+pub struct Grant {
+    pub key: KeyId,
+    pub owner: Box<[u8]>,
+    pub token: i64,
+    delivered: Cell<bool>,
 }
 
 /// Blocks the calling client in `key`'s queue. The caller has checked that
@@ -100,6 +114,17 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         }) else {
             return;
         };
+        // The lease limit may have been lowered while it waited: a shorter
+        // lease than asked would break the caller's validity arithmetic, so
+        // it is answered with the error its request would get now.
+        let max_ttl_ms = config::limits().max_ttl_ms;
+        if waiter.ttl_ms > max_ttl_ms {
+            answer(
+                &waiter,
+                Answer::Error(ArgError::Ttl { max: max_ttl_ms }.to_string()),
+            );
+            continue;
+        }
         let granted = with_state(|state| {
             let refusal = recovery::refusal(target.now.monotonic_ms);
             ops::grant(
@@ -121,7 +146,15 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                         lock.set_expiry_id(id);
                     }
                 }
-                answer(&waiter, Answer::Token(outcome.reply));
+                answer(
+                    &waiter,
+                    Answer::Token(Grant {
+                        key: id,
+                        owner: waiter.owner.clone(),
+                        token: outcome.reply,
+                        delivered: Cell::new(false),
+                    }),
+                );
                 return;
             }
             Some(Ok(None)) => {
@@ -154,9 +187,16 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
     let Some(name) = ffi::OwnedString::new(ctx, key) else {
         return;
     };
-    // A key of another type: nobody can get this lock now, so its waiters
-    // time out as they asked; nothing to settle.
-    let Ok(mut lock_key) = LockKey::open(ctx, name.as_ptr(), true) else {
+    // A key of another type: nobody can get this lock now. Its waiters keep
+    // waiting (within their timeouts) and the name is looked at again
+    // later: the value may go without an event the module hears of.
+    let Ok(mut lock_key) = LockKey::open_untouched(ctx, name.as_ptr(), true) else {
+        with_state(|state| {
+            if state.waiters.has_waiters(id) {
+                state.behind_foreign.insert(id.clone());
+                expiry::arm(state);
+            }
+        });
         return;
     };
     if entry.is_some() && lock_key.lock().map(|lock| lock.expiry_id()) != entry {
@@ -249,7 +289,10 @@ extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
         // SAFETY: the private data of our blocked clients is always an Answer
         // boxed by unblock(), freed by free_answer() after this returns.
         match unsafe { answer.cast::<Answer>().as_ref() } {
-            Some(Answer::Token(token)) => ffi::reply_integer(ctx, *token),
+            Some(Answer::Token(grant)) => {
+                grant.delivered.set(true);
+                ffi::reply_integer(ctx, grant.token)
+            }
             Some(Answer::Error(message)) => ffi::reply_error(ctx, message),
             Some(Answer::TimedOut) | None => ffi::reply_null(ctx),
         }
@@ -261,29 +304,87 @@ extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
 extern "C" fn on_timeout(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     guard::command(ctx, "LOCK.ACQUIRE WAIT timeout", || {
         let client = rm!(RedisModule_GetBlockedClientHandle(ctx)).unwrap_or(std::ptr::null_mut());
+        // Unblocked only if still queued: a client already granted was
+        // unblocked by the grant, and a second unblock frees it twice.
         if with_state(|state| forget(state, client).is_some()) == Some(true) {
             with_state(|state| state.node.stats.wait_timeouts += 1);
-        }
-        if !client.is_null() {
             rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
         }
         ffi::reply_null(ctx)
     })
 }
 
-/// The waiting client went away (or `CLIENT UNBLOCK … ERROR`).
+/// The waiting client went away (or `CLIENT UNBLOCK … ERROR`, or Redis
+/// unblocked it on demotion). Redis calls this even when a grant in the same
+/// event-loop turn already unblocked it: then it is no longer queued, must
+/// not be unblocked again (Redis would free it twice), and its grant is
+/// taken back when its answer is freed undelivered (see [`free_answer`]).
 extern "C" fn on_disconnect(ctx: Ctx, client: *mut raw::RedisModuleBlockedClient) {
     guard::callback(ctx, "LOCK.ACQUIRE WAIT disconnect", (), || {
-        with_state(|state| forget(state, client));
-        rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
+        if with_state(|state| forget(state, client).is_some()) == Some(true) {
+            rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
+        }
     });
 }
 
+/// Frees an answer after its reply, or instead of it when the client went
+/// away first: an undelivered grant is handed to the timer to take back.
 extern "C" fn free_answer(ctx: Ctx, answer: *mut c_void) {
     guard::callback(ctx, "LOCK.ACQUIRE WAIT free", (), || {
-        if !answer.is_null() {
-            // SAFETY: see on_reply.
-            drop(unsafe { Box::from_raw(answer.cast::<Answer>()) });
+        if answer.is_null() {
+            return;
+        }
+        // SAFETY: see on_reply; Redis frees each answer exactly once.
+        let answer = unsafe { Box::from_raw(answer.cast::<Answer>()) };
+        if let Answer::Token(grant) = *answer {
+            if !grant.delivered.get() {
+                with_state(|state| {
+                    state.undelivered.push(grant);
+                    expiry::arm(state);
+                });
+            }
         }
     });
+}
+
+/// Takes back a grant whose reply never reached its waiter (one hold, if
+/// the owner still holds it with that token) and serves the next waiter.
+pub fn revoke_undelivered(ctx: Ctx, grant: &Grant) {
+    let (db, key) = (grant.key.db(), grant.key.name());
+    if !ffi::select_db(ctx, db) {
+        return;
+    }
+    let Some(name) = ffi::OwnedString::new(ctx, key) else {
+        return;
+    };
+    let Ok(mut lock_key) = LockKey::open_untouched(ctx, name.as_ptr(), true) else {
+        return;
+    };
+    let target = Target::new(ctx, name.as_ptr(), db, key);
+    let Some(outcome) = with_state(|state| {
+        ops::revoke(
+            &mut state.node,
+            &mut lock_key,
+            &target.now,
+            &grant.owner,
+            grant.token,
+        )
+    }) else {
+        return;
+    };
+    let facts = lock_key.lock().map(|lock| Facts::of(lock, outcome.change));
+    lock_key.commit();
+    match (outcome.change, facts) {
+        (ops::Change::Deleted { .. }, _) => {
+            effects::deleted(&target, c"lock.release");
+            settle(&target, &mut lock_key);
+        }
+        (ops::Change::Stored { .. }, Some(facts)) => {
+            let id = effects::stored(&target, &grant.owner, facts, c"lock.release");
+            if let Some(lock) = lock_key.lock() {
+                lock.set_expiry_id(id);
+            }
+        }
+        _ => {}
+    }
 }

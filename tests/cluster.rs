@@ -25,7 +25,7 @@ fn start_cluster() -> Vec<RedisServer> {
     let nodes: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_with(cluster_options()))
         .collect();
-    let mut create = Command::new("redis-cli");
+    let mut create = Command::new(testkit::cli_binary());
     create.arg("--cluster").arg("create");
     for node in &nodes {
         create.arg(format!("127.0.0.1:{}", node.port()));
@@ -95,7 +95,7 @@ fn key_per_node(nodes: &[RedisServer]) -> Vec<(String, u16)> {
 }
 
 fn cli(port: u16, args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
+    let output = Command::new(testkit::cli_binary())
         .args(["-c", "-p", &port.to_string()])
         .args(args)
         .output()

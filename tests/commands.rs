@@ -210,9 +210,36 @@ fn fence_atleast_accepts_the_whole_range() {
         Some(MAX_ATLEAST)
     );
     assert_eq!(held(&mut c, "k").token, MAX_ATLEAST);
+    // No token above 2^53 - 1: the node's tokens are used up.
     assert_eq!(
-        acquire(&mut c, "next", "bob", 60_000),
-        Some(MAX_ATLEAST + 1)
+        error_of(&mut c, &["LOCK.ACQUIRE", "next", "bob", "60000"]),
+        "ERR fencing tokens exhausted on this node"
+    );
+}
+
+#[test]
+fn tokens_stop_at_2_pow_53_minus_1_so_javascript_keeps_them_exact() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "alice", 60_000).unwrap();
+    assert_eq!(
+        fence(&mut c, "k", "alice", Some(MAX_ATLEAST - 1)),
+        Some(MAX_ATLEAST - 1)
+    );
+    release(&mut c, "k", "alice").unwrap();
+    // The last token this node can issue is exactly 2^53 - 1.
+    assert_eq!(acquire(&mut c, "k", "bob", 60_000), Some(MAX_ATLEAST));
+    assert_eq!(MAX_ATLEAST as f64 as i64, MAX_ATLEAST);
+    assert_eq!(
+        error_of(
+            &mut c,
+            &["LOCK.FENCE", "k", "bob", "ATLEAST", "9007199254740992"]
+        ),
+        atleast_error()
+    );
+    assert_eq!(
+        error_of(&mut c, &["LOCK.ACQUIRE", "k2", "carol", "60000"]),
+        "ERR fencing tokens exhausted on this node"
     );
 }
 

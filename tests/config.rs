@@ -179,7 +179,7 @@ fn a_server_with_an_unknown_module_argument_does_not_start() {
     let port = testkit::free_port();
     let dir = std::env::temp_dir().join(format!("redis-lock-badarg-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new("redis-server")
+    let mut child = Command::new(testkit::server_binary())
         .args([
             "--port",
             &port.to_string(),

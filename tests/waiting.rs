@@ -3,16 +3,20 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::thread::JoinHandle;
 
 use redis::{Connection, Value};
 
 mod common;
 use common::{
-    acquire, lock_info, lock_stat, release, wait_replicated, wait_until, RedisServer, SOON,
+    acquire, lock_info, lock_stat, release, spawn_waiter, wait_replicated, wait_until, waiters,
+    RedisServer, SOON,
 };
 
 const PATIENCE: std::time::Duration = SOON;
+
+fn info_lock(conn: &mut Connection, field: &str) -> i64 {
+    lock_stat(conn, &format!("lock_{field}"))
+}
 
 fn owner(conn: &mut Connection, key: &str) -> Option<String> {
     lock_info(conn, key).map(|info| String::from_utf8(info.owner).unwrap())
@@ -20,44 +24,6 @@ fn owner(conn: &mut Connection, key: &str) -> Option<String> {
 
 fn held_token(conn: &mut Connection, key: &str) -> Option<i64> {
     lock_info(conn, key).map(|info| info.token)
-}
-
-fn waiters(conn: &mut Connection, key: &str) -> i64 {
-    lock_info(conn, key).map_or(0, |info| info.waiters)
-}
-
-fn info_lock(conn: &mut Connection, field: &str) -> i64 {
-    lock_stat(conn, &format!("lock_{field}"))
-}
-
-/// Starts `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection
-/// and returns once the server has queued it (so arrival order is known).
-fn spawn_waiter(
-    server: &RedisServer,
-    key: &str,
-    owner: &str,
-    ttl: u64,
-    timeout: u64,
-) -> JoinHandle<Option<i64>> {
-    let mut probe = server.conn();
-    let before = waiters(&mut probe, key);
-    let mut conn = server.conn();
-    let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
-    let handle = std::thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(&key_owned)
-            .arg(&owner_owned)
-            .arg(ttl)
-            .arg("WAIT")
-            .arg(timeout)
-            .query::<Option<i64>>(&mut conn)
-            .unwrap()
-    });
-    assert!(
-        wait_until(PATIENCE, || waiters(&mut probe, key) == before + 1),
-        "waiter {owner} was not queued"
-    );
-    handle
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::token::MAX_RAISE;
+use crate::token::MAX_TOKEN;
 
 /// The longest `WAIT` timeout: ten years, far beyond any real wait, small
 /// enough that deadline arithmetic cannot overflow.
@@ -44,7 +44,7 @@ pub enum ArgError {
     },
     /// `WAIT` timeout not an integer in 0..=[`MAX_WAIT_MS`].
     WaitTimeout,
-    /// `ATLEAST` not an integer in 0..=[`MAX_RAISE`].
+    /// `ATLEAST` not an integer in 0..=[`MAX_TOKEN`].
     AtLeast,
     EmptyOwner,
     OwnerTooLong {
@@ -73,7 +73,7 @@ impl fmt::Display for ArgError {
             }
             ArgError::AtLeast => write!(
                 f,
-                "ERR ATLEAST must be an integer between 0 and {MAX_RAISE}"
+                "ERR ATLEAST must be an integer between 0 and {MAX_TOKEN} (2^53-1, so that every token is exact in JavaScript, Lua and JSON)"
             ),
             ArgError::EmptyOwner => write!(f, "ERR owner must not be empty"),
             ArgError::OwnerTooLong { max } => {
@@ -186,7 +186,7 @@ pub fn parse_fence<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<FenceArgs<'
             at_least: None,
         }),
         [option, n] if option.eq_ignore_ascii_case(b"ATLEAST") => {
-            let n = parse_range(n, 0, MAX_RAISE.unsigned_abs()).ok_or(ArgError::AtLeast)?;
+            let n = parse_range(n, 0, MAX_TOKEN.unsigned_abs()).ok_or(ArgError::AtLeast)?;
             let n = i64::try_from(n).map_err(|_| ArgError::AtLeast)?;
             Ok(FenceArgs {
                 owner,
@@ -438,9 +438,18 @@ mod tests {
             Err(ArgError::AtLeast)
         );
         assert_eq!(
-            parse_fence(&argv("F k me ATLEAST 4611686018427387905"), &LIMITS),
-            Err(ArgError::AtLeast)
+            parse_fence(&argv("F k me ATLEAST 9007199254740991"), &LIMITS),
+            Ok(FenceArgs {
+                owner: b"me",
+                at_least: Some(9_007_199_254_740_991)
+            })
         );
+        for too_big in ["9007199254740992", "4611686018427387905"] {
+            assert_eq!(
+                parse_fence(&argv(&format!("F k me ATLEAST {too_big}")), &LIMITS),
+                Err(ArgError::AtLeast)
+            );
+        }
         assert_eq!(parse_info(&argv("I k")), Ok(()));
         assert_eq!(parse_info(&argv("I")), Err(ArgError::WrongArity));
         assert_eq!(parse_info(&argv("I k x")), Err(ArgError::Syntax));

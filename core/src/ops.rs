@@ -237,6 +237,34 @@ pub fn release(
     Outcome { reply, change }
 }
 
+/// Takes back one hold that a waiter was granted but never heard of (its
+/// client went away before the reply reached it): only if `owner` still
+/// holds the lock with that very `token`, so a later holder, or the same
+/// owner's later fresh grant, is never touched. The reply says whether a
+/// hold was taken back.
+pub fn revoke(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+    token: i64,
+) -> Outcome<bool> {
+    let same_grant =
+        live(slot, clock).is_some_and(|lock| lock.is_held_by(owner) && lock.token() == token);
+    if !same_grant {
+        return Outcome {
+            reply: false,
+            change: Change::None,
+        };
+    }
+    node.stats.wait_grants_undelivered += 1;
+    let outcome = release(node, slot, clock, owner, false);
+    Outcome {
+        reply: true,
+        change: outcome.change,
+    }
+}
+
 /// `LOCK.EXTEND`: the holder's lease now ends `ttl_ms` from now.
 pub fn extend(
     node: &mut Node,
@@ -357,6 +385,32 @@ mod tests {
             Ok(Acquired::Granted { token, reentered }) => (token, reentered),
             other => panic!("expected a grant, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn revoke_takes_back_one_hold_of_that_grant_only() {
+        let (mut node, mut slot, clock) = setup();
+        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        // Another owner, or another token: nothing changes.
+        let before = slot.0.clone();
+        for (owner, t) in [(&b"b"[..], token), (b"a", token + 1)] {
+            let outcome = revoke(&mut node, &mut slot, &clock, owner, t);
+            assert_eq!((outcome.reply, outcome.change), (false, Change::None));
+            assert_eq!(slot.0, before);
+        }
+        // The same owner re-entered meanwhile: only the granted hold goes.
+        granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        let outcome = revoke(&mut node, &mut slot, &clock, b"a", token);
+        assert!(outcome.reply);
+        assert_eq!(slot.0.as_ref().map(Lock::holds), Some(1));
+        let outcome = revoke(&mut node, &mut slot, &clock, b"a", token);
+        assert_eq!(outcome.change, Change::Deleted { deadline: 1_100 });
+        assert!(slot.0.is_none());
+        assert_eq!(node.stats.wait_grants_undelivered, 2);
+        // A lease that already ended is not revoked (expiry handles it).
+        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 10, None));
+        clock.advance_ms(10);
+        assert!(!revoke(&mut node, &mut slot, &clock, b"a", token).reply);
     }
 
     #[test]

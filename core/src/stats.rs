@@ -22,4 +22,7 @@ pub struct Stats {
     pub wait_grants: u64,
     /// Waiters whose timeout passed before a grant.
     pub wait_timeouts: u64,
+    /// Grants to waiters whose reply never reached them (the client went
+    /// away in the same event-loop turn), taken back at once.
+    pub wait_grants_undelivered: u64,
 }

@@ -10,19 +10,25 @@
 //! at most the wall clock of their time (1 µs apart at most a million grants
 //! a second, which one node cannot reach), unless the counter had been raised
 //! past the clock by `ATLEAST` or the wall clock stepped back across the
-//! restart. Tokens fit a Redis integer and stay exact in a double until 2255.
+//! restart.
+//!
+//! Every token is at most [`MAX_TOKEN`] = 2^53 − 1, the largest integer a
+//! double holds exactly: JavaScript numbers (node-redis, ioredis), Lua
+//! numbers and most JSON parsers keep every token exact, so two holders can
+//! never see the same token after rounding. The clock floor reaches it in
+//! the year 2255; only `ATLEAST` can bring it closer.
 
-/// Largest value `ATLEAST` may raise the counter to: it leaves 2^62 tokens of
-/// room so that a careless or hostile caller cannot exhaust the token space.
-pub const MAX_RAISE: i64 = 1 << 62;
+/// The largest token this node issues, and the largest value `ATLEAST` may
+/// raise the counter to: 2^53 − 1.
+pub const MAX_TOKEN: i64 = (1 << 53) - 1;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TokenCounter {
     last: i64,
 }
 
-/// The counter reached `i64::MAX`: no token greater than every earlier one
-/// can be issued on this node.
+/// The counter reached [`MAX_TOKEN`]: no token greater than every earlier
+/// one can be issued on this node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokensExhausted;
 
@@ -43,6 +49,9 @@ impl TokenCounter {
             .checked_add(1)
             .ok_or(TokensExhausted)?
             .max(wall_us);
+        if next > MAX_TOKEN {
+            return Err(TokensExhausted);
+        }
         self.last = next;
         Ok(next)
     }
@@ -94,5 +103,21 @@ mod tests {
         counter.raise(i64::MAX);
         assert_eq!(counter.issue(0), Err(TokensExhausted));
         assert_eq!(counter.last(), i64::MAX);
+    }
+
+    #[test]
+    fn no_token_above_2_pow_53_minus_1() {
+        let mut counter = TokenCounter::new();
+        counter.raise(MAX_TOKEN - 1);
+        assert_eq!(counter.issue(0), Ok(MAX_TOKEN));
+        assert_eq!(counter.issue(0), Err(TokensExhausted));
+        assert_eq!(counter.last(), MAX_TOKEN);
+        // A clock past the cap does not push a token over it either.
+        let mut counter = TokenCounter::new();
+        assert_eq!(counter.issue(MAX_TOKEN + 1), Err(TokensExhausted));
+        assert_eq!(counter.last(), 0);
+        // Every token is exact in a double.
+        assert_eq!(MAX_TOKEN as f64 as i64, MAX_TOKEN);
+        assert_ne!((MAX_TOKEN + 2) as f64 as i64, MAX_TOKEN + 2);
     }
 }

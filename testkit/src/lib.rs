@@ -30,6 +30,37 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// Which server the tests run against: `REDIS_LOCK_SERVER` names its
+/// binary (`redis-server` by default, or a path to `valkey-server`).
+/// `make test` runs every suite once with each.
+pub fn server_binary() -> PathBuf {
+    std::env::var_os("REDIS_LOCK_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("redis-server"))
+}
+
+/// The command-line client that goes with [`server_binary`]:
+/// `REDIS_LOCK_CLI`, else `valkey-cli` beside a `valkey-server`, else
+/// `redis-cli`.
+pub fn cli_binary() -> PathBuf {
+    if let Some(cli) = std::env::var_os("REDIS_LOCK_CLI") {
+        return PathBuf::from(cli);
+    }
+    let server = server_binary();
+    if is_valkey() {
+        return server.with_file_name("valkey-cli");
+    }
+    PathBuf::from("redis-cli")
+}
+
+/// The tests run against Valkey (its binary is named `valkey-server`).
+/// Only for the few places where the servers' texts differ.
+pub fn is_valkey() -> bool {
+    server_binary()
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().contains("valkey"))
+}
+
 /// A loopback port that nothing listens on right now (and, for cluster use,
 /// whose cluster-bus twin at +10000 is free too).
 pub fn free_port() -> u16 {
@@ -142,7 +173,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(server_binary());
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
@@ -166,9 +197,12 @@ impl RedisServer {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd
-            .spawn()
-            .expect("redis-server must be installed (make test installs it)");
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot start {} ({e}): make test installs it",
+                server_binary().display()
+            )
+        });
         self.child = Some(child);
         let port = self.port;
         let ready = wait_until(Duration::from_secs(20), || {

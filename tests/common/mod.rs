@@ -11,6 +11,7 @@
 )]
 
 use std::collections::HashMap;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, RedisError, RedisResult, Value};
@@ -18,8 +19,8 @@ pub use testkit::{wait_replicated, wait_until, RedisServer, ServerOptions};
 
 /// The default `lock.max-ttl`.
 pub const MAX_TTL: u64 = 86_400_000;
-/// The largest `ATLEAST` value.
-pub const MAX_ATLEAST: i64 = 4_611_686_018_427_387_904;
+/// The largest `ATLEAST` value, and the largest token: 2^53 - 1.
+pub const MAX_ATLEAST: i64 = 9_007_199_254_740_991;
 /// Generous upper bound for things that should happen "within a few ms".
 pub const SOON: Duration = Duration::from_secs(10);
 
@@ -38,7 +39,7 @@ pub const SYNTAX: &str = "ERR syntax error";
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 pub fn atleast_error() -> String {
-    format!("ERR ATLEAST must be an integer between 0 and {MAX_ATLEAST}")
+    format!("ERR ATLEAST must be an integer between 0 and {MAX_ATLEAST} (2^53-1, so that every token is exact in JavaScript, Lua and JSON)")
 }
 
 pub fn arity_error(command: &str) -> String {
@@ -368,4 +369,39 @@ pub fn module_options(module_args: &[&str]) -> ServerOptions {
         module_args: module_args.iter().map(|s| s.to_string()).collect(),
         ..ServerOptions::default()
     }
+}
+
+/// Waiters queued for `key` (`LOCK.INFO`'s `waiters`; 0 without a lock).
+pub fn waiters(conn: &mut Connection, key: &str) -> i64 {
+    lock_info(conn, key).map_or(0, |info| info.waiters)
+}
+
+/// Starts `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection
+/// and returns once the server has queued it (so arrival order is known).
+pub fn spawn_waiter(
+    server: &RedisServer,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    timeout: u64,
+) -> JoinHandle<Option<i64>> {
+    let mut probe = server.conn();
+    let before = waiters(&mut probe, key);
+    let mut conn = server.conn();
+    let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
+    let handle = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(&key_owned)
+            .arg(&owner_owned)
+            .arg(ttl)
+            .arg("WAIT")
+            .arg(timeout)
+            .query::<Option<i64>>(&mut conn)
+            .unwrap()
+    });
+    assert!(
+        wait_until(SOON, || waiters(&mut probe, key) == before + 1),
+        "waiter {owner} was not queued"
+    );
+    handle
 }

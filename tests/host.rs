@@ -1,0 +1,336 @@
+//! The module inside a server that does more than `LOCK.*`: write pauses and
+//! failover, databases swapped, keys moved, overwritten and deleted under a
+//! waiting client, and the plain keys next to the locks.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::*;
+use redis::{Connection, Value};
+
+fn cmd(c: &mut Connection, args: &[&str]) -> Value {
+    run(c, args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn ping(c: &mut Connection) -> bool {
+    redis::cmd("PING")
+        .query::<String>(c)
+        .is_ok_and(|p| p == "PONG")
+}
+
+/// A lease ends while writes are paused: nothing is deleted, granted or
+/// propagated during the pause (Redis asserts on that with AOF or a
+/// replica); right after it the lock ends and its waiter is granted.
+fn lease_end_inside_a_write_pause(server: &RedisServer, replica: Option<&RedisServer>) {
+    let mut c = server.conn();
+    acquire(&mut c, "pz", "o", 300).unwrap();
+    let waiter = spawn_waiter(server, "pz", "next", 30_000, 0);
+    cmd(&mut c, &["CLIENT", "PAUSE", "60000", "WRITE"]);
+    // Reads go on during a write pause: the lease is seen to end...
+    assert!(wait_until(SOON, || lock_info(&mut c, "pz").is_none()));
+    // ...and a few timer rounds later the key is still there, untouched.
+    let runs = lock_stat(&mut c, "lock_timer_runs");
+    assert!(wait_until(SOON, || lock_stat(&mut c, "lock_timer_runs") > runs + 3));
+    assert!(
+        exists(&mut c, "pz"),
+        "a lock was deleted during a write pause"
+    );
+    assert_eq!(lock_stat(&mut c, "lock_expired"), 0);
+    assert_eq!(lock_stat(&mut c, "lock_wait_grants"), 0);
+    assert!(ping(&mut c));
+    cmd(&mut c, &["CLIENT", "UNPAUSE"]);
+    let token = waiter.join().unwrap().expect("granted after the pause");
+    let info = held(&mut c, "pz");
+    assert_eq!((info.owner.as_slice(), info.token), (&b"next"[..], token));
+    assert_eq!(lock_stat(&mut c, "lock_expired"), 1);
+    if let Some(replica) = replica {
+        wait_replicated(server, replica);
+        let mut r = replica.conn();
+        assert_eq!(held(&mut r, "pz").token, token);
+    }
+}
+
+#[test]
+fn a_lease_ending_in_a_write_pause_with_aof_ends_after_it() {
+    let server = RedisServer::start_with(ServerOptions::default().args([
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]));
+    lease_end_inside_a_write_pause(&server, None);
+}
+
+#[test]
+fn a_lease_ending_in_a_write_pause_with_a_replica_ends_after_it() {
+    let server = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.replicate_from(&server);
+    lease_end_inside_a_write_pause(&server, Some(&replica));
+}
+
+#[test]
+fn a_lease_ending_in_a_pause_of_all_clients_ends_after_it() {
+    let server = RedisServer::start_with(ServerOptions::default().args(["--appendonly", "yes"]));
+    let replica = RedisServer::start();
+    replica.replicate_from(&server);
+    let mut c = server.conn();
+    acquire(&mut c, "pz", "o", 100).unwrap();
+    cmd(&mut c, &["CLIENT", "PAUSE", "700", "ALL"]);
+    // This PING waits out the pause, inside which the lease ended.
+    let mut other = server.conn();
+    assert!(ping(&mut other), "the server died during the pause");
+    assert!(wait_until(SOON, || !exists(&mut other, "pz")));
+    assert_eq!(lock_stat(&mut other, "lock_expired"), 1);
+    wait_replicated(&server, &replica);
+    assert!(!exists(&mut replica.conn(), "pz"));
+}
+
+#[test]
+fn a_lease_ending_during_a_failover_that_waits_for_a_lagging_replica() {
+    let server = RedisServer::start_with(ServerOptions::default().args(["--appendonly", "yes"]));
+    let replica = RedisServer::start();
+    replica.replicate_from(&server);
+    let mut c = server.conn();
+    acquire(&mut c, "pz", "o", 200).unwrap();
+    // Writes after the freeze make the replica lag: the failover pauses
+    // writes while it waits for the replica, until its timeout.
+    replica.pause();
+    cmd(&mut c, &["SET", "plain", "1"]);
+    cmd(&mut c, &["FAILOVER", "TIMEOUT", "1000"]);
+    let failover_over = wait_until(SOON, || {
+        info_section(&mut c, "replication")
+            .get("master_failover_state")
+            .is_some_and(|state| state == "no-failover")
+    });
+    replica.resume();
+    assert!(failover_over, "the failover never ended");
+    assert!(ping(&mut c), "the server died during the failover");
+    // Still the primary (the replica never caught up): the lease ends.
+    assert!(wait_until(SOON, || !exists(&mut c, "pz")));
+    assert_eq!(lock_stat(&mut c, "lock_expired"), 1);
+    wait_replicated(&server, &replica);
+    assert!(!exists(&mut replica.conn(), "pz"));
+}
+
+#[test]
+fn swapdb_never_grants_a_waiter_a_lock_in_another_database() {
+    let server = RedisServer::start();
+    let mut c0 = server.conn();
+    acquire(&mut c0, "sw", "A", 30_000).unwrap();
+    let waiter = spawn_waiter(&server, "sw", "W", 30_000, 0);
+    let mut c1 = server.conn();
+    cmd(&mut c1, &["SELECT", "1"]);
+    cmd(&mut c0, &["SWAPDB", "0", "1"]);
+    // A's lock is in db 1 now; db 0 has no `sw`, and W, waiting in db 0,
+    // gets it before any newcomer.
+    let token = waiter.join().unwrap().expect("W is granted db 0's sw");
+    let info = held(&mut c0, "sw");
+    assert_eq!((info.owner.as_slice(), info.token), (&b"W"[..], token));
+    assert_eq!(acquire(&mut c0, "sw", "newcomer", 30_000), None);
+    // A still holds its lock, now in db 1, untouched.
+    assert_eq!(held(&mut c1, "sw").owner, b"A");
+    assert_eq!(release(&mut c1, "sw", "A"), Some(0));
+    assert_eq!(held(&mut c0, "sw").owner, b"W");
+}
+
+#[test]
+fn swapdb_with_a_held_lock_in_both_keeps_each_waiter_on_its_database() {
+    let server = RedisServer::start();
+    let mut c0 = server.conn();
+    let mut c1 = server.conn();
+    cmd(&mut c1, &["SELECT", "1"]);
+    acquire(&mut c0, "sw", "A0", 30_000).unwrap();
+    acquire(&mut c1, "sw", "A1", 30_000).unwrap();
+    let waiter = spawn_waiter(&server, "sw", "W", 30_000, 0);
+    cmd(&mut c0, &["SWAPDB", "0", "1"]);
+    // Db 0 now holds A1's lock: releasing A0's (now in db 1) grants nothing
+    // to W, who waits in db 0.
+    assert_eq!(release(&mut c1, "sw", "A0"), Some(0));
+    assert!(lock_info(&mut c1, "sw").is_none());
+    assert_eq!(waiters(&mut c0, "sw"), 1);
+    assert_eq!(release(&mut c0, "sw", "A1"), Some(0));
+    let token = waiter.join().unwrap().expect("W gets db 0's sw");
+    assert_eq!(held(&mut c0, "sw").token, token);
+    assert!(lock_info(&mut c1, "sw").is_none());
+}
+
+/// A key's database as this connection sees it: which of `dbs` holds `key`.
+fn db_of(server: &RedisServer, key: &str, dbs: &[i64]) -> Option<i64> {
+    let mut probe = server.conn();
+    dbs.iter().copied().find(|db| {
+        cmd(&mut probe, &["SELECT", &db.to_string()]);
+        exists(&mut probe, key)
+    })
+}
+
+#[test]
+fn move_and_copy_leave_the_caller_in_its_own_database() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let dbs = [0, 1, 2, 3, 5, 6];
+    cmd(&mut c, &["SET", "a", "1"]);
+    cmd(&mut c, &["MOVE", "a", "2"]);
+    cmd(&mut c, &["SET", "after-move", "1"]);
+    assert_eq!(db_of(&server, "after-move", &dbs), Some(0));
+
+    cmd(&mut c, &["SET", "b", "1"]);
+    cmd(&mut c, &["COPY", "b", "b-copy", "DB", "1"]);
+    cmd(&mut c, &["SET", "after-copy", "1"]);
+    assert_eq!(db_of(&server, "after-copy", &dbs), Some(0));
+    assert_eq!(db_of(&server, "b-copy", &dbs), Some(1));
+
+    // A lock moved away, with nobody waiting.
+    acquire(&mut c, "job", "holder", 30_000).unwrap();
+    cmd(&mut c, &["MOVE", "job", "1"]);
+    cmd(&mut c, &["SET", "after-lock-move", "1"]);
+    assert_eq!(db_of(&server, "after-lock-move", &dbs), Some(0));
+
+    // Inside MULTI, after a SELECT queued in the same transaction.
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("SELECT")
+        .arg(3)
+        .cmd("SET")
+        .arg("q")
+        .arg(1)
+        .cmd("COPY")
+        .arg("q")
+        .arg("q-copy")
+        .arg("DB")
+        .arg(5)
+        .cmd("MOVE")
+        .arg("q")
+        .arg(6)
+        .cmd("SET")
+        .arg("in-multi")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    cmd(&mut c, &["SET", "after-multi", "1"]);
+    assert_eq!(db_of(&server, "in-multi", &dbs), Some(3));
+    assert_eq!(db_of(&server, "after-multi", &dbs), Some(3));
+    assert_eq!(db_of(&server, "q-copy", &dbs), Some(5));
+    assert_eq!(db_of(&server, "q", &dbs), Some(6));
+
+    // A COPY that fails (the target exists) leaves no stale note behind.
+    cmd(&mut c, &["SELECT", "0"]);
+    cmd(&mut c, &["SET", "c", "1"]);
+    cmd(&mut c, &["COPY", "c", "b-copy", "DB", "1"]);
+    cmd(&mut c, &["SELECT", "2"]);
+    cmd(&mut c, &["SET", "d", "1"]);
+    cmd(&mut c, &["COPY", "d", "b-copy2", "DB", "1"]);
+    cmd(&mut c, &["SET", "after-failed-copy", "1"]);
+    assert_eq!(db_of(&server, "after-failed-copy", &dbs), Some(2));
+}
+
+#[test]
+fn a_waiter_behind_a_value_that_replaced_its_lock_gets_the_name_when_the_value_goes() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    for (round, removal) in [
+        vec!["DEL", "job"],
+        vec!["UNLINK", "job"],
+        vec!["PEXPIRE", "job", "50"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        acquire(&mut c, "job", "holder", 30_000).unwrap();
+        let waiter = spawn_waiter(&server, "job", "W", 30_000, 0);
+        cmd(&mut c, &["SET", "job", "not a lock"]);
+        // The name holds a string: nothing to grant yet, W keeps waiting.
+        let runs = lock_stat(&mut c, "lock_timer_runs");
+        assert!(wait_until(SOON, || lock_stat(&mut c, "lock_timer_runs") > runs));
+        assert_eq!(lock_stat(&mut c, "lock_waiting"), 1, "round {round}");
+        cmd(&mut c, removal);
+        let token = waiter
+            .join()
+            .unwrap()
+            .unwrap_or_else(|| panic!("{removal:?}: W timed out"));
+        assert_eq!(held(&mut c, "job").token, token, "{removal:?}");
+        assert_eq!(release(&mut c, "job", "W"), Some(0));
+    }
+}
+
+/// `OBJECT FREQ` of plain keys after each step, on a server with and one
+/// without the module: the module must not touch keys that are not locks.
+fn freqs_after_host_commands(options: ServerOptions) -> Vec<i64> {
+    let server = RedisServer::start_with(options.args([
+        "--maxmemory-policy",
+        "allkeys-lfu",
+        // Every access adds exactly one, and nothing decays: a touch shows.
+        "--lfu-log-factor",
+        "0",
+        "--lfu-decay-time",
+        "0",
+    ]));
+    let mut c = server.conn();
+    cmd(&mut c, &["SET", "seed", "v"]);
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("seed").query(&mut c).unwrap();
+    let freq = |c: &mut Connection, key: &str| -> i64 {
+        redis::cmd("OBJECT")
+            .arg("FREQ")
+            .arg(key)
+            .query(c)
+            .unwrap_or_else(|e| panic!("OBJECT FREQ {key}: {e}"))
+    };
+    let mut seen = Vec::new();
+    let _: () = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&dump)
+        .arg("FREQ")
+        .arg(100)
+        .query(&mut c)
+        .unwrap();
+    seen.push(freq(&mut c, "k"));
+    cmd(&mut c, &["RENAME", "k", "k2"]);
+    seen.push(freq(&mut c, "k2"));
+    cmd(&mut c, &["EXPIRE", "k2", "1000"]);
+    seen.push(freq(&mut c, "k2"));
+    cmd(&mut c, &["COPY", "k2", "k3"]);
+    seen.push(freq(&mut c, "k3"));
+    cmd(&mut c, &["MOVE", "k3", "1"]);
+    cmd(&mut c, &["SELECT", "1"]);
+    seen.push(freq(&mut c, "k3"));
+    cmd(&mut c, &["SELECT", "0"]);
+    cmd(&mut c, &["DEL", "seed"]);
+    seen.push(freq(&mut c, "k2"));
+    seen
+}
+
+#[test]
+fn plain_keys_keep_their_lfu_counters() {
+    let with = freqs_after_host_commands(ServerOptions::default());
+    let without = freqs_after_host_commands(ServerOptions::default().without_module());
+    assert_eq!(with[0], 100, "RESTORE ... FREQ 100 was touched: {with:?}");
+    assert_eq!(with, without);
+}
+
+#[test]
+fn plain_keys_keep_their_idle_time_after_restore() {
+    let server = RedisServer::start_with(
+        ServerOptions::default().args(["--maxmemory-policy", "allkeys-lru"]),
+    );
+    let mut c = server.conn();
+    cmd(&mut c, &["SET", "seed", "v"]);
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("seed").query(&mut c).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&dump)
+        .arg("IDLETIME")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    let idle: i64 = redis::cmd("OBJECT")
+        .arg("IDLETIME")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        idle >= 1000,
+        "OBJECT IDLETIME {idle} after RESTORE ... IDLETIME 1000"
+    );
+}
