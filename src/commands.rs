@@ -121,6 +121,17 @@ pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
     match result {
+        // A waiter waits through the recovery window (within its timeout):
+        // the timer serves it when the window ends.
+        Err(ops::OpError::Recovering { .. }) if parsed.wait_ms.is_some() && may_block(ctx) => {
+            waiting::block(
+                ctx,
+                opened.target.id(),
+                parsed.owner,
+                parsed.ttl_ms,
+                parsed.wait_ms.unwrap_or(0),
+            )
+        }
         Err(error) => ffi::reply_error(ctx, &error.message()),
         Ok(outcome) => match outcome.reply {
             Acquired::Granted { token, .. } => {
@@ -243,6 +254,9 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     }
     let argv_bytes = ffi::argv_bytes(argv, argc);
     let parsed = parse_or_reply!(ctx, args::parse_apply(&argv_bytes));
+    if !redis_lock_core::lease::plausible_wall_end(&CLOCK, parsed.wall_end_ms) {
+        return reply_arg_error(ctx, &ArgError::Effect("lease end"));
+    }
     let Some(name) = ffi::arg(argv, argc, 1) else {
         return ffi::reply_wrong_arity(ctx);
     };

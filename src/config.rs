@@ -5,12 +5,15 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_lock_core::args::{parse_i64, Limits};
 use redis_module::configuration::{
-    register_bool_configuration, register_i64_configuration, ConfigurationFlags,
+    register_bool_configuration, register_i64_configuration, ConfigurationContext,
+    ConfigurationFlags,
 };
 use redis_module::Context;
 
 /// `lock.max-ttl`: the longest lease in ms (default one day).
 pub static MAX_TTL: AtomicI64 = AtomicI64::new(86_400_000);
+/// The largest `lock.max-owner-bytes`; no loaded owner may be longer.
+pub const MAX_OWNER_LIMIT: i64 = 1 << 20;
 /// `lock.max-owner-bytes`: the longest owner id (default 256).
 pub static MAX_OWNER_BYTES: AtomicI64 = AtomicI64::new(256);
 /// `lock.recovery-ms`: how long after load new acquisitions are refused.
@@ -20,7 +23,7 @@ pub static DEBUG: AtomicBool = AtomicBool::new(false);
 
 /// Ten years: the largest `lock.max-ttl` and `lock.recovery-ms`, so that no
 /// deadline arithmetic can overflow.
-const TEN_YEARS_MS: i64 = 315_360_000_000;
+const TEN_YEARS_MS: i64 = redis_lock_core::lease::MAX_TTL_MS as i64;
 
 struct Numeric {
     name: &'static str,
@@ -40,7 +43,7 @@ const NUMERIC: [Numeric; 3] = [
         name: "max-owner-bytes",
         value: &MAX_OWNER_BYTES,
         min: 1,
-        max: 1 << 20,
+        max: MAX_OWNER_LIMIT,
     },
     Numeric {
         name: "recovery-ms",
@@ -102,6 +105,16 @@ pub fn apply_module_args(args: &[&[u8]]) -> Result<(), String> {
 pub fn register(ctx: &Context) {
     for numeric in &NUMERIC {
         let current = numeric.value.load(Ordering::Relaxed);
+        // A recovery window set at run time starts when it is set.
+        let on_changed: Option<Box<dyn Fn(&ConfigurationContext, &str, &'static AtomicI64)>> =
+            (numeric.name == "recovery-ms").then(|| {
+                Box::new(|_: &ConfigurationContext, _: &str, _: &'static AtomicI64| {
+                    crate::recovery::mark_loaded();
+                    // Waiters kept by the window are served when it ends,
+                    // which may now be sooner than the timer is armed for.
+                    crate::state::with_state(crate::expiry::arm);
+                }) as Box<_>
+            });
         register_i64_configuration(
             ctx,
             numeric.name,
@@ -110,7 +123,7 @@ pub fn register(ctx: &Context) {
             numeric.min,
             numeric.max,
             ConfigurationFlags::DEFAULT,
-            None,
+            on_changed,
         );
     }
     let debug = DEBUG.load(Ordering::Relaxed);

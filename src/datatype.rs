@@ -8,9 +8,11 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
+use redis_lock_core::token::MAX_TOKEN;
 use redis_lock_core::{lease, Lock};
 use redis_module::{native_types::RedisType, raw};
 
+use crate::config::MAX_OWNER_LIMIT;
 use crate::expiry;
 use crate::ffi::{self, rm, RString};
 use crate::guard;
@@ -74,16 +76,33 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
         .filter(|h| *h > 0)?;
     let token = rm!(RedisModule_LoadSigned(rdb))?;
     let wall_end = rm!(RedisModule_LoadSigned(rdb))?;
-    if rm!(RedisModule_IsIOError(rdb)).unwrap_or(0) != 0 || owner.is_empty() || token <= 0 {
+    // Bounded like command arguments: a hostile or corrupt payload is
+    // refused whole, never stored.
+    let owner_fits = i64::try_from(owner.len()).is_ok_and(|len| len <= MAX_OWNER_LIMIT);
+    if io_error(rdb)
+        || owner.is_empty()
+        || !owner_fits
+        || token <= 0
+        || token > MAX_TOKEN
+        || !lease::plausible_wall_end(&CLOCK, wall_end)
+    {
         return None;
     }
-    with_state(|state| state.node.tokens.raise(token));
+    // The node's counter is raised when the lock is really in the keyspace
+    // (the `loaded` and `restore` events): a RESTORE whose ABSTTL is past
+    // loads a value that Redis then throws away.
     Some(Lock::new(
         &owner,
         holds,
         token,
         lease::from_wall_ms(&CLOCK, wall_end),
     ))
+}
+
+/// A read from the stream failed (truncated or corrupt): with
+/// `HANDLE_IO_ERRORS` Redis reports it here instead of aborting.
+fn io_error(rdb: *mut raw::RedisModuleIO) -> bool {
+    rm!(RedisModule_IsIOError(rdb)).unwrap_or(1) != 0
 }
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -200,6 +219,9 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
             let Some(last) = rm!(RedisModule_LoadSigned(rdb)) else {
                 return raw::REDISMODULE_ERR as c_int;
             };
+            if io_error(rdb) {
+                return raw::REDISMODULE_ERR as c_int;
+            }
             with_state(|state| state.node.tokens.raise(last));
             raw::REDISMODULE_OK as c_int
         },
@@ -229,6 +251,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         let Some(lock) = lock_ref(value) else {
             return;
         };
+        crate::eviction::lock_unlinked(|| key_of(ctx, false));
         with_state(|state| {
             state.deadlines.remove(lock.expiry_id());
             // The key's name is copied only when someone waits at all.

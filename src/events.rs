@@ -8,6 +8,7 @@ use redis_lock_core::Slot;
 use redis_module::raw;
 
 use crate::caller_db;
+use crate::eviction;
 use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
@@ -23,7 +24,8 @@ const ARRIVALS: [&CStr; 4] = [c"loaded", c"restore", c"rename_to", c"move_to"];
 const DEPARTURES: [&CStr; 3] = [c"rename_from", c"move_from", c"del"];
 
 pub fn subscribe(ctx: Ctx) -> bool {
-    let classes = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
+    let classes =
+        raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS;
     let keyspace = rm!(RedisModule_SubscribeToKeyspaceEvents(
         ctx,
         classes,
@@ -50,6 +52,8 @@ extern "C" fn on_keyspace_event(
             index_arrival(ctx, key);
         } else if DEPARTURES.contains(&event) {
             schedule_grants(ctx, key);
+        } else if event == c"evicted" {
+            eviction::evicted(ffi::selected_db(ctx), ffi::bytes(key));
         }
         caller_db::after_event(ctx, event.to_bytes(), ffi::bytes(key));
         raw::REDISMODULE_OK as c_int
@@ -75,7 +79,10 @@ fn index_arrival(ctx: Ctx, key: RString) {
     // A renamed or moved lock keeps its entry under the new name; a loaded
     // or restored one (id 0) gets a new entry.
     let current = lock.expiry_id();
+    let token = lock.token();
     let id = with_state(|state| {
+        // Every later token here exceeds the one that arrived.
+        state.node.tokens.raise(token);
         let id = if current != 0 && state.deadlines.rekey(current, key_id.clone()) {
             current
         } else {

@@ -23,6 +23,7 @@ use redis_module::raw;
 
 use crate::ffi::{self, rm, Ctx};
 use crate::guard;
+use crate::recovery;
 use crate::state::{with_state, ModuleState, CLOCK};
 use crate::waiting;
 
@@ -68,7 +69,14 @@ fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
         let recheck = CLOCK.monotonic_ms().saturating_add(FOREIGN_RECHECK_MS);
         recheck.max(writes_not_before)
     });
-    let Some(fire_at) = [leases, waits, grants, foreign].into_iter().flatten().min() else {
+    let recovered = state
+        .waits_for_recovery
+        .then(|| recovery::ends_at().max(writes_not_before));
+    let Some(fire_at) = [leases, waits, grants, foreign, recovered]
+        .into_iter()
+        .flatten()
+        .min()
+    else {
         return;
     };
     let ctx = TIMER_CTX.load(Ordering::Relaxed);
@@ -143,9 +151,14 @@ fn run(ctx: Ctx) {
             waiting::settle_by_name(ctx, &key, Some(id));
         }
     }
+    let recovered = recovery::refusal(CLOCK.monotonic_ms()).is_none();
     let grants = with_state(|state| {
         let mut grants = std::mem::take(&mut state.pending_grants);
         grants.append(&mut state.behind_foreign);
+        if state.waits_for_recovery && recovered {
+            state.waits_for_recovery = false;
+            grants.extend(state.waiters.keys_where(|_| true));
+        }
         grants
     })
     .unwrap_or_default();

@@ -2,7 +2,7 @@
 //! reading argument bytes, replying, and logging. Everything above this file
 //! works with slices, integers and the core crate's types.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use redis_module::raw;
 
@@ -165,6 +165,21 @@ pub fn avoid_replica_traffic() -> bool {
     rm!(RedisModule_AvoidReplicaTraffic()).unwrap_or(0) != 0
 }
 
+/// One field of an `INFO` section, as bytes.
+pub fn server_info_field(ctx: Ctx, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
+    let info = rm!(RedisModule_GetServerInfo(ctx, section.as_ptr()))?;
+    if info.is_null() {
+        return None;
+    }
+    let value = rm!(RedisModule_ServerInfoGetFieldC(info, field.as_ptr()))
+        .filter(|value| !value.is_null())
+        // SAFETY: a NUL-terminated string owned by `info`, copied before
+        // `info` is freed below.
+        .map(|value| unsafe { CStr::from_ptr(value) }.to_bytes().to_vec());
+    rm!(RedisModule_FreeServerInfo(ctx, info));
+    value
+}
+
 /// The id of the context's client (0 if it has none).
 pub fn client_id(ctx: Ctx) -> u64 {
     rm!(RedisModule_GetClientId(ctx)).unwrap_or(0)
@@ -299,6 +314,11 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_FreeServerInfo,
         RedisModule_AvoidReplicaTraffic,
         RedisModule_SetModuleOptions,
+        RedisModule_ServerInfoGetFieldC,
+        RedisModule_GetClientId,
+        RedisModule_GetClientInfoById,
+        RedisModule_CommandFilterArgsCount,
+        RedisModule_IsIOError,
     );
     None
 }

@@ -27,7 +27,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             recovery::refusal(redis_lock_core::Clock::monotonic_ms(&crate::state::CLOCK))
                 .unwrap_or(0);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let fields: [(&CStr, i64); 18] = [
+        let fields: [(&CStr, i64); 20] = [
             (c"held", held),
             (c"acquired", count(stats.acquired)),
             (c"reentered", count(stats.reentered)),
@@ -42,6 +42,14 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             (
                 c"wait_grants_undelivered",
                 count(stats.wait_grants_undelivered),
+            ),
+            (
+                c"evictable",
+                i64::from(crate::eviction::EVICTABLE.load(Ordering::Relaxed)),
+            ),
+            (
+                c"evicted",
+                count(crate::eviction::EVICTED.load(Ordering::Relaxed)),
             ),
             (
                 c"timer_runs",

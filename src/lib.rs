@@ -16,6 +16,7 @@ mod datatype;
 mod docs;
 mod effects;
 mod events;
+mod eviction;
 mod expiry;
 mod ffi;
 mod guard;
@@ -36,7 +37,9 @@ mod module {
 
     use crate::datatype::LOCK_TYPE;
     use crate::ffi::{self, rm, Ctx, RString};
-    use crate::{commands, config, docs, events, expiry, guard, info, key, propagation, recovery};
+    use crate::{
+        commands, config, docs, events, eviction, expiry, guard, info, key, propagation, recovery,
+    };
 
     /// Wraps a command handler in an `extern "C"` entry point that catches
     /// panics.
@@ -129,6 +132,13 @@ mod module {
             }
             _ => return fail(ctx, "the data type was not created"),
         }
+        // A truncated or corrupt payload (RESTORE, a diskless replica sync)
+        // is refused by our loader instead of aborting the server; without
+        // this Redis also turns diskless loading off for the whole server.
+        rm!(RedisModule_SetModuleOptions(
+            ctx,
+            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int
+        ));
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(why) = config::apply_module_args(&args) {
             return fail(ctx, &why);
@@ -161,6 +171,9 @@ mod module {
                 ctx,
                 "could not register the command filter and replication events",
             );
+        }
+        if !eviction::init(ctx) {
+            return fail(ctx, "could not subscribe to configuration changes");
         }
         if !expiry::init(ctx) {
             return fail(ctx, "could not create the timer context");

@@ -39,6 +39,9 @@ pub struct ModuleState {
     /// Grants whose reply never reached the waiter, for the timer to take
     /// back (a type callback may not write).
     pub undelivered: Vec<crate::waiting::Grant>,
+    /// Waiters were kept waiting by the recovery window: the timer serves
+    /// every queue when it ends.
+    pub waits_for_recovery: bool,
 }
 
 thread_local! {

@@ -91,6 +91,7 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
         );
         state.blocked.insert(client as usize, id);
         state.node.stats.waits += 1;
+        state.waits_for_recovery |= recovery::refusal(CLOCK.monotonic_ms()).is_some();
         expiry::arm(state);
     });
     raw::REDISMODULE_OK as c_int
@@ -155,6 +156,17 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                         delivered: Cell::new(false),
                     }),
                 );
+                return;
+            }
+            Some(Err(ops::OpError::Recovering { .. })) => {
+                // The node grants nothing yet: the waiter keeps its place,
+                // and the timer serves the queues when the window ends.
+                with_state(|state| {
+                    state.blocked.insert(waiter.client as usize, id.clone());
+                    state.waiters.push_front(id, waiter);
+                    state.waits_for_recovery = true;
+                    expiry::arm(state);
+                });
                 return;
             }
             Some(Ok(None)) => {
@@ -289,14 +301,37 @@ extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
         // SAFETY: the private data of our blocked clients is always an Answer
         // boxed by unblock(), freed by free_answer() after this returns.
         match unsafe { answer.cast::<Answer>().as_ref() } {
-            Some(Answer::Token(grant)) => {
+            Some(Answer::Token(grant)) if still_held(ctx, grant) => {
                 grant.delivered.set(true);
                 ffi::reply_integer(ctx, grant.token)
             }
+            Some(Answer::Token(_)) => ffi::reply_error(ctx, GONE_BEFORE_REPLY),
             Some(Answer::Error(message)) => ffi::reply_error(ctx, message),
             Some(Answer::TimedOut) | None => ffi::reply_null(ctx),
         }
     })
+}
+
+/// The reply to a waiter whose lock was evicted or deleted between its
+/// grant and the reply (the same event-loop turn): never a dead token.
+const GONE_BEFORE_REPLY: &str =
+    "ERR the lock granted to this waiter was removed before the reply (evicted or deleted): acquire again";
+
+/// Whether the waiter's grant still stands as the reply goes out: the lock
+/// is there, live, with the granted owner and token. The reply runs in the
+/// waiter's context, whose database is the one it waited in.
+fn still_held(ctx: Ctx, grant: &Grant) -> bool {
+    if ffi::selected_db(ctx) != grant.key.db() {
+        return true;
+    }
+    let Some(name) = ffi::OwnedString::new(ctx, grant.key.name()) else {
+        return true;
+    };
+    let Ok(mut key) = LockKey::open_untouched(ctx, name.as_ptr(), false) else {
+        return false;
+    };
+    ops::info(&mut key, &redis_lock_core::Now::of(&CLOCK))
+        .is_some_and(|held| *held.owner == *grant.owner && held.token == grant.token)
 }
 
 /// `CLIENT UNBLOCK … TIMEOUT` (Redis never times our clients out itself):

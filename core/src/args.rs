@@ -218,7 +218,7 @@ pub fn parse_apply<'a>(argv: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
     }
     let holds = parse_range(holds, 1, u64::from(u32::MAX)).ok_or(ArgError::Effect("holds"))?;
     let token = parse_i64(token)
-        .filter(|t| *t > 0)
+        .filter(|t| (1..=MAX_TOKEN).contains(t))
         .ok_or(ArgError::Effect("token"))?;
     let wall_end_ms = parse_i64(wall_end).ok_or(ArgError::Effect("lease end"))?;
     Ok(ApplyArgs {

@@ -6,6 +6,24 @@
 
 use crate::clock::Clock;
 
+/// The longest lease any configuration allows (`lock.max-ttl` at most):
+/// ten years, so that no deadline arithmetic can overflow.
+pub const MAX_TTL_MS: u64 = 315_360_000_000;
+
+/// How far a lease end that crosses processes (RDB, AOF, replication,
+/// `RESTORE`) may lie beyond [`MAX_TTL_MS`] from now: the clock difference
+/// between two nodes that this tolerates. A further end is not a lease any
+/// node granted: the payload is refused.
+pub const MAX_CLOCK_SKEW_MS: u64 = 86_400_000;
+
+/// Whether a lease end read from outside (Unix ms) is one a node could have
+/// granted: not beyond now + [`MAX_TTL_MS`] + [`MAX_CLOCK_SKEW_MS`].
+pub fn plausible_wall_end(clock: &impl Clock, wall_end_ms: i64) -> bool {
+    let horizon = MAX_TTL_MS.saturating_add(MAX_CLOCK_SKEW_MS);
+    let horizon = i64::try_from(horizon).unwrap_or(i64::MAX);
+    wall_end_ms <= clock.wall_ms().saturating_add(horizon)
+}
+
 /// The monotonic deadline `ttl_ms` from now.
 pub fn deadline_after(clock: &impl Clock, ttl_ms: u64) -> u64 {
     clock.monotonic_ms().saturating_add(ttl_ms)
@@ -62,6 +80,16 @@ mod tests {
         let after = ManualClock::new(7, 1_700_000_005_000 + 12_000);
         let loaded = from_wall_ms(&after, saved);
         assert_eq!(remaining_ms(&after, loaded), 30_000 - 5_000 - 12_000);
+    }
+
+    #[test]
+    fn a_lease_end_beyond_any_ttl_and_skew_is_not_plausible() {
+        let clock = ManualClock::new(7, 1_700_000_000_000);
+        let horizon = i64::try_from(MAX_TTL_MS + MAX_CLOCK_SKEW_MS).unwrap();
+        assert!(plausible_wall_end(&clock, 1_700_000_000_000 + horizon));
+        assert!(!plausible_wall_end(&clock, 1_700_000_000_000 + horizon + 1));
+        assert!(!plausible_wall_end(&clock, i64::MAX));
+        assert!(plausible_wall_end(&clock, i64::MIN));
     }
 
     #[test]

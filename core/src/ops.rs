@@ -120,7 +120,12 @@ fn live<'a>(slot: &'a mut impl Slot, clock: &impl Clock) -> Option<&'a mut Lock>
 /// `LOCK.ACQUIRE`: a fresh lock with one hold, or one more hold for the
 /// holder with its lease renewed to `ttl_ms`; [`Acquired::Busy`] otherwise.
 /// `recovering` is the time left in the node's recovery window, during which
-/// a fresh lock is refused (re-entry still works).
+/// a fresh lock and a re-entry are both refused: after a restart that lost
+/// writes, the lock this node holds under `owner` may be older than a grant
+/// the node forgot (a release and another owner's acquisition), and a
+/// re-entry would hand `owner` that old, smaller token while the other
+/// holder still believes it holds the lock. `EXTEND`, `RELEASE` and `FENCE`
+/// stay allowed: they never grant anything.
 pub fn acquire(
     node: &mut Node,
     slot: &mut impl Slot,
@@ -148,6 +153,9 @@ pub fn acquire(
             )
         }
         Some(lock) if lock.is_held_by(owner) => {
+            if let Some(left_ms) = recovering {
+                return Err(OpError::Recovering { left_ms });
+            }
             let holds = lock.holds().checked_add(1).ok_or(OpError::TooManyHolds)?;
             let previous_deadline = Some(lock.deadline());
             lock.set_holds(holds);
@@ -632,17 +640,20 @@ mod tests {
     }
 
     #[test]
-    fn recovery_window_refuses_fresh_locks_but_not_reentry() {
+    fn recovery_window_refuses_fresh_locks_and_reentry() {
         let (mut node, mut slot, clock) = setup();
         acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
-        let reentry = acquire(&mut node, &mut slot, &clock, b"a", 1_000, Some(50));
-        assert!(matches!(
-            reentry.map(|o| o.reply),
-            Ok(Acquired::Granted {
-                reentered: true,
-                ..
-            })
-        ));
+        let before = slot.0.clone();
+        assert_eq!(
+            acquire(&mut node, &mut slot, &clock, b"a", 5_000, Some(50)),
+            Err(OpError::Recovering { left_ms: 50 })
+        );
+        assert_eq!(slot.0, before, "a refused re-entry changes nothing");
+        // What never grants anything still works.
+        assert!(extend(&mut node, &mut slot, &clock, b"a", 1_000).reply);
+        assert!(fence(&mut node, &mut slot, &clock, b"a", None)
+            .reply
+            .is_some());
         assert!(matches!(
             acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)).map(|o| o.reply),
             Ok(Acquired::Busy)

@@ -17,7 +17,7 @@
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::MAX_WAIT_MS;
 use redis_lock_core::ops::{self, Acquired, Change, OpError};
-use redis_lock_core::token::MAX_RAISE;
+use redis_lock_core::token::MAX_TOKEN;
 use redis_lock_core::{Clock, Lock, ManualClock, Node, Slot};
 
 #[derive(Clone, Default)]
@@ -179,10 +179,18 @@ fuzz_target!(|data: &[u8]| {
                         match error {
                             OpError::Recovering { left_ms } => {
                                 assert_eq!(Some(left_ms), recovering);
-                                assert!(live_before.is_none(), "recovery refused re-entry");
+                                // Fresh locks and re-entries alike; another
+                                // owner's live lock answers busy first.
+                                assert!(
+                                    live_before.as_ref().map_or(true, |l| l.is_held_by(owner)),
+                                    "recovery refused an acquisition that was busy"
+                                );
                             }
                             OpError::TokensExhausted => {
-                                assert_eq!(last_before, i64::MAX);
+                                assert!(
+                                    last_before >= MAX_TOKEN || world.clock.wall_us() > MAX_TOKEN,
+                                    "exhausted with the counter at {last_before}"
+                                );
                                 assert!(live_before.is_none());
                             }
                             OpError::TooManyHolds => {
@@ -211,6 +219,7 @@ fuzz_target!(|data: &[u8]| {
                             assert_eq!(token, was.token(), "re-entry changed the token");
                             assert_eq!(lock.holds(), was.holds() + 1);
                             assert_eq!(world.node.tokens, tokens_before);
+                            assert!(recovering.is_none(), "a re-entry while recovering");
                         } else {
                             assert!(live_before.is_none(), "a fresh lock over a live one");
                             assert!(recovering.is_none(), "a fresh lock while recovering");
@@ -221,6 +230,7 @@ fuzz_target!(|data: &[u8]| {
                                 world.max_seen
                             );
                             assert!(token >= world.clock.wall_us(), "token below the clock");
+                            assert!(token <= MAX_TOKEN, "token {token} above 2^53-1");
                             assert_eq!(world.node.tokens.last(), token);
                         }
                     }
@@ -281,7 +291,7 @@ fuzz_target!(|data: &[u8]| {
             }
             // LOCK.FENCE [ATLEAST n]
             5 => {
-                let floor = (input.u8() % 2 == 0).then(|| input.up_to(MAX_RAISE as u64) as i64);
+                let floor = (input.u8() % 2 == 0).then(|| input.up_to(MAX_TOKEN as u64) as i64);
                 let World {
                     node, slots, clock, ..
                 } = &mut world;

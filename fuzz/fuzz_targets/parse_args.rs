@@ -17,7 +17,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::{self, ArgError, Limits, MAX_WAIT_MS};
-use redis_lock_core::token::MAX_RAISE;
+use redis_lock_core::token::MAX_TOKEN;
 
 /// Redis's integer rule, written independently of `parse_i64`.
 fn model_int(bytes: &[u8]) -> Option<i64> {
@@ -169,7 +169,7 @@ fn model_fence<'a>(argv: &[&'a [u8]], limits: &Limits) -> Expect<args::FenceArgs
     match &argv[3..] {
         [] => {}
         [word, n, rest @ ..] if keyword(word, "ATLEAST") => {
-            match model_range(n, 0, MAX_RAISE) {
+            match model_range(n, 0, MAX_TOKEN) {
                 Some(n) => at_least = Some(n),
                 None => defects.add(ArgError::AtLeast),
             }
@@ -208,7 +208,7 @@ fn model_apply<'a>(argv: &[&'a [u8]]) -> Expect<args::ApplyArgs<'a>> {
         defects.add(ArgError::EmptyOwner);
     }
     let holds = model_range(argv[3], 1, i64::from(u32::MAX));
-    let token = model_int(argv[4]).filter(|t| *t > 0);
+    let token = model_int(argv[4]).filter(|t| (1..=MAX_TOKEN).contains(t));
     let wall_end_ms = model_int(argv[5]);
     if holds.is_none() || token.is_none() || wall_end_ms.is_none() {
         defects.add(ArgError::Effect(""));

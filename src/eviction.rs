@@ -1,0 +1,102 @@
+//! Locks and `maxmemory`: a lock key has no TTL, so only an `allkeys-*`
+//! policy evicts it, and an evicted lock is a lock its holder no longer has.
+//! The module says so: a warning in the log at load and whenever the policy
+//! becomes evicting, `lock_evictable` and `lock_evicted` in `INFO lock`.
+
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use redis_module::raw;
+
+use crate::ffi::{self, Ctx};
+use crate::guard;
+use crate::state::KeyId;
+
+/// The policy evicts keys without a TTL (`allkeys-*`).
+pub static EVICTABLE: AtomicBool = AtomicBool::new(false);
+/// Locks evicted since the module loaded.
+pub static EVICTED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The lock whose key left the keyspace last, while eviction is
+    /// possible: Redis announces an eviction after the key is gone.
+    static LAST_UNLINKED: RefCell<Option<KeyId>> = const { RefCell::new(None) };
+}
+
+/// Whether `policy` (a `maxmemory-policy` value) may evict a lock.
+fn evicts_locks(policy: &[u8]) -> bool {
+    policy.starts_with(b"allkeys-")
+}
+
+/// Reads the policy again; warns when it has just become evicting.
+pub fn check_policy(ctx: Ctx) {
+    let Some(policy) = ffi::server_info_field(ctx, c"memory", c"maxmemory_policy") else {
+        return;
+    };
+    let evictable = evicts_locks(&policy);
+    let was = EVICTABLE.swap(evictable, Ordering::Relaxed);
+    if evictable && !was {
+        ffi::log_warning(
+            ctx,
+            &format!(
+                "redis-lock: maxmemory-policy {} can evict locks: an evicted lock is lost to its \
+                 holder and may be granted again. Use noeviction or a volatile-* policy on a lock node.",
+                String::from_utf8_lossy(&policy)
+            ),
+        );
+    }
+}
+
+/// From `unlink2`: a lock key is leaving the keyspace.
+pub fn lock_unlinked(key: impl FnOnce() -> Option<KeyId>) {
+    if EVICTABLE.load(Ordering::Relaxed) {
+        let key = key();
+        LAST_UNLINKED.with(|last| *last.borrow_mut() = key);
+    }
+}
+
+/// From the `evicted` keyspace event.
+pub fn evicted(db: i32, name: &[u8]) {
+    let was_lock = LAST_UNLINKED.with(|last| {
+        let mut last = last.borrow_mut();
+        let matches = last
+            .as_ref()
+            .is_some_and(|key| key.db() == db && key.name() == name);
+        if matches {
+            *last = None;
+        }
+        matches
+    });
+    if was_lock {
+        EVICTED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+extern "C" fn on_config(ctx: Ctx, _event: raw::RedisModuleEvent, _sub: u64, _data: *mut c_void) {
+    guard::callback(ctx, "config event", (), || check_policy(ctx));
+}
+
+/// Checks the policy at load and follows `CONFIG SET`.
+pub fn init(ctx: Ctx) -> bool {
+    check_policy(ctx);
+    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CONFIG, on_config)
+}
+
+/// The keyspace-event class to subscribe to for [`evicted`].
+pub const EVENT_CLASS: c_int = raw::REDISMODULE_NOTIFY_EVICTED;
+
+#[cfg(test)]
+mod tests {
+    use super::evicts_locks;
+
+    #[test]
+    fn only_allkeys_policies_evict_locks() {
+        for policy in ["allkeys-lru", "allkeys-lfu", "allkeys-random"] {
+            assert!(evicts_locks(policy.as_bytes()), "{policy}");
+        }
+        for policy in ["noeviction", "volatile-lru", "volatile-ttl", ""] {
+            assert!(!evicts_locks(policy.as_bytes()), "{policy}");
+        }
+    }
+}
