@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use redis_lock_core::Slot;
 use redis_module::raw;
 
+use crate::async_load;
 use crate::caller_db;
 use crate::eviction;
 use crate::expiry;
@@ -49,7 +50,10 @@ extern "C" fn on_keyspace_event(
         // SAFETY: Redis passes a NUL-terminated event name.
         let event = unsafe { CStr::from_ptr(event) };
         if ARRIVALS.contains(&event) {
-            index_arrival(ctx, key);
+            // Keys loaded in the background are indexed when the load ends.
+            if !(event == c"loaded" && async_load::in_progress(ctx)) {
+                index_arrival(ctx, key);
+            }
         } else if DEPARTURES.contains(&event) {
             schedule_grants(ctx, key);
         } else if event == c"evicted" {

@@ -165,6 +165,30 @@ pub fn avoid_replica_traffic() -> bool {
     rm!(RedisModule_AvoidReplicaTraffic()).unwrap_or(0) != 0
 }
 
+/// Calls `visit` with the name and the open key of every key in the selected
+/// database (`RedisModule_Scan`; keys are opened without touching them).
+pub fn scan_keys(ctx: Ctx, mut visit: impl FnMut(&[u8], *mut raw::RedisModuleKey)) {
+    type Visit<'a> = &'a mut dyn FnMut(&[u8], *mut raw::RedisModuleKey);
+    extern "C" fn trampoline(
+        _ctx: Ctx,
+        name: RString,
+        key: *mut raw::RedisModuleKey,
+        data: *mut c_void,
+    ) {
+        // SAFETY: `data` is the `Visit` below, alive for the whole scan.
+        if let Some(visit) = unsafe { data.cast::<Visit>().as_mut() } {
+            visit(bytes(name), key);
+        }
+    }
+    let Some(cursor) = rm!(RedisModule_ScanCursorCreate()) else {
+        return;
+    };
+    let mut visit: Visit = &mut visit;
+    let data = (&mut visit as *mut Visit).cast::<c_void>();
+    while rm!(RedisModule_Scan(ctx, cursor, Some(trampoline), data)).unwrap_or(0) != 0 {}
+    rm!(RedisModule_ScanCursorDestroy(cursor));
+}
+
 /// One field of an `INFO` section, as bytes.
 pub fn server_info_field(ctx: Ctx, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
     let info = rm!(RedisModule_GetServerInfo(ctx, section.as_ptr()))?;

@@ -59,18 +59,25 @@ impl LockKey {
         if key.is_null() {
             return Ok(opened);
         }
-        let key_type =
-            rm!(RedisModule_KeyType(key)).unwrap_or(raw::REDISMODULE_KEYTYPE_EMPTY as c_int);
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+        if key_type(key) == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
             return Ok(opened);
         }
-        let is_lock = key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
-            && rm!(RedisModule_ModuleTypeGetType(key))
-                == Some(LOCK_TYPE_PTR.load(Ordering::Relaxed));
-        if is_lock {
+        if is_lock(key) {
             Ok(opened)
         } else {
             Err(WrongType)
+        }
+    }
+
+    /// The lock in a key opened by someone else (a scan), if it holds one.
+    pub fn scanned(key: *mut raw::RedisModuleKey, f: impl FnOnce(&mut Lock)) {
+        if key.is_null() || !is_lock(key) {
+            return;
+        }
+        let value = rm!(RedisModule_ModuleTypeGetValue(key)).unwrap_or(std::ptr::null_mut());
+        // SAFETY: the key holds our type, whose values are Box<Lock>.
+        if let Some(lock) = unsafe { value.cast::<Lock>().as_mut() } {
+            f(lock);
         }
     }
 
@@ -126,6 +133,16 @@ impl Slot for LockKey {
     fn delete(&mut self) {
         self.pending = Pending::Delete;
     }
+}
+
+fn key_type(key: *mut raw::RedisModuleKey) -> c_int {
+    rm!(RedisModule_KeyType(key)).unwrap_or(raw::REDISMODULE_KEYTYPE_EMPTY as c_int)
+}
+
+/// An open, non-empty key holds one of our locks.
+fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
+    key_type(key) == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+        && rm!(RedisModule_ModuleTypeGetType(key)) == Some(LOCK_TYPE_PTR.load(Ordering::Relaxed))
 }
 
 impl Drop for LockKey {

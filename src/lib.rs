@@ -9,6 +9,7 @@
 // aborts outside Redis), which leaves the adapter unreferenced.
 #![cfg_attr(test, allow(dead_code))]
 
+mod async_load;
 mod caller_db;
 mod commands;
 mod config;
@@ -38,7 +39,8 @@ mod module {
     use crate::datatype::LOCK_TYPE;
     use crate::ffi::{self, rm, Ctx, RString};
     use crate::{
-        commands, config, docs, events, eviction, expiry, guard, info, key, propagation, recovery,
+        async_load, commands, config, docs, events, eviction, expiry, guard, info, key,
+        propagation, recovery,
     };
 
     /// Wraps a command handler in an `extern "C"` entry point that catches
@@ -135,9 +137,12 @@ mod module {
         // A truncated or corrupt payload (RESTORE, a diskless replica sync)
         // is refused by our loader instead of aborting the server; without
         // this Redis also turns diskless loading off for the whole server.
+        // It also loads replicas in the background (`repl-diskless-load
+        // swapdb`): the lease index is rebuilt when such a load completes.
         rm!(RedisModule_SetModuleOptions(
             ctx,
-            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int
+            (raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
+                | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD) as c_int
         ));
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(why) = config::apply_module_args(&args) {
@@ -171,6 +176,9 @@ mod module {
                 ctx,
                 "could not register the command filter and replication events",
             );
+        }
+        if !async_load::init(ctx) {
+            return fail(ctx, "could not subscribe to replica loading events");
         }
         if !eviction::init(ctx) {
             return fail(ctx, "could not subscribe to configuration changes");

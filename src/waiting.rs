@@ -98,8 +98,9 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
 }
 
 /// Hands a free lock to the first waiters of its queue: the first one whose
-/// grant succeeds gets it; one that cannot be granted (tokens exhausted,
-/// recovery window) is answered with the error and the next one is tried.
+/// grant succeeds gets it, and the waiters right behind it with the same
+/// owner re-enter it; one that cannot be granted (tokens exhausted, a ttl
+/// above the limit) is answered with the error and the next one is tried.
 pub fn grant_waiters(target: &Target, key: &mut LockKey) {
     if with_state(|state| state.waiters.is_empty()).unwrap_or(true) {
         return;
@@ -150,13 +151,14 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                 answer(
                     &waiter,
                     Answer::Token(Grant {
-                        key: id,
+                        key: id.clone(),
                         owner: waiter.owner.clone(),
                         token: outcome.reply,
                         delivered: Cell::new(false),
                     }),
                 );
-                return;
+                // The next waiter may be the same owner's: it re-enters.
+                // Anyone else finds the lock held and keeps its place.
             }
             Some(Err(ops::OpError::Recovering { .. })) => {
                 // The node grants nothing yet: the waiter keeps its place,

@@ -260,3 +260,28 @@ fn a_demoted_node_with_pending_grants_does_not_spin_its_timer() {
     assert!(start.elapsed() >= Duration::from_millis(500));
     assert_eq!(lock_stat(&mut c, "lock_wait_grants"), 0);
 }
+
+#[test]
+fn waiters_of_the_same_owner_behind_its_grant_reenter_and_others_keep_their_place() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "job", "H", 30_000).unwrap();
+    let x1 = spawn_waiter(&server, "job", "X", 30_000, 0);
+    let x2 = spawn_waiter(&server, "job", "X", 30_000, 0);
+    let y = spawn_waiter(&server, "job", "Y", 30_000, 0);
+    assert_eq!(release(&mut c, "job", "H"), Some(0));
+    let t1 = x1.join().unwrap().expect("X's first waiter is granted");
+    let t2 = x2.join().unwrap().expect("X's second waiter re-enters");
+    assert_eq!(t1, t2, "a re-entry keeps the token");
+    let info = held(&mut c, "job");
+    assert_eq!(
+        (info.owner.as_slice(), info.holds, info.token),
+        (&b"X"[..], 2, t1)
+    );
+    assert_eq!(waiters(&mut c, "job"), 1, "Y keeps its place");
+    assert_eq!(release(&mut c, "job", "X"), Some(1));
+    assert_eq!(waiters(&mut c, "job"), 1);
+    assert_eq!(release(&mut c, "job", "X"), Some(0));
+    let ty = y.join().unwrap().expect("Y is next");
+    assert!(ty > t1);
+}

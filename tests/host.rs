@@ -334,3 +334,71 @@ fn plain_keys_keep_their_idle_time_after_restore() {
         "OBJECT IDLETIME {idle} after RESTORE ... IDLETIME 1000"
     );
 }
+
+#[test]
+fn a_replica_loads_diskless_with_swapdb_and_gets_the_locks() {
+    let primary =
+        RedisServer::start_with(ServerOptions::default().args(["--repl-diskless-sync", "yes"]));
+    let mut p = primary.conn();
+    let tokens: Vec<i64> = (0..50)
+        .map(|i| acquire(&mut p, &format!("lk{i}"), "o", 600_000).unwrap())
+        .collect();
+    acquire(&mut p, "short", "o", 1_500).unwrap();
+    let replica =
+        RedisServer::start_with(ServerOptions::default().args(["--repl-diskless-load", "swapdb"]));
+    replica.replicate_from(&primary);
+    let log = replica.log();
+    assert!(
+        !log.contains("Skipping diskless-load"),
+        "the module turned diskless loading off:\n{log}"
+    );
+    assert!(
+        log.contains("Loading DB in memory"),
+        "the replica did not load from the socket:\n{log}"
+    );
+    let mut r = replica.conn();
+    for (i, token) in tokens.iter().enumerate() {
+        assert_eq!(held(&mut r, &format!("lk{i}")).token, *token);
+    }
+    // The loaded leases are indexed: promoted, the replica ends a short one
+    // by itself, and issues tokens above every loaded one.
+    replica.promote();
+    let mut r = replica.conn();
+    acquire(&mut r, "fresh", "o", 600_000).unwrap();
+    assert!(held(&mut r, "fresh").token > *tokens.iter().max().unwrap());
+    assert!(wait_until(SOON, || !exists(&mut r, "short")));
+}
+
+#[test]
+fn evicted_locks_are_reported() {
+    let server = RedisServer::start_with(ServerOptions::default().args(["--maxmemory", "4mb"]));
+    let mut c = server.conn();
+    assert_eq!(lock_stat(&mut c, "lock_evictable"), 0);
+    cmd(&mut c, &["SELECT", "1"]);
+    for i in 0..200 {
+        acquire(&mut c, &format!("lk{i}"), "o", 600_000).unwrap();
+    }
+    cmd(
+        &mut c,
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    );
+    assert_eq!(lock_stat(&mut c, "lock_evictable"), 1);
+    assert!(
+        wait_until(SOON, || server.log().contains("can evict locks")),
+        "no warning in the log"
+    );
+    // Values in db 0 push the locks in db 1 out.
+    cmd(&mut c, &["SELECT", "0"]);
+    let big = "x".repeat(20_000);
+    for i in 0..400 {
+        cmd(&mut c, &["SET", &format!("v{i}"), &big]);
+    }
+    cmd(&mut c, &["SET", "marker", "1"]);
+    // The writer stayed in its database while locks elsewhere were evicted.
+    assert_eq!(db_of(&server, "marker", &[0, 1]), Some(0));
+    let evicted = lock_stat(&mut c, "lock_evicted");
+    assert!(evicted > 0, "no lock was evicted");
+    assert_eq!(evicted, 200 - lock_stat(&mut c, "lock_held"));
+    cmd(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    assert_eq!(lock_stat(&mut c, "lock_evictable"), 0);
+}

@@ -177,8 +177,11 @@ pub fn acquire(
     Ok(Outcome { reply, change })
 }
 
-/// Grants a free slot to a waiter: the same effect as a fresh acquisition.
-/// Returns `None` (and changes nothing) if the slot is still held.
+/// Serves the waiter at the head of a queue: a free slot is granted as by a
+/// fresh acquisition; a slot its owner holds by now (another of the owner's
+/// waiters was granted just before it) is re-entered, as a plain
+/// `LOCK.ACQUIRE` by that owner would be. Returns `None` (and changes
+/// nothing) if another owner holds the slot.
 pub fn grant(
     node: &mut Node,
     slot: &mut impl Slot,
@@ -187,8 +190,18 @@ pub fn grant(
     ttl_ms: u64,
     recovering: Option<u64>,
 ) -> Result<Option<Outcome<i64>>, OpError> {
-    if live(slot, clock).is_some() {
-        return Ok(None);
+    if let Some(lock) = live(slot, clock) {
+        if !lock.is_held_by(owner) {
+            return Ok(None);
+        }
+        let outcome = acquire(node, slot, clock, owner, ttl_ms, recovering)?;
+        return Ok(match outcome.reply {
+            Acquired::Granted { token, .. } => Some(Outcome {
+                reply: token,
+                change: outcome.change,
+            }),
+            Acquired::Busy => None,
+        });
     }
     if let Some(left_ms) = recovering {
         return Err(OpError::Recovering { left_ms });
@@ -393,6 +406,32 @@ mod tests {
             Ok(Acquired::Granted { token, reentered }) => (token, reentered),
             other => panic!("expected a grant, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_waiter_whose_owner_holds_the_lock_by_now_reenters() {
+        let (mut node, mut slot, clock) = setup();
+        let first = grant(&mut node, &mut slot, &clock, b"x", 1_000, None)
+            .unwrap()
+            .unwrap();
+        clock.advance_ms(10);
+        let second = grant(&mut node, &mut slot, &clock, b"x", 2_000, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(second.reply, first.reply, "a re-entry keeps the token");
+        let lock = slot.0.clone().unwrap();
+        assert_eq!((lock.holds(), lock.deadline()), (2, 100 + 10 + 2_000));
+        assert_eq!(node.stats.reentered, 1);
+        // Another owner still waits.
+        assert_eq!(
+            grant(&mut node, &mut slot, &clock, b"y", 1_000, None),
+            Ok(None)
+        );
+        // Not while recovering.
+        assert_eq!(
+            grant(&mut node, &mut slot, &clock, b"x", 1_000, Some(5)),
+            Err(OpError::Recovering { left_ms: 5 })
+        );
     }
 
     #[test]

@@ -1,0 +1,59 @@
+//! Diskless replica loading with `repl-diskless-load swapdb`: the server
+//! loads the primary's data into databases of its own while it goes on
+//! serving the old ones, then swaps them in. The keys loaded that way are
+//! announced (`loaded`) before they are in the live databases, so the
+//! module cannot index them then: when the load completes, the lease index
+//! is rebuilt from the new data, and the node's token counter raised above
+//! every token in it. (A load that is aborted leaves the old data, and the
+//! index that goes with it.)
+
+use std::ffi::c_void;
+
+use redis_lock_core::deadlines::DeadlineIndex;
+use redis_module::raw;
+
+use crate::expiry;
+use crate::ffi::{self, Ctx};
+use crate::guard;
+use crate::key::LockKey;
+use crate::state::{with_state, KeyId};
+
+/// Whether the server is loading a replica's data in the background now:
+/// `loaded` events then name keys that are not in the live databases.
+pub fn in_progress(ctx: Ctx) -> bool {
+    ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING)
+}
+
+extern "C" fn on_async_load(ctx: Ctx, _event: raw::RedisModuleEvent, sub: u64, _data: *mut c_void) {
+    guard::callback(ctx, "async load event", (), || {
+        if sub == raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED {
+            reindex(ctx);
+        }
+    });
+}
+
+/// Rebuilds the lease index from every lock in every database.
+fn reindex(ctx: Ctx) {
+    let selected = ffi::selected_db(ctx);
+    with_state(|state| state.deadlines = DeadlineIndex::default());
+    let mut db = 0;
+    while ffi::select_db(ctx, db) {
+        ffi::scan_keys(ctx, |name, key| {
+            LockKey::scanned(key, |lock| {
+                let (deadline, token) = (lock.deadline(), lock.token());
+                let id = with_state(|state| {
+                    state.node.tokens.raise(token);
+                    state.deadlines.insert(deadline, KeyId::new(db, name))
+                });
+                lock.set_expiry_id(id.unwrap_or(0));
+            });
+        });
+        db += 1;
+    }
+    ffi::select_db(ctx, selected);
+    with_state(expiry::arm);
+}
+
+pub fn init(ctx: Ctx) -> bool {
+    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, on_async_load)
+}
