@@ -189,6 +189,31 @@ pub fn scan_keys(ctx: Ctx, mut visit: impl FnMut(&[u8], *mut raw::RedisModuleKey
     rm!(RedisModule_ScanCursorDestroy(cursor));
 }
 
+/// In a cluster, whether this node serves `name` now, as the cluster would
+/// route a command for it: its slot is ours, and not being migrated away
+/// with the key already gone (`RedisModule_Call` applies the same checks
+/// that answer clients with MOVED or ASK, and refuses what they would
+/// redirect). Always true outside a cluster.
+pub fn serves_key(ctx: Ctx, name: RString) -> bool {
+    if !has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_CLUSTER) {
+        return true;
+    }
+    let reply = rm!(RedisModule_Call(
+        ctx,
+        c"EXISTS".as_ptr(),
+        c"s".as_ptr(),
+        name
+    ))
+    .unwrap_or(std::ptr::null_mut());
+    if reply.is_null() {
+        return false;
+    }
+    let is_error =
+        rm!(RedisModule_CallReplyType(reply)) == Some(raw::REDISMODULE_REPLY_ERROR as c_int);
+    rm!(RedisModule_FreeCallReply(reply));
+    !is_error
+}
+
 /// One field of an `INFO` section, as bytes.
 pub fn server_info_field(ctx: Ctx, section: &CStr, field: &CStr) -> Option<Vec<u8>> {
     let info = rm!(RedisModule_GetServerInfo(ctx, section.as_ptr()))?;

@@ -188,6 +188,20 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
     }
 }
 
+/// The answer to the waiters of a key whose slot this node no longer serves.
+const NOT_SERVED_HERE: &str = "TRYAGAIN the lock's hash slot is being migrated or is served by another node: retry the command (it is redirected to the node that serves the key)";
+
+/// Answers every waiter of `id` with `message`.
+fn answer_all(id: &KeyId, message: &str) {
+    while let Some(Some(waiter)) = with_state(|state| {
+        let waiter = state.waiters.pop_front(id)?;
+        state.blocked.remove(&(waiter.client as usize));
+        Some(waiter)
+    }) {
+        answer(&waiter, Answer::Error(message.to_string()));
+    }
+}
+
 /// Settles `key` in `db` from a timer: ends its lease if it is over and
 /// serves its waiters if it is free (after a `DEL`, a `FLUSHDB` or anything
 /// else that removed a lock outside our commands). With `entry`, only if the
@@ -214,6 +228,15 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
         return;
     };
     if entry.is_some() && lock_key.lock().map(|lock| lock.expiry_id()) != entry {
+        return;
+    }
+    // A grant from a timer bypasses the cluster's MOVED/ASK checks: in a
+    // slot this node does not serve now (migrated away, or the key already
+    // moved to the importing node), the waiters are told to retry, and the
+    // retried command is redirected to the node that serves the key.
+    if !ffi::serves_key(ctx, name.as_ptr()) {
+        drop(lock_key);
+        answer_all(id, NOT_SERVED_HERE);
         return;
     }
     let target = Target::new(ctx, name.as_ptr(), db, key);

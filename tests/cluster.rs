@@ -220,3 +220,179 @@ fn lock_commands_route_by_key_on_a_three_master_cluster() {
         "LOCK.INFO via redis-cli -c: {info}"
     );
 }
+
+/// Redis Cluster's key hash (CRC16-XMODEM of the key, or of its hash tag).
+fn key_slot(key: &str) -> i64 {
+    let bytes = key.as_bytes();
+    let hashed = match bytes.iter().position(|&b| b == b'{') {
+        Some(open) => match bytes[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    i64::from(crc & 16383)
+}
+
+fn node_id(node: &RedisServer) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut node.conn())
+        .unwrap()
+}
+
+/// The lowest slot `node` serves.
+fn lowest_slot(node: &RedisServer) -> i64 {
+    let mut c = node.conn();
+    (0..16384)
+        .find(|&slot| owner_port(&mut c, slot) == node.port())
+        .unwrap()
+}
+
+/// A blocked `LOCK.ACQUIRE key owner ttl WAIT 0` on `node` that returns
+/// its reply or its error line.
+fn waiter(
+    node: &RedisServer,
+    key: &str,
+    owner: &str,
+) -> std::thread::JoinHandle<Result<Option<i64>, String>> {
+    let mut probe = node.conn();
+    let mut conn = node.conn();
+    let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
+    let handle = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(&key_owned)
+            .arg(&owner_owned)
+            .arg(30_000)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut conn)
+            .map_err(|e| error_line(&e))
+    });
+    assert!(wait_until(SOON, || waiters(&mut probe, key) == 1));
+    handle
+}
+
+const NOT_SERVED: &str = "TRYAGAIN the lock's hash slot is being migrated or is served by another node: retry the command (it is redirected to the node that serves the key)";
+
+/// What must hold once `key`'s slot has moved from `from` to `to` while
+/// `holder` held the lock on `from` and a client waited for it there.
+fn after_the_move(
+    from: &RedisServer,
+    to: &RedisServer,
+    key: &str,
+    token: i64,
+    waiting: std::thread::JoinHandle<Result<Option<i64>, String>>,
+) {
+    assert_eq!(
+        waiting.join().unwrap(),
+        Err(NOT_SERVED.to_string()),
+        "the waiter on the old node must be told to retry, not granted"
+    );
+    let mut f = from.conn();
+    assert_eq!(lock_stat(&mut f, "lock_wait_grants"), 0);
+    assert_eq!(
+        lock_stat(&mut f, "lock_held"),
+        0,
+        "a lock was left on the old node"
+    );
+    let mut t = to.conn();
+    let info = held(&mut t, key);
+    assert_eq!((info.owner.as_slice(), info.token), (&b"holder"[..], token));
+    // The retried command is redirected to the new node, where the holder
+    // keeps the lock.
+    let err = error_of(&mut f, &["LOCK.ACQUIRE", key, "waiter", "1000"]);
+    assert!(
+        err.starts_with("MOVED ") && err.ends_with(&format!(":{}", to.port())),
+        "{err}"
+    );
+    assert_eq!(acquire(&mut t, key, "waiter", 1_000), None);
+}
+
+#[test]
+fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
+    let nodes = start_cluster();
+    let (from, to) = (&nodes[0], &nodes[1]);
+    let slot = lowest_slot(from);
+    let key = (0..)
+        .map(|i| format!("job{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    let mut f = from.conn();
+    let token = acquire(&mut f, &key, "holder", 60_000).unwrap();
+    let waiting = waiter(from, &key, "waiter");
+    let (from_id, to_id) = (node_id(from), node_id(to));
+    let slot_arg = slot.to_string();
+    let set = |node: &RedisServer, args: &[&str]| {
+        let mut c = node.conn();
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(&slot_arg);
+        for a in args {
+            cmd.arg(*a);
+        }
+        let _: () = cmd.query(&mut c).unwrap();
+    };
+    set(to, &["IMPORTING", &from_id]);
+    set(from, &["MIGRATING", &to_id]);
+    let _: Value = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(to.port())
+        .arg(&key)
+        .arg(0)
+        .arg(5000)
+        .query(&mut f)
+        .unwrap();
+    for node in &nodes {
+        set(node, &["NODE", &to_id]);
+    }
+    after_the_move(from, to, &key, token, waiting);
+}
+
+#[test]
+fn a_slot_moved_by_cluster_reshard_never_grants_its_lock_on_the_old_node() {
+    let nodes = start_cluster();
+    let (from, to) = (&nodes[0], &nodes[1]);
+    let slot = lowest_slot(from);
+    let key = (0..)
+        .map(|i| format!("job{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    let mut f = from.conn();
+    let token = acquire(&mut f, &key, "holder", 60_000).unwrap();
+    let waiting = waiter(from, &key, "waiter");
+    let output = Command::new(testkit::cli_binary())
+        .args([
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{}", from.port()),
+        ])
+        .args([
+            "--cluster-from",
+            &node_id(from),
+            "--cluster-to",
+            &node_id(to),
+        ])
+        .args(["--cluster-slots", "1", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "reshard failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut t = to.conn();
+    assert!(wait_until(SOON, || owner_port(&mut t, slot) == to.port()));
+    after_the_move(from, to, &key, token, waiting);
+}
