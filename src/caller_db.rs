@@ -12,7 +12,9 @@
 //! - MOVE raises `move_from` in the caller's database just before `move_to`;
 //! - COPY raises only `copy_to`, so the command filter notes the caller's
 //!   database when a `COPY … DB n` arrives (inside MULTI: the database the
-//!   transaction will have selected by then, following its queued SELECTs).
+//!   transaction will have selected by then, following its queued SELECTs);
+//! - `DEBUG RELOAD` (and `DEBUG LOADAOF`) raise a `loaded` event for every
+//!   key, in each key's database: noted the same way.
 //!
 //! On Redis, whose filter cannot name the client, nothing is noted for COPY;
 //! for MOVE the database is put back on Redis's own client, which is a no-op.
@@ -25,20 +27,26 @@ use redis_module::raw;
 
 use crate::ffi::{self, Ctx};
 
-/// A `COPY src dst DB n` on its way: where its `copy_to` lands, and the
+/// A command on its way that raises events in other databases, and the
 /// database its caller must be left in.
-struct Copy {
-    dst_db: i32,
-    dst: Vec<u8>,
+struct Note {
+    kind: Kind,
     caller_db: i32,
 }
 
-/// One client's copies on their way, and the database a transaction it is
-/// queueing will have selected by the time they run.
+enum Kind {
+    /// `COPY … dst DB dst_db`: one `copy_to` for `dst` in `dst_db`.
+    Copy { dst_db: i32, dst: Vec<u8> },
+    /// `DEBUG RELOAD|LOADAOF`: a `loaded` event per key.
+    Reload,
+}
+
+/// One client's notes, and the database a transaction it is queueing will
+/// have selected by the time they run.
 #[derive(Default)]
 struct Client {
     queued_select: Option<i32>,
-    copies: VecDeque<Copy>,
+    notes: VecDeque<Note>,
 }
 
 /// Clients noted at once, at most: the map is dropped past this (a client
@@ -54,7 +62,8 @@ thread_local! {
 /// of this client needs.
 pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx, name: &[u8]) {
     let is = |command: &str| name.eq_ignore_ascii_case(command.as_bytes());
-    let watched = is("copy") || is("select") || is("multi") || is("discard") || is("reset");
+    let watched =
+        is("copy") || is("debug") || is("select") || is("multi") || is("discard") || is("reset");
     let noted = CLIENTS.with(|clients| !clients.borrow().is_empty());
     if !watched && !noted {
         return;
@@ -87,13 +96,17 @@ pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx, name: &[u8]) {
         }
         return;
     }
-    if !is("copy") {
-        return;
-    }
-    let Some(dst_db) = copy_target_db(&args) else {
-        return;
-    };
-    let Some(dst) = args.get(2) else {
+    let kind = if is("copy") {
+        let (Some(dst_db), Some(dst)) = (copy_target_db(&args), args.get(2)) else {
+            return;
+        };
+        Kind::Copy {
+            dst_db,
+            dst: dst.to_vec(),
+        }
+    } else if is("debug") && args.get(1).is_some_and(|sub| reloads(sub)) {
+        Kind::Reload
+    } else {
         return;
     };
     with_client(id, |client| {
@@ -102,12 +115,13 @@ pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx, name: &[u8]) {
         } else {
             db
         };
-        client.copies.push_back(Copy {
-            dst_db,
-            dst: dst.to_vec(),
-            caller_db,
-        });
+        client.notes.push_back(Note { kind, caller_db });
     });
+}
+
+/// `DEBUG` subcommands that load the dataset again.
+fn reloads(sub: &[u8]) -> bool {
+    sub.eq_ignore_ascii_case(b"reload") || sub.eq_ignore_ascii_case(b"loadaof")
 }
 
 /// `COPY src dst [DB n] [REPLACE]`: n, when given.
@@ -152,16 +166,30 @@ pub fn after_event(ctx: Ctx, event: &[u8], key: &[u8]) {
                 }
             }
         }
-        b"copy_to" => {
+        b"copy_to" | b"loaded" => {
             let id = ffi::client_id(ctx);
             let here = ffi::selected_db(ctx);
             let caller_db = CLIENTS.with(|clients| {
                 let mut clients = clients.borrow_mut();
                 let client = clients.get_mut(&id)?;
+                if event == b"loaded" {
+                    let note = client
+                        .notes
+                        .iter()
+                        .find(|n| matches!(n.kind, Kind::Reload))?;
+                    return Some(note.caller_db);
+                }
                 // Copies that raised no event (they failed) come first.
-                while let Some(copy) = client.copies.pop_front() {
-                    if copy.dst_db == here && copy.dst == key {
-                        return Some(copy.caller_db);
+                while let Some(at) = client
+                    .notes
+                    .iter()
+                    .position(|n| matches!(n.kind, Kind::Copy { .. }))
+                {
+                    let note = client.notes.remove(at)?;
+                    if let Kind::Copy { dst_db, dst } = note.kind {
+                        if dst_db == here && dst == key {
+                            return Some(note.caller_db);
+                        }
                     }
                 }
                 None

@@ -222,6 +222,11 @@ fn move_and_copy_leave_the_caller_in_its_own_database() {
     cmd(&mut c, &["COPY", "d", "b-copy2", "DB", "1"]);
     cmd(&mut c, &["SET", "after-failed-copy", "1"]);
     assert_eq!(db_of(&server, "after-failed-copy", &dbs), Some(2));
+
+    // DEBUG RELOAD announces every key it loads, each in its own database.
+    cmd(&mut c, &["DEBUG", "RELOAD"]);
+    cmd(&mut c, &["SET", "after-reload", "1"]);
+    assert_eq!(db_of(&server, "after-reload", &dbs), Some(2));
 }
 
 #[test]
