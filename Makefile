@@ -5,7 +5,7 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-.PHONY: prereqs build run test unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+.PHONY: prereqs build run test sanitize unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -36,7 +36,20 @@ test: build
 		echo "== tests on $$($$bin --version)"; \
 		REDIS_LOCK_SERVER=$$bin $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) || exit 1; \
 	done
+	$(MAKE) --no-print-directory sanitize
 	scripts/fuzz.sh short
+
+# The tests of blocked clients, waiting and the host fuzzer (shortened to
+# SANITIZE_STEPS steps) with every server under valgrind's memcheck, on
+# Valkey, whose build uses the C library's malloc so that every invalid read,
+# write or free inside the server or the module shows. A test fails when
+# memcheck reports any. `make test` runs it.
+SANITIZE_STEPS ?= 10000
+sanitize: build
+	@scripts/prereqs.sh valkey >/dev/null
+	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
+		REDIS_LOCK_HOST_FUZZ_STEPS=$(SANITIZE_STEPS) REDIS_LOCK_ROUNDS_SCALE=10 \
+		$(CARGO) test --release -p redis-lock --test blocked_clients --test waiting --test host_fuzz
 
 # cargo-fuzz on the core crate's parsing and lock operations: 10 minutes in
 # all (FUZZ_SECONDS=N to change). `make test` runs a 30 s round of it.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing redis-lock needs, on Debian/Ubuntu:
-# redis-server (and redis-tools for redis-cli, redis-benchmark) and
-# libclang-dev (bindgen, used by the redis-module crate). As root it runs
+# redis-server (and redis-tools for redis-cli, redis-benchmark),
+# libclang-dev (bindgen, used by the redis-module crate) and valgrind (the
+# memcheck pass of `make test`). As root it runs
 # apt-get itself; otherwise it prints the exact command and stops.
 #
 # `scripts/prereqs.sh valkey` also installs Valkey for the tests: Debian
@@ -54,6 +55,8 @@ has_libclang() {
         compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null
 }
 has_libclang || missing+=(libclang-dev)
+# memcheck for `make sanitize` (part of `make test`).
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo is not installed. Install Rust from https://rustup.rs (rustup), then run make again." >&2
     exit 1

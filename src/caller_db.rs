@@ -21,6 +21,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_lock_core::args::parse_i64;
 use redis_module::raw;
@@ -53,6 +54,9 @@ struct Client {
 /// that disconnects in the middle of a transaction leaves its entry).
 const MAX_CLIENTS: usize = 10_000;
 
+/// Some client has notes (the map below is not empty): a cheap first test.
+static NOTED: AtomicBool = AtomicBool::new(false);
+
 thread_local! {
     static MOVED_FROM: Cell<Option<(u64, i32)>> = const { Cell::new(None) };
     static CLIENTS: RefCell<HashMap<u64, Client>> = RefCell::new(HashMap::new());
@@ -61,10 +65,15 @@ thread_local! {
 /// From the command filter, for every command: notes what a later `copy_to`
 /// of this client needs.
 pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx, name: &[u8]) {
+    // Every command of the server comes here: leave at once unless it may
+    // be one of those below (4 to 7 letters) or some client has notes.
+    if !(4..=7).contains(&name.len()) && !NOTED.load(Ordering::Relaxed) {
+        return;
+    }
     let is = |command: &str| name.eq_ignore_ascii_case(command.as_bytes());
     let watched =
         is("copy") || is("debug") || is("select") || is("multi") || is("discard") || is("reset");
-    let noted = CLIENTS.with(|clients| !clients.borrow().is_empty());
+    let noted = NOTED.load(Ordering::Relaxed);
     if !watched && !noted {
         return;
     }
@@ -139,6 +148,7 @@ fn with_client(id: u64, f: impl FnOnce(&mut Client)) {
             clients.clear();
         }
         f(clients.entry(id).or_default());
+        NOTED.store(true, Ordering::Relaxed);
     });
 }
 
@@ -147,6 +157,7 @@ fn forget(id: u64) {
         let mut clients = clients.borrow_mut();
         if !clients.is_empty() {
             clients.remove(&id);
+            NOTED.store(!clients.is_empty(), Ordering::Relaxed);
         }
     });
 }

@@ -16,6 +16,7 @@
 mod churn;
 mod clients;
 mod contention;
+mod host;
 mod micro;
 mod report;
 mod server;
@@ -57,6 +58,8 @@ pub struct Plan {
     pub contention_window: Duration,
     pub fifo_rounds: usize,
     pub latency_trials: usize,
+    /// Requests per redis-benchmark run of section 8.
+    pub host_ops: u64,
 }
 
 impl Plan {
@@ -82,6 +85,7 @@ impl Plan {
             contention_window: Duration::from_secs(5),
             fifo_rounds: 3,
             latency_trials: 30,
+            host_ops: 1_000_000,
         }
     }
 
@@ -107,6 +111,7 @@ impl Plan {
             contention_window: Duration::from_secs(2),
             fifo_rounds: 1,
             latency_trials: 10,
+            host_ops: 200_000,
         }
     }
 }
@@ -154,7 +159,7 @@ fn parse_args() -> Result<Args> {
                 }
             }
             "-h" | "--help" => {
-                println!("redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7]");
+                println!("redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
@@ -271,6 +276,11 @@ fn run() -> Result<bool> {
         }
     }
     drop(runtime);
+    if wanted(8) {
+        if let Err(e) = host::run(&plan, &mut report) {
+            fail(&mut report, 8, e);
+        }
+    }
 
     let finished_load = report::loadavg();
     println!("\n{}", report.text_table());

@@ -149,7 +149,7 @@ fn rb_line(label: &str, rb: &Rb) -> String {
 
 /// The two variants run in turns, alternating which goes first per round;
 /// returns the median ops/s of each and the per-run log lines.
-fn alternate(
+pub fn alternate(
     rounds: usize,
     mut run: impl FnMut(bool) -> Result<Rb>,
 ) -> Result<(f64, f64, Vec<String>)> {
@@ -175,7 +175,7 @@ fn alternate(
     Ok((median(&ours), median(&base), lines))
 }
 
-fn runs_detail(lines: &[String]) -> String {
+pub fn runs_detail(lines: &[String]) -> String {
     let mut s = String::from("Runs (in order):\n\n");
     for line in lines {
         let _ = writeln!(s, "- {}", line.trim());

@@ -41,11 +41,20 @@ impl Server {
     /// Starts redis-server on a free loopback port: no persistence, the
     /// module loaded (without debug knobs), plus `extra` arguments.
     pub fn start(extra: &[&str]) -> Result<Server> {
+        Self::start_with(true, extra)
+    }
+
+    /// The same server without the module: the baseline of section 8.
+    pub fn start_plain(extra: &[&str]) -> Result<Server> {
+        Self::start_with(false, extra)
+    }
+
+    fn start_with(module: bool, extra: &[&str]) -> Result<Server> {
         let port = testkit::free_port();
         let dir = run_dir().join(format!("server-{port}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
-        let module = testkit::module_path();
+        let module_path = testkit::module_path();
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--daemonize", "no", "--save", "", "--appendonly", "no"])
@@ -53,10 +62,11 @@ impl Server {
             .arg("--dir")
             .arg(&dir)
             .arg("--logfile")
-            .arg(dir.join("redis.log"))
-            .arg("--loadmodule")
-            .arg(&module)
-            .args(extra)
+            .arg(dir.join("redis.log"));
+        if module {
+            cmd.arg("--loadmodule").arg(&module_path);
+        }
+        cmd.args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

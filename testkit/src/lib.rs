@@ -173,7 +173,23 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = Command::new(server_binary());
+        let mut cmd = if valgrind() {
+            // Memcheck on the server and the module inside it (`make
+            // sanitize`); errors go to a log that drop() checks.
+            let mut cmd = Command::new("valgrind");
+            let suppressions =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/valgrind.sup");
+            cmd.args(["--tool=memcheck", "--leak-check=no", "--error-limit=no"])
+                .arg(format!("--suppressions={}", suppressions.display()))
+                .arg(format!(
+                    "--log-file={}",
+                    self.dir.join("valgrind.%p.log").display()
+                ))
+                .arg(server_binary());
+            cmd
+        } else {
+            Command::new(server_binary())
+        };
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
@@ -205,17 +221,20 @@ impl RedisServer {
         });
         self.child = Some(child);
         let port = self.port;
-        let ready = wait_until(Duration::from_secs(20), || {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "redis-server on port {port} exited at start ({status}); log:\n{}",
-                        self.log()
-                    );
+        let ready = wait_until(
+            Duration::from_secs(if valgrind() { 120 } else { 20 }),
+            || {
+                if let Some(child) = self.child.as_mut() {
+                    if let Ok(Some(status)) = child.try_wait() {
+                        panic!(
+                            "redis-server on port {port} exited at start ({status}); log:\n{}",
+                            self.log()
+                        );
+                    }
                 }
-            }
-            ping(port) == Some(true)
-        });
+                ping(port) == Some(true)
+            },
+        );
         assert!(
             ready,
             "redis-server on port {port} did not answer PING; log:\n{}",
@@ -363,11 +382,45 @@ fn ping(port: u16) -> Option<bool> {
     Some(reply == "PONG")
 }
 
+impl RedisServer {
+    /// What memcheck reported so far (under `REDIS_LOCK_VALGRIND`): every
+    /// invalid access, free or use of uninitialised memory, with its stack.
+    pub fn memcheck_errors(&self) -> Option<String> {
+        let mut log = String::new();
+        for entry in std::fs::read_dir(&self.dir).ok()?.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with("valgrind.") && name.ends_with(".log") {
+                log.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+            }
+        }
+        const KINDS: [&str; 6] = [
+            "Invalid read",
+            "Invalid write",
+            "Invalid free",
+            "Mismatched free",
+            "Conditional jump or move depends on uninitialised",
+            "Use of uninitialised value",
+        ];
+        KINDS.iter().any(|kind| log.contains(kind)).then_some(log)
+    }
+}
+
+/// Servers run under valgrind's memcheck (`make sanitize` sets it).
+pub fn valgrind() -> bool {
+    std::env::var_os("REDIS_LOCK_VALGRIND").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.resume();
         self.kill9();
+        let errors = self.memcheck_errors();
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(log) = errors {
+            if !std::thread::panicking() {
+                panic!("memcheck found errors in the server or the module:\n{log}");
+            }
+        }
     }
 }
 
