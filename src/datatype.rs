@@ -113,6 +113,8 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         || match load_lock(rdb, encver) {
             Some(lock) => {
                 LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
+                // RESTORE and MIGRATE add it without an event we hear of.
+                crate::sweep::hint();
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
             None => std::ptr::null_mut(),
@@ -252,6 +254,9 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             return;
         };
         crate::eviction::lock_unlinked(|| key_of(ctx, false));
+        // Deleted, or leaving for another name (RENAME, MOVE): the sweep
+        // finds it there.
+        crate::sweep::hint();
         with_state(|state| {
             state.deadlines.remove(lock.expiry_id());
             // The key's name is copied only when someone waits at all.

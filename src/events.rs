@@ -1,6 +1,9 @@
-//! Keeping the expiry index and the waiter queues true when keys move
-//! without our commands: loaded from RDB, restored, renamed, moved between
-//! databases, flushed, or databases swapped.
+//! Keeping the expiry index and the waiter queues true when keys change
+//! without our commands: loaded from RDB, flushed, databases swapped,
+//! evicted. The module listens to no generic keyspace event (every `DEL`,
+//! `EXPIRE` and `RENAME` on the server would pay for it): a lock that
+//! leaves a name calls `unlink2`, and one that arrives under a new name
+//! (`RENAME`, `MOVE`, `RESTORE`) is found by the lease sweep (`sweep`).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -16,17 +19,8 @@ use crate::guard;
 use crate::key::LockKey;
 use crate::state::{with_state, KeyId};
 
-/// Keyspace events that put a lock under a (new) name.
-const ARRIVALS: [&CStr; 4] = [c"loaded", c"restore", c"rename_to", c"move_to"];
-/// Keyspace events that take a value away from a name: whoever waits for
-/// that name may now get it. (A lock that leaves also calls `unlink2`; a
-/// `del` matters for a value of another type that had replaced a lock
-/// someone waits for.)
-const DEPARTURES: [&CStr; 3] = [c"rename_from", c"move_from", c"del"];
-
 pub fn subscribe(ctx: Ctx) -> bool {
-    let classes =
-        raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS;
+    let classes = raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS;
     let keyspace = rm!(RedisModule_SubscribeToKeyspaceEvents(
         ctx,
         classes,
@@ -49,24 +43,24 @@ extern "C" fn on_keyspace_event(
         }
         // SAFETY: Redis passes a NUL-terminated event name.
         let event = unsafe { CStr::from_ptr(event) };
-        if ARRIVALS.contains(&event) {
+        if event == c"loaded" {
             // Keys loaded in the background are indexed when the load ends.
-            if !(event == c"loaded" && async_load::in_progress(ctx)) {
+            if !async_load::in_progress(ctx) {
                 index_arrival(ctx, key);
             }
-        } else if DEPARTURES.contains(&event) {
-            schedule_grants(ctx, key);
         } else if event == c"evicted" {
             eviction::evicted(ffi::selected_db(ctx), ffi::bytes(key));
         }
-        caller_db::after_event(ctx, event.to_bytes(), ffi::bytes(key));
+        if event == c"loaded" {
+            caller_db::after_loaded(ctx);
+        }
         raw::REDISMODULE_OK as c_int
     })
 }
 
-/// Indexes the lease of a lock that arrived under `key` in the context's
+/// Indexes the lease of a lock loaded under `key` in the context's
 /// database. (Notification callbacks may read keys, not write them.) The
-/// key is opened without touching its LRU/LFU: most arrivals are not locks.
+/// key is opened without touching its LRU/LFU: most keys are not locks.
 fn index_arrival(ctx: Ctx, key: RString) {
     // The name of a `loaded` key lives on Redis's stack and must not be
     // retained, which opening it would do: open a copy.
@@ -80,41 +74,17 @@ fn index_arrival(ctx: Ctx, key: RString) {
         return;
     };
     let key_id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
-    // A renamed or moved lock keeps its entry under the new name; a loaded
-    // or restored one (id 0) gets a new entry.
-    let current = lock.expiry_id();
     let token = lock.token();
     let id = with_state(|state| {
         // Every later token here exceeds the one that arrived.
         state.node.tokens.raise(token);
-        let id = if current != 0 && state.deadlines.rekey(current, key_id.clone()) {
-            current
-        } else {
-            state.deadlines.insert(lock.deadline(), key_id)
-        };
+        let id = state.deadlines.insert(lock.deadline(), key_id);
         expiry::arm(state);
         id
     });
     if let Some(id) = id {
         lock.set_expiry_id(id);
     }
-}
-
-/// Lets the waiters of `key` (in the context's database) in, from the timer:
-/// a notification callback may not write.
-fn schedule_grants(ctx: Ctx, key: RString) {
-    with_state(|state| {
-        // Every DEL on the server comes here: nothing to do (and no name to
-        // copy) unless someone waits at all.
-        if state.waiters.is_empty() {
-            return;
-        }
-        let id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
-        if state.waiters.has_waiters(&id) {
-            state.pending_grants.insert(id);
-            expiry::arm(state);
-        }
-    });
 }
 
 /// `FLUSHDB`/`FLUSHALL` (and the flush before a full sync or `DEBUG RELOAD`):

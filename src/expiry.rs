@@ -25,6 +25,7 @@ use crate::ffi::{self, rm, Ctx};
 use crate::guard;
 use crate::recovery;
 use crate::state::{with_state, ModuleState, CLOCK};
+use crate::sweep;
 use crate::waiting;
 
 /// A context detached from any client, made at load, for creating timers
@@ -42,6 +43,8 @@ const PAUSE_RECHECK_MS: u64 = 10;
 /// How often a name with waiters that holds a value of another type is
 /// looked at again.
 const FOREIGN_RECHECK_MS: u64 = 100;
+/// How often the lease sweep takes a slice while it runs.
+const SWEEP_INTERVAL_MS: u64 = 2;
 /// The longest a timer is armed for; a later deadline is armed again then.
 /// (Redis computes a timer's end in microseconds: a huge delay overflows.)
 const MAX_TIMER_MS: u64 = 60_000;
@@ -72,7 +75,11 @@ fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
     let recovered = state
         .waits_for_recovery
         .then(|| recovery::ends_at().max(writes_not_before));
-    let Some(fire_at) = [leases, waits, grants, foreign, recovered]
+    let sweep = sweep::wanted(state).then(|| {
+        let next = CLOCK.monotonic_ms().saturating_add(SWEEP_INTERVAL_MS);
+        next.max(writes_not_before)
+    });
+    let Some(fire_at) = [leases, waits, grants, foreign, recovered, sweep]
         .into_iter()
         .flatten()
         .min()
@@ -164,6 +171,9 @@ fn run(ctx: Ctx) {
     .unwrap_or_default();
     for key in grants {
         waiting::settle_by_name(ctx, &key, None);
+    }
+    if with_state(|state| sweep::wanted(state)).unwrap_or(false) {
+        sweep::step(ctx, BUDGET);
     }
     with_state(arm);
 }

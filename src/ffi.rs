@@ -165,28 +165,49 @@ pub fn avoid_replica_traffic() -> bool {
     rm!(RedisModule_AvoidReplicaTraffic()).unwrap_or(0) != 0
 }
 
-/// Calls `visit` with the name and the open key of every key in the selected
-/// database (`RedisModule_Scan`; keys are opened without touching them).
-pub fn scan_keys(ctx: Ctx, mut visit: impl FnMut(&[u8], *mut raw::RedisModuleKey)) {
-    type Visit<'a> = &'a mut dyn FnMut(&[u8], *mut raw::RedisModuleKey);
-    extern "C" fn trampoline(
-        _ctx: Ctx,
-        name: RString,
-        key: *mut raw::RedisModuleKey,
-        data: *mut c_void,
-    ) {
-        // SAFETY: `data` is the `Visit` below, alive for the whole scan.
-        if let Some(visit) = unsafe { data.cast::<Visit>().as_mut() } {
-            visit(bytes(name), key);
-        }
+/// A position in a scan of a database's keys (`RedisModule_Scan`).
+pub struct ScanCursor(*mut raw::RedisModuleScanCursor);
+
+impl ScanCursor {
+    pub fn new() -> Option<ScanCursor> {
+        let cursor = rm!(RedisModule_ScanCursorCreate())?;
+        (!cursor.is_null()).then_some(ScanCursor(cursor))
     }
-    let Some(cursor) = rm!(RedisModule_ScanCursorCreate()) else {
-        return;
-    };
-    let mut visit: Visit = &mut visit;
-    let data = (&mut visit as *mut Visit).cast::<c_void>();
-    while rm!(RedisModule_Scan(ctx, cursor, Some(trampoline), data)).unwrap_or(0) != 0 {}
-    rm!(RedisModule_ScanCursorDestroy(cursor));
+
+    /// One step of the scan of the selected database: calls `visit` with the
+    /// name and the open key (not touched) of each key it returns. False
+    /// once the scan has covered the database.
+    pub fn step(&self, ctx: Ctx, mut visit: impl FnMut(&[u8], *mut raw::RedisModuleKey)) -> bool {
+        type Visit<'a> = &'a mut dyn FnMut(&[u8], *mut raw::RedisModuleKey);
+        extern "C" fn trampoline(
+            _ctx: Ctx,
+            name: RString,
+            key: *mut raw::RedisModuleKey,
+            data: *mut c_void,
+        ) {
+            // SAFETY: `data` is the `Visit` below, alive for the whole step.
+            if let Some(visit) = unsafe { data.cast::<Visit>().as_mut() } {
+                visit(bytes(name), key);
+            }
+        }
+        let mut visit: Visit = &mut visit;
+        let data = (&mut visit as *mut Visit).cast::<c_void>();
+        rm!(RedisModule_Scan(ctx, self.0, Some(trampoline), data)).unwrap_or(0) != 0
+    }
+}
+
+impl Drop for ScanCursor {
+    fn drop(&mut self) {
+        rm!(RedisModule_ScanCursorDestroy(self.0));
+    }
+}
+
+/// Calls `visit` with the name and the open key of every key in the selected
+/// database.
+pub fn scan_keys(ctx: Ctx, mut visit: impl FnMut(&[u8], *mut raw::RedisModuleKey)) {
+    if let Some(cursor) = ScanCursor::new() {
+        while cursor.step(ctx, &mut visit) {}
+    }
 }
 
 /// In a cluster, whether this node serves `name` now, as the cluster would

@@ -99,13 +99,15 @@ impl LockKey {
             Pending::Nothing => {}
             Pending::Delete => {
                 if self.stored().is_some() {
-                    rm!(RedisModule_DeleteKey(self.key));
+                    crate::sweep::own_change(|| rm!(RedisModule_DeleteKey(self.key)));
                 }
             }
             Pending::Store(lock) => {
                 let value = Box::into_raw(lock).cast::<c_void>();
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
-                let status = rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value));
+                let status = crate::sweep::own_change(|| {
+                    rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value))
+                });
                 if status == Some(raw::REDISMODULE_OK as c_int) {
                     LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
                 } else {

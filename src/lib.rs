@@ -27,6 +27,7 @@ mod propagation;
 mod recovery;
 mod state;
 mod stats;
+mod sweep;
 mod waiting;
 
 #[cfg(not(test))]

@@ -328,3 +328,39 @@ fn a_lease_of_one_millisecond_ends() {
     wait_gone(&mut c, "k", Duration::from_millis(1));
     assert!(acquire(&mut c, "k", "bob", 1_000).is_some());
 }
+
+/// Locks that arrive under a name without any event the module hears
+/// (the module listens to no generic keyspace event): the lease sweep finds
+/// them and ends them on time, with nobody touching them.
+#[test]
+fn moved_and_restored_locks_still_end_by_themselves() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "moved", "alice", 300).unwrap();
+    let _: i64 = redis::cmd("MOVE")
+        .arg("moved")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let restored_token = acquire(&mut c, "source", "bob", 300).unwrap();
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("source").query(&mut c).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("restored")
+        .arg(0)
+        .arg(&dump)
+        .query(&mut c)
+        .unwrap();
+    let mut db1 = server.conn();
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut db1).unwrap();
+    // A waiter on the restored lock's name is granted when its lease ends.
+    let waiter = spawn_waiter(&server, "restored", "carol", 10_000, 0);
+    wait_gone(&mut db1, "moved", Duration::from_millis(300));
+    let token = waiter
+        .join()
+        .unwrap()
+        .expect("granted at the restored lease's end");
+    assert_eq!(held(&mut c, "restored").token, token);
+    assert!(token > restored_token);
+    // moved, source and restored all ended by themselves.
+    assert_eq!(lock_stat(&mut c, "lock_expired"), 3);
+}

@@ -140,6 +140,13 @@ impl<K> DeadlineIndex<K> {
             .is_some_and(|entry| entry.holds(generation))
     }
 
+    /// Whether `id` names a live entry (a lock renamed, moved or restored
+    /// carries an id whose entry is gone).
+    pub fn contains(&self, id: u64) -> bool {
+        let (slot, generation) = parts_of(id);
+        self.is_live(slot, generation)
+    }
+
     /// Drops entry `id` (the lock was released or deleted) and returns its
     /// key; `None` if there is no such entry.
     pub fn remove(&mut self, id: u64) -> Option<K> {

@@ -111,6 +111,20 @@ pub fn expire_if_due(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) 
     Some(deadline)
 }
 
+/// A token for a fresh lock in `slot`: above every token this node issued
+/// or saw, and above the token of the lock the slot held before (one that
+/// arrived by `RESTORE` or `MIGRATE` raises the counter only once the lease
+/// sweep has found it). Changes nothing when it fails.
+fn fresh_token(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) -> Result<i64, OpError> {
+    let mut tokens = node.tokens;
+    if let Some(previous) = slot.lock() {
+        tokens.raise(previous.token());
+    }
+    let token = tokens.issue(clock.wall_us())?;
+    node.tokens = tokens;
+    Ok(token)
+}
+
 /// The lock in `slot` if its lease has not ended.
 fn live<'a>(slot: &'a mut impl Slot, clock: &impl Clock) -> Option<&'a mut Lock> {
     let now = clock.monotonic_ms();
@@ -140,7 +154,7 @@ pub fn acquire(
             if let Some(left_ms) = recovering {
                 return Err(OpError::Recovering { left_ms });
             }
-            let token = node.tokens.issue(clock.wall_us())?;
+            let token = fresh_token(node, slot, clock)?;
             let previous_deadline = slot.lock().map(|ended| ended.deadline());
             slot.store(Lock::new(owner, 1, token, deadline));
             node.stats.acquired += 1;
@@ -206,7 +220,7 @@ pub fn grant(
     if let Some(left_ms) = recovering {
         return Err(OpError::Recovering { left_ms });
     }
-    let token = node.tokens.issue(clock.wall_us())?;
+    let token = fresh_token(node, slot, clock)?;
     let previous_deadline = slot.lock().map(|ended| ended.deadline());
     slot.store(Lock::new(
         owner,
@@ -375,6 +389,7 @@ pub fn apply(
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::token::MAX_TOKEN;
 
     #[derive(Default)]
     struct MemorySlot(Option<Lock>);
@@ -406,6 +421,24 @@ mod tests {
             Ok(Acquired::Granted { token, reentered }) => (token, reentered),
             other => panic!("expected a grant, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_fresh_token_is_above_the_token_of_the_lock_the_slot_held() {
+        let (mut node, mut slot, clock) = setup();
+        // A lock that arrived from elsewhere with a token above the counter.
+        slot.0 = Some(Lock::new(b"a", 1, WALL * 1000 + 5_000, 50));
+        let (token, reentered) = granted(acquire(&mut node, &mut slot, &clock, b"b", 1_000, None));
+        assert!(!reentered);
+        assert_eq!(token, WALL * 1000 + 5_001);
+        // A refusal raises nothing.
+        let mut node = Node::default();
+        slot.0 = Some(Lock::new(b"a", 1, MAX_TOKEN, 50));
+        assert_eq!(
+            acquire(&mut node, &mut slot, &clock, b"b", 1_000, None),
+            Err(OpError::TokensExhausted)
+        );
+        assert_eq!(node.tokens.last(), 0);
     }
 
     #[test]

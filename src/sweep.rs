@@ -1,0 +1,134 @@
+//! The lease sweep. The module does not listen to generic keyspace events:
+//! the server builds a module context for every event of a class a module
+//! listens to, so every `DEL`, `EXPIRE` and `RENAME` on the server would pay
+//! for it. A lock that arrives under a name without the module hearing of
+//! it (`RENAME`, `MOVE`, `RESTORE`, `MIGRATE`) so carries no live entry in
+//! the lease index. After a hint that this may have happened (a lock key
+//! left a name other than by our own hand, or a lock was restored), and
+//! while there are more lock values than indexed leases, the timer scans
+//! the keyspace in slices of at most a few milliseconds and files every
+//! lock it finds without a live entry, raising the token counter above its
+//! token. The scan stops as soon as the counts agree again.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::ffi::{self, Ctx, ScanCursor};
+use crate::key::LockKey;
+use crate::state::{with_state, KeyId, ModuleState};
+use crate::stats::LIVE_LOCKS;
+
+/// Bumped by every hint; a pass remembers the value it started with.
+static HINTS: AtomicU64 = AtomicU64::new(0);
+
+/// Where the current pass is, and the hint count it started at.
+struct Pass {
+    db: i32,
+    cursor: ScanCursor,
+    hints: u64,
+}
+
+thread_local! {
+    /// Set while the module itself deletes or replaces a lock key: that
+    /// is no arrival anywhere.
+    static OWN_CHANGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static PASS: RefCell<Option<Pass>> = const { RefCell::new(None) };
+    /// The hint count the last completed pass covered.
+    static COVERED: RefCell<u64> = const { RefCell::new(0) };
+}
+
+/// A lock may have arrived under a name the index does not know.
+pub fn hint() {
+    if !OWN_CHANGE.with(std::cell::Cell::get) {
+        HINTS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Runs `change`, a deletion or replacement of a lock key by the module.
+pub fn own_change<R>(change: impl FnOnce() -> R) -> R {
+    OWN_CHANGE.with(|own| own.set(true));
+    let result = change();
+    OWN_CHANGE.with(|own| own.set(false));
+    result
+}
+
+/// Whether the timer should sweep: a hint since the last full pass, and more
+/// lock values than indexed leases.
+pub fn wanted(state: &ModuleState) -> bool {
+    let hinted = HINTS.load(Ordering::Relaxed) != COVERED.with(|c| *c.borrow())
+        || PASS.with(|p| p.borrow().is_some());
+    hinted && unindexed(state)
+}
+
+fn unindexed(state: &ModuleState) -> bool {
+    let values = usize::try_from(LIVE_LOCKS.load(Ordering::Relaxed)).unwrap_or(0);
+    values > state.deadlines.len()
+}
+
+/// Scans for at most `budget`, filing every unindexed lock it finds.
+pub fn step(ctx: Ctx, budget: Duration) {
+    let started = Instant::now();
+    let selected = ffi::selected_db(ctx);
+    while started.elapsed() < budget {
+        if !with_state(|state| unindexed(state)).unwrap_or(false) {
+            // Everything is indexed: every hint so far is covered.
+            PASS.with(|p| p.borrow_mut().take());
+            finish(Some(HINTS.load(Ordering::Relaxed)));
+            break;
+        }
+        let pass = PASS.with(|p| p.borrow_mut().take());
+        let Some(pass) = pass.or_else(|| {
+            Some(Pass {
+                db: 0,
+                cursor: ScanCursor::new()?,
+                hints: HINTS.load(Ordering::Relaxed),
+            })
+        }) else {
+            break;
+        };
+        if !ffi::select_db(ctx, pass.db) {
+            // Past the last database: the pass covered everything.
+            finish(Some(pass.hints));
+            break;
+        }
+        let db = pass.db;
+        let more = pass
+            .cursor
+            .step(ctx, |name, key| file_if_unindexed(db, name, key));
+        let next = if more {
+            Some(pass)
+        } else {
+            ScanCursor::new().map(|cursor| Pass {
+                db: db + 1,
+                cursor,
+                hints: pass.hints,
+            })
+        };
+        PASS.with(|p| *p.borrow_mut() = next);
+    }
+    ffi::select_db(ctx, selected);
+}
+
+fn finish(hints: Option<u64>) {
+    if let Some(hints) = hints {
+        COVERED.with(|c| *c.borrow_mut() = hints);
+    }
+}
+
+fn file_if_unindexed(db: i32, name: &[u8], key: *mut redis_module::raw::RedisModuleKey) {
+    LockKey::scanned(key, |lock| {
+        let (id, deadline, token) = (lock.expiry_id(), lock.deadline(), lock.token());
+        let filed = with_state(|state| {
+            if state.deadlines.contains(id) {
+                return None;
+            }
+            state.node.tokens.raise(token);
+            Some(state.deadlines.insert(deadline, KeyId::new(db, name)))
+        })
+        .flatten();
+        if let Some(id) = filed {
+            lock.set_expiry_id(id);
+        }
+    });
+}
