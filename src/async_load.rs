@@ -40,10 +40,10 @@ fn reindex(ctx: Ctx) {
     while ffi::select_db(ctx, db) {
         ffi::scan_keys(ctx, |name, key| {
             LockKey::scanned(key, |lock| {
-                let (deadline, token) = (lock.deadline(), lock.token());
+                let (ends_at, token) = (lock.ends_at(), lock.token());
                 let id = with_state(|state| {
                     state.node.tokens.raise(token);
-                    state.deadlines.insert(deadline, KeyId::new(db, name))
+                    state.deadlines.insert(ends_at, KeyId::new(db, name))
                 });
                 lock.set_expiry_id(id.unwrap_or(0));
             });

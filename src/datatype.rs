@@ -43,7 +43,11 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         mem_usage2: None,
         free_effort2: None,
         unlink2: Some(unlink2),
-        copy2: Some(copy2),
+        // COPY of a lock is refused ("not supported for this module key"):
+        // a copy would be a second lock with the same owner and token, a
+        // token not above the target name's earlier ones, made outside the
+        // recovery window. Copy what a lock protects, not the lock.
+        copy2: None,
         aux_save2: None,
     },
 );
@@ -271,24 +275,4 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             }
         });
     });
-}
-
-/// `COPY`: the copy is an independent lock with the same owner, holds,
-/// token and lease, which must end on time too.
-extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
-    guard::callback(null_ctx(), "copy", std::ptr::null_mut(), || {
-        let Some(lock) = lock_ref(value) else {
-            return std::ptr::null_mut();
-        };
-        let mut copy = lock.clone();
-        copy.set_expiry_id(0);
-        if let Some(key) = key_of(ctx, true) {
-            with_state(|state| {
-                copy.set_expiry_id(state.deadlines.insert(copy.deadline(), key));
-                expiry::arm(state);
-            });
-        }
-        LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
-        Box::into_raw(Box::new(copy)).cast::<c_void>()
-    })
 }

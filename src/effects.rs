@@ -125,13 +125,13 @@ pub fn index(target: &Target, facts: Facts) -> u64 {
     if facts.expiry_id != 0 && !shrank {
         return facts.expiry_id;
     }
+    // Filed at the first millisecond the lease is over (`Lock::ends_at`).
+    let ends_at = facts.deadline.saturating_add(1);
     with_state(|state| {
         let id = if facts.expiry_id == 0 {
-            state.deadlines.insert(facts.deadline, target.id())
+            state.deadlines.insert(ends_at, target.id())
         } else {
-            state
-                .deadlines
-                .file_earlier(facts.expiry_id, facts.deadline);
+            state.deadlines.file_earlier(facts.expiry_id, ends_at);
             facts.expiry_id
         };
         expiry::arm(state);

@@ -78,7 +78,7 @@ fn index_arrival(ctx: Ctx, key: RString) {
     let id = with_state(|state| {
         // Every later token here exceeds the one that arrived.
         state.node.tokens.raise(token);
-        let id = state.deadlines.insert(lock.deadline(), key_id);
+        let id = state.deadlines.insert(lock.ends_at(), key_id);
         expiry::arm(state);
         id
     });

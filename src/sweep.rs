@@ -118,13 +118,13 @@ fn finish(hints: Option<u64>) {
 
 fn file_if_unindexed(db: i32, name: &[u8], key: *mut redis_module::raw::RedisModuleKey) {
     LockKey::scanned(key, |lock| {
-        let (id, deadline, token) = (lock.expiry_id(), lock.deadline(), lock.token());
+        let (id, ends_at, token) = (lock.expiry_id(), lock.ends_at(), lock.token());
         let filed = with_state(|state| {
             if state.deadlines.contains(id) {
                 return None;
             }
             state.node.tokens.raise(token);
-            Some(state.deadlines.insert(deadline, KeyId::new(db, name)))
+            Some(state.deadlines.insert(ends_at, KeyId::new(db, name)))
         })
         .flatten();
         if let Some(id) = filed {

@@ -247,7 +247,7 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
     if let (Some(entry), Some(lock)) = (entry, lock_key.lock()) {
         if lock.expiry_id() == entry {
             let id = with_state(|state| {
-                let id = state.deadlines.insert(lock.deadline(), target.id());
+                let id = state.deadlines.insert(lock.ends_at(), target.id());
                 expiry::arm(state);
                 id
             });

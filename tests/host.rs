@@ -407,3 +407,21 @@ fn evicted_locks_are_reported() {
     cmd(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
     assert_eq!(lock_stat(&mut c, "lock_evictable"), 0);
 }
+
+#[test]
+fn copy_of_a_lock_is_refused_and_changes_nothing() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let token = acquire(&mut c, "lk", "alice", 60_000).unwrap();
+    for args in [
+        vec!["COPY", "lk", "copy"],
+        vec!["COPY", "lk", "copy", "DB", "1"],
+    ] {
+        let err = error_of(&mut c, &args);
+        assert!(err.contains("not supported for this module key"), "{err}");
+    }
+    assert!(!exists(&mut c, "copy"));
+    assert_eq!(db_of(&server, "copy", &[0, 1]), None);
+    assert_eq!(held(&mut c, "lk").token, token);
+    assert_eq!(lock_stat(&mut c, "lock_held"), 1);
+}

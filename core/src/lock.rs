@@ -92,9 +92,18 @@ impl Lock {
         self.owner.as_bytes() == owner
     }
 
+    /// The first monotonic millisecond at which the lease is over. Clock
+    /// readings are whole milliseconds, truncated: a lease granted at 10.9
+    /// with 5 ms reads 15 as its deadline, and ending it at a reading of 15
+    /// (real time 15.0) would cut it short by up to a millisecond. It ends
+    /// at the first reading past its deadline, as Redis's own expires do.
+    pub fn ends_at(&self) -> u64 {
+        self.deadline.saturating_add(1)
+    }
+
     /// The lease has ended at monotonic time `now`.
     pub fn has_expired(&self, now: u64) -> bool {
-        now >= self.deadline
+        now >= self.ends_at()
     }
 
     pub(crate) fn set_holds(&mut self, holds: u32) {

@@ -489,7 +489,7 @@ mod tests {
         assert_eq!(node.stats.wait_grants_undelivered, 2);
         // A lease that already ended is not revoked (expiry handles it).
         let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 10, None));
-        clock.advance_ms(10);
+        clock.advance_ms(11);
         assert!(!revoke(&mut node, &mut slot, &clock, b"a", token).reply);
     }
 
@@ -552,7 +552,7 @@ mod tests {
     fn an_ended_lease_frees_the_lock_for_others_with_a_higher_token() {
         let (mut node, mut slot, clock) = setup();
         let (first, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
-        clock.advance_ms(1_000);
+        clock.advance_ms(1_001);
         assert_eq!(expire_if_due(&mut node, &mut slot, &clock), Some(1_100));
         assert_eq!(node.stats.expired, 1);
         let (second, reentered) = granted(acquire(&mut node, &mut slot, &clock, b"b", 1_000, None));
@@ -560,11 +560,16 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_ends_exactly_at_its_deadline() {
+    fn a_lease_ends_at_the_first_reading_past_its_deadline() {
         let (mut node, mut slot, clock) = setup();
         acquire(&mut node, &mut slot, &clock, b"a", 10, None).unwrap();
         clock.advance_ms(9);
         assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(1));
+        // Readings are truncated: at a reading of its deadline up to a
+        // millisecond of the lease may be left, so it still holds.
+        clock.advance_ms(1);
+        assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(0));
+        assert_eq!(expire_if_due(&mut node, &mut slot, &clock), None);
         clock.advance_ms(1);
         assert_eq!(info(&mut slot, &clock), None);
         assert_eq!(expire_if_due(&mut node, &mut slot, &clock), Some(110));
@@ -584,7 +589,7 @@ mod tests {
             Acquired::Busy
         ));
         clock.step_wall_ms(-7_200_000);
-        clock.advance_ms(10_000);
+        clock.advance_ms(10_001);
         assert_eq!(info(&mut slot, &clock), None);
         let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"b", 10, None));
         assert!(token > WALL * 1000, "a backward step must not lower tokens");
@@ -627,7 +632,7 @@ mod tests {
     fn an_ended_lease_is_absent_even_before_it_is_removed() {
         let (mut node, mut slot, clock) = setup();
         acquire(&mut node, &mut slot, &clock, b"a", 10, None).unwrap();
-        clock.advance_ms(10);
+        clock.advance_ms(11);
         assert_eq!(
             release(&mut node, &mut slot, &clock, b"a", false).reply,
             None
