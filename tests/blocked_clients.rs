@@ -187,18 +187,7 @@ fn a_waiter_is_checked_against_the_max_ttl_in_force_when_it_is_granted() {
     let server = RedisServer::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "A", 30_000).unwrap();
-    let mut waiter = server.conn();
-    let handle = std::thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg("k")
-            .arg("B")
-            .arg(86_400_000)
-            .arg("WAIT")
-            .arg(0)
-            .query::<Option<i64>>(&mut waiter)
-            .map_err(|e| error_line(&e))
-    });
-    assert!(wait_until(SOON, || waiters(&mut c, "k") == 1));
+    let handle = spawn_waiter_or_error(&server, "k", "B", 86_400_000);
     let next = spawn_waiter(&server, "k", "C", 1_000, 0);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
@@ -297,4 +286,29 @@ fn waiters_of_the_same_owner_behind_its_grant_reenter_and_others_keep_their_plac
     assert_eq!(release(&mut c, "job", "X"), Some(0));
     let ty = y.join().unwrap().expect("Y is next");
     assert!(ty > t1);
+}
+
+#[test]
+fn a_grant_whose_lock_is_gone_before_the_reply_is_answered_with_an_error() {
+    // The release grants W, and the DEL in the same transaction removes the
+    // new lock before Redis delivers W's reply: W must not get a dead token.
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "A", 30_000).unwrap();
+    let handle = spawn_waiter_or_error(&server, "k", "W", 30_000);
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg("A")
+        .cmd("DEL")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        handle.join().unwrap(),
+        Err("ERR the lock granted to this waiter was removed before the reply (evicted or deleted): acquire again".to_string())
+    );
+    assert!(!exists(&mut c, "k"));
+    assert_eq!(lock_stat(&mut c, "lock_waiting"), 0);
 }

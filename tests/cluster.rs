@@ -260,30 +260,6 @@ fn lowest_slot(node: &RedisServer) -> i64 {
         .unwrap()
 }
 
-/// A blocked `LOCK.ACQUIRE key owner ttl WAIT 0` on `node` that returns
-/// its reply or its error line.
-fn waiter(
-    node: &RedisServer,
-    key: &str,
-    owner: &str,
-) -> std::thread::JoinHandle<Result<Option<i64>, String>> {
-    let mut probe = node.conn();
-    let mut conn = node.conn();
-    let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
-    let handle = std::thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(&key_owned)
-            .arg(&owner_owned)
-            .arg(30_000)
-            .arg("WAIT")
-            .arg(0)
-            .query::<Option<i64>>(&mut conn)
-            .map_err(|e| error_line(&e))
-    });
-    assert!(wait_until(SOON, || waiters(&mut probe, key) == 1));
-    handle
-}
-
 const NOT_SERVED: &str = "TRYAGAIN the lock's hash slot is being migrated or is served by another node: retry the command (it is redirected to the node that serves the key)";
 
 /// What must hold once `key`'s slot has moved from `from` to `to` while
@@ -320,18 +296,32 @@ fn after_the_move(
     assert_eq!(acquire(&mut t, key, "waiter", 1_000), None);
 }
 
-#[test]
-fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
+/// A 3-master cluster where `holder` holds a key in the lowest slot of the
+/// first node and `waiter` waits for it there: (nodes, slot, key, token,
+/// the waiter).
+#[allow(clippy::type_complexity)]
+fn held_and_waited_for() -> (
+    Vec<RedisServer>,
+    i64,
+    String,
+    i64,
+    std::thread::JoinHandle<Result<Option<i64>, String>>,
+) {
     let nodes = start_cluster();
-    let (from, to) = (&nodes[0], &nodes[1]);
-    let slot = lowest_slot(from);
+    let slot = lowest_slot(&nodes[0]);
     let key = (0..)
         .map(|i| format!("job{i}"))
         .find(|k| key_slot(k) == slot)
         .unwrap();
-    let mut f = from.conn();
-    let token = acquire(&mut f, &key, "holder", 60_000).unwrap();
-    let waiting = waiter(from, &key, "waiter");
+    let token = acquire(&mut nodes[0].conn(), &key, "holder", 60_000).unwrap();
+    let waiting = spawn_waiter_or_error(&nodes[0], &key, "waiter", 30_000);
+    (nodes, slot, key, token, waiting)
+}
+
+#[test]
+fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
+    let (nodes, slot, key, token, waiting) = held_and_waited_for();
+    let (from, to) = (&nodes[0], &nodes[1]);
     let (from_id, to_id) = (node_id(from), node_id(to));
     let slot_arg = slot.to_string();
     let set = |node: &RedisServer, args: &[&str]| {
@@ -351,7 +341,7 @@ fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
         .arg(&key)
         .arg(0)
         .arg(5000)
-        .query(&mut f)
+        .query(&mut from.conn())
         .unwrap();
     for node in &nodes {
         set(node, &["NODE", &to_id]);
@@ -361,16 +351,8 @@ fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
 
 #[test]
 fn a_slot_moved_by_cluster_reshard_never_grants_its_lock_on_the_old_node() {
-    let nodes = start_cluster();
+    let (nodes, slot, key, token, waiting) = held_and_waited_for();
     let (from, to) = (&nodes[0], &nodes[1]);
-    let slot = lowest_slot(from);
-    let key = (0..)
-        .map(|i| format!("job{i}"))
-        .find(|k| key_slot(k) == slot)
-        .unwrap();
-    let mut f = from.conn();
-    let token = acquire(&mut f, &key, "holder", 60_000).unwrap();
-    let waiting = waiter(from, &key, "waiter");
     let output = Command::new(testkit::cli_binary())
         .args([
             "--cluster",

@@ -663,29 +663,3 @@ fn memory_usage_counts_the_owner() {
         "a 256-byte owner must show in MEMORY USAGE: {large} vs {small}"
     );
 }
-
-#[test]
-fn copy_duplicates_owner_holds_token_and_lease() {
-    let server = RedisServer::start();
-    let mut c = server.conn();
-    let token = acquire(&mut c, "k", "alice", 60_000).unwrap();
-    acquire(&mut c, "k", "alice", 60_000).unwrap();
-    let original = held(&mut c, "k");
-    let copied: i64 = redis::cmd("COPY").arg("k").arg("k2").query(&mut c).unwrap();
-    assert_eq!(copied, 1);
-    let copy = held(&mut c, "k2");
-    assert_eq!(copy.identity(), (b"alice".to_vec(), 2, token));
-    assert!(
-        copy.pttl > 0 && copy.pttl <= original.pttl,
-        "the copy keeps the lease: {copy:?}"
-    );
-    assert_eq!(digest_value(&mut c, "k"), digest_value(&mut c, "k2"));
-    // The copy is independent of the original.
-    assert_eq!(release_all(&mut c, "k2", "alice"), Some(0));
-    assert_eq!(held(&mut c, "k").holds, 2);
-    // No overwrite without REPLACE.
-    acquire(&mut c, "k3", "bob", 60_000).unwrap();
-    let copied: i64 = redis::cmd("COPY").arg("k").arg("k3").query(&mut c).unwrap();
-    assert_eq!(copied, 0);
-    assert_eq!(held(&mut c, "k3").owner, b"bob");
-}

@@ -413,9 +413,11 @@ fn copy_of_a_lock_is_refused_and_changes_nothing() {
     let server = RedisServer::start();
     let mut c = server.conn();
     let token = acquire(&mut c, "lk", "alice", 60_000).unwrap();
+    let other = acquire(&mut c, "other", "bob", 60_000).unwrap();
     for args in [
         vec!["COPY", "lk", "copy"],
         vec!["COPY", "lk", "copy", "DB", "1"],
+        vec!["COPY", "lk", "other", "REPLACE"],
     ] {
         let err = error_of(&mut c, &args);
         assert!(err.contains("not supported for this module key"), "{err}");
@@ -423,5 +425,6 @@ fn copy_of_a_lock_is_refused_and_changes_nothing() {
     assert!(!exists(&mut c, "copy"));
     assert_eq!(db_of(&server, "copy", &[0, 1]), None);
     assert_eq!(held(&mut c, "lk").token, token);
-    assert_eq!(lock_stat(&mut c, "lock_held"), 1);
+    assert_eq!(held(&mut c, "other").token, other);
+    assert_eq!(lock_stat(&mut c, "lock_held"), 2);
 }

@@ -32,26 +32,6 @@ const DBS: i64 = 3;
 const CLIENTS: usize = 3;
 const MAX_WAITERS: usize = 6;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-}
-
 fn resp(args: &[&str]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for arg in args {

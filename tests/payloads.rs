@@ -268,22 +268,6 @@ fn an_aof_effect_with_a_lease_end_beyond_any_ttl_does_not_hang_the_restart() {
     assert!(wait_until(SOON, || !exists(&mut c, "short")));
 }
 
-/// A small deterministic generator (xorshift), seeded per run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// Mutates real lock payloads (bit flips, cut, inserted and replaced bytes,
 /// swapped fields) with a valid checksum and restores each: the server must
 /// stay responsive, and whatever it accepted must be within bounds.
@@ -310,11 +294,11 @@ fn ten_thousand_mutated_payloads() {
     ];
     let mut accepted = 0;
     for i in 0..10_000 {
-        let pick = |rng: &mut Rng| specials[rng.below(specials.len())];
+        let pick = |rng: &mut Rng| specials[rng.below(specials.len() as u64) as usize];
         let mut value = lock_value(
             &header,
-            &b"owner-xyz"[..1 + rng.below(9)],
-            [0, 1, 2, u64::from(u32::MAX), u64::from(u32::MAX) + 1][rng.below(5)],
+            &b"owner-xyz"[..1 + rng.below(9) as usize],
+            [0, 1, 2, u64::from(u32::MAX), u64::from(u32::MAX) + 1][rng.below(5) as usize],
             pick(&mut rng),
             pick(&mut rng),
         );
@@ -322,7 +306,7 @@ fn ten_thousand_mutated_payloads() {
             if value.len() <= 11 {
                 break;
             }
-            let at = 10 + rng.below(value.len() - 10);
+            let at = 10 + rng.below((value.len() - 10) as u64) as usize;
             match rng.below(4) {
                 0 => value[at] ^= 1 << rng.below(8),
                 1 => value.truncate(at),

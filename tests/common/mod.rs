@@ -376,6 +376,35 @@ pub fn waiters(conn: &mut Connection, key: &str) -> i64 {
     lock_info(conn, key).map_or(0, |info| info.waiters)
 }
 
+/// `LOCK.ACQUIRE key owner ttl WAIT 0` on its own connection, returned once
+/// the server has queued it: its reply, or its error line.
+pub fn spawn_waiter_or_error(
+    server: &RedisServer,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+) -> JoinHandle<Result<Option<i64>, String>> {
+    let mut probe = server.conn();
+    let before = waiters(&mut probe, key);
+    let mut conn = server.conn();
+    let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
+    let handle = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(&key_owned)
+            .arg(&owner_owned)
+            .arg(ttl)
+            .arg("WAIT")
+            .arg(0)
+            .query::<Option<i64>>(&mut conn)
+            .map_err(|e| error_line(&e))
+    });
+    assert!(
+        wait_until(SOON, || waiters(&mut probe, key) == before + 1),
+        "waiter {owner} was not queued"
+    );
+    handle
+}
+
 /// Starts `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection
 /// and returns once the server has queued it (so arrival order is known).
 pub fn spawn_waiter(
@@ -404,4 +433,31 @@ pub fn spawn_waiter(
         "waiter {owner} was not queued"
     );
     handle
+}
+
+/// A small deterministic generator (xorshift), seeded per run: fuzz tests
+/// print their seed so that a failure can be replayed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+
+    /// True once in `one_in` calls, on average.
+    pub fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
 }
