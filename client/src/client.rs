@@ -70,9 +70,14 @@ impl Redlock {
                 "the async client needs a tokio runtime; use redis_lock_client::blocking without one".into(),
             ));
         }
-        let nodes = nodes
+        let clients = nodes
             .into_iter()
-            .map(|node| Node::new(node.into_client()?, config.node_timeout))
+            .map(IntoClient::into_client)
+            .collect::<Result<Vec<redis::Client>>>()?;
+        reject_duplicate_nodes(&clients)?;
+        let nodes = clients
+            .into_iter()
+            .map(|client| Node::new(client, config.node_timeout))
             .collect::<Result<Vec<Node>>>()?;
         if nodes.is_empty() {
             return Err(Error::InvalidConfig("at least one node is needed".into()));
@@ -154,5 +159,94 @@ impl std::fmt::Debug for Redlock {
             .field("quorum", &self.shared.quorum)
             .field("config", &self.shared.config)
             .finish()
+    }
+}
+
+/// Where a node is, as sockets: a host name resolved to its addresses, so
+/// that `redis://localhost:7101` and `redis://127.0.0.1:7101/0` are the
+/// same node. (The database number does not matter: it is one server.)
+fn node_addresses(client: &redis::Client) -> Vec<String> {
+    use std::net::ToSocketAddrs;
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            match (host.as_str(), *port).to_socket_addrs() {
+                Ok(addrs) => addrs.map(|addr| addr.to_string()).collect(),
+                // Not resolvable now: compared by name (it is a failed
+                // node in each round until it resolves).
+                Err(_) => vec![format!("{}:{port}", host.to_ascii_lowercase())],
+            }
+        }
+        other => vec![other.to_string()],
+    }
+}
+
+/// One server listed twice would count twice towards a majority.
+fn reject_duplicate_nodes(clients: &[redis::Client]) -> Result<()> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for client in clients {
+        let name = client.get_connection_info().addr().to_string();
+        let mut addrs = node_addresses(client);
+        addrs.sort();
+        addrs.dedup();
+        for addr in &addrs {
+            if let Some((first, _)) = seen.iter().find(|(_, a)| a == addr) {
+                return Err(Error::InvalidConfig(format!(
+                    "nodes {first} and {name} are the same server ({addr}): each node must be an independent master"
+                )));
+            }
+        }
+        seen.extend(addrs.into_iter().map(|addr| (name.clone(), addr)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clients(urls: &[&str]) -> Vec<redis::Client> {
+        urls.iter()
+            .map(|url| redis::Client::open(*url).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn one_server_listed_twice_is_refused_in_any_spelling() {
+        assert!(reject_duplicate_nodes(&clients(&[
+            "redis://127.0.0.1:7101",
+            "redis://127.0.0.1:7102",
+            "redis://localhost:7103",
+        ]))
+        .is_ok());
+        for pair in [
+            ["redis://localhost:7101", "redis://127.0.0.1:7101/0"],
+            ["redis://127.0.0.1:7101", "redis://127.0.0.1:7101/3"],
+            ["redis://127.0.0.1:7101/", "redis://127.0.0.1:7101"],
+        ] {
+            let err = reject_duplicate_nodes(&clients(&pair));
+            assert!(
+                matches!(err, Err(Error::InvalidConfig(ref why)) if why.contains("same server")),
+                "{pair:?}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_public_constructor_refuses_a_majority_made_of_one_server() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let nodes = [
+                "redis://127.0.0.1:7101",
+                "redis://127.0.0.1:7101/0",
+                "redis://localhost:7101",
+                "redis://127.0.0.1:7104",
+                "redis://127.0.0.1:7105",
+            ];
+            assert!(matches!(Redlock::new(nodes), Err(Error::InvalidConfig(_))));
+        });
     }
 }

@@ -61,9 +61,26 @@ impl Default for Config {
     }
 }
 
+/// The longest any duration setting may be (a year): deadlines are computed
+/// as `Instant + duration`, which panics on overflow, so a setting near
+/// `Duration::MAX` is refused here instead.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
 impl Config {
     /// Rejects settings that can never work, independent of any TTL.
     pub fn validate(&self) -> Result<()> {
+        for (name, value) in [
+            ("node_timeout", Some(self.node_timeout)),
+            ("retry_delay", Some(self.retry_delay)),
+            ("retry_jitter", Some(self.retry_jitter)),
+            ("acquire_timeout", self.acquire_timeout),
+            ("drift_min", Some(self.drift_min)),
+            ("watchdog_interval", self.watchdog_interval),
+        ] {
+            if value.is_some_and(|value| value > MAX_DURATION) {
+                return invalid(format!("{name} must be at most one year"));
+            }
+        }
         if self.node_timeout.is_zero() {
             return invalid("node_timeout must be positive");
         }
@@ -141,6 +158,46 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn every_duration_near_the_maximum_is_refused_not_a_panic_later() {
+        let fields: [fn(&mut Config); 6] = [
+            |c| c.node_timeout = Duration::MAX,
+            |c| c.retry_delay = Duration::MAX,
+            |c| c.retry_jitter = Duration::MAX,
+            |c| c.acquire_timeout = Some(Duration::MAX),
+            |c| c.drift_min = Duration::MAX,
+            |c| c.watchdog_interval = Some(Duration::MAX),
+        ];
+        for set in fields {
+            let mut config = Config::default();
+            set(&mut config);
+            assert!(
+                matches!(config.validate(), Err(Error::InvalidConfig(ref why)) if why.contains("at most one year")),
+                "{config:?}"
+            );
+            // Nothing that a valid config feeds into can overflow.
+            let mut config = Config::default();
+            set(&mut config);
+            let capped = Config {
+                node_timeout: config.node_timeout.min(MAX_DURATION),
+                retry_delay: config.retry_delay.min(MAX_DURATION),
+                retry_jitter: config.retry_jitter.min(MAX_DURATION),
+                acquire_timeout: config.acquire_timeout.map(|d| d.min(MAX_DURATION)),
+                drift_min: config.drift_min.min(MAX_DURATION),
+                watchdog_interval: config.watchdog_interval.map(|d| d.min(MAX_DURATION)),
+                ..config
+            };
+            assert!(capped.validate().is_ok());
+            let _ = capped.retry_budget();
+            let _ = std::time::Instant::now() + capped.retry_budget();
+            let _ = std::time::Instant::now()
+                + capped.retry_delay
+                + capped.retry_jitter
+                + capped.node_timeout
+                + capped.acquire_timeout.unwrap_or_default();
+        }
     }
 
     #[test]
