@@ -125,6 +125,11 @@ fn run(ctx: Ctx) {
         // A replica grants nothing (its waiters were unblocked by Redis on
         // demotion, and WAIT does not block on a replica): drop what was
         // pending, so that it cannot keep the timer firing.
+        // The sweep indexes what arrived by RENAME or MOVE from the
+        // primary's stream too: a promoted replica ends those leases.
+        if with_state(|state| sweep::wanted(state)).unwrap_or(false) {
+            sweep::step(ctx, BUDGET);
+        }
         let recheck = CLOCK.monotonic_ms().saturating_add(REPLICA_RECHECK_MS);
         with_state(|state| {
             state.pending_grants.clear();

@@ -209,3 +209,27 @@ fn a_promoted_replica_continues_above_a_counter_from_full_sync() {
         "promoted replica issued {fresh}, not above the primary's counter {raised}"
     );
 }
+
+/// A lock renamed on the primary arrives at the replica under its new name
+/// through the stream, with no event the module hears: the lease sweep
+/// files it there, so the promoted replica ends it on time by itself.
+#[test]
+fn a_lock_renamed_on_the_primary_ends_on_the_promoted_replica() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.replicate_from(&primary);
+    let mut p = primary.conn();
+    acquire(&mut p, "k", "alice", 600).unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("k")
+        .arg("k2")
+        .query(&mut p)
+        .unwrap();
+    wait_replicated(&primary, &replica);
+    drop(primary);
+    replica.promote();
+    let mut r = replica.conn();
+    assert_eq!(held(&mut r, "k2").owner, b"alice");
+    wait_gone(&mut r, "k2", Duration::from_millis(600));
+    assert_eq!(lock_stat(&mut r, "lock_expired"), 1);
+}
