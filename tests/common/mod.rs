@@ -376,27 +376,30 @@ pub fn waiters(conn: &mut Connection, key: &str) -> i64 {
     lock_info(conn, key).map_or(0, |info| info.waiters)
 }
 
-/// `LOCK.ACQUIRE key owner ttl WAIT 0` on its own connection, returned once
-/// the server has queued it: its reply, or its error line.
-pub fn spawn_waiter_or_error(
+/// `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection, returned
+/// once the server has queued it (so arrival order is known); `finish`
+/// turns its reply into what the thread returns.
+fn spawn_acquire_wait<T: Send + 'static>(
     server: &RedisServer,
     key: &str,
     owner: &str,
-    ttl: u64,
-) -> JoinHandle<Result<Option<i64>, String>> {
+    (ttl, timeout): (u64, u64),
+    finish: fn(RedisResult<Option<i64>>) -> T,
+) -> JoinHandle<T> {
     let mut probe = server.conn();
     let before = waiters(&mut probe, key);
     let mut conn = server.conn();
     let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
     let handle = std::thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(&key_owned)
-            .arg(&owner_owned)
-            .arg(ttl)
-            .arg("WAIT")
-            .arg(0)
-            .query::<Option<i64>>(&mut conn)
-            .map_err(|e| error_line(&e))
+        finish(
+            redis::cmd("LOCK.ACQUIRE")
+                .arg(&key_owned)
+                .arg(&owner_owned)
+                .arg(ttl)
+                .arg("WAIT")
+                .arg(timeout)
+                .query::<Option<i64>>(&mut conn),
+        )
     });
     assert!(
         wait_until(SOON, || waiters(&mut probe, key) == before + 1),
@@ -405,8 +408,20 @@ pub fn spawn_waiter_or_error(
     handle
 }
 
-/// Starts `LOCK.ACQUIRE key owner ttl WAIT timeout` on its own connection
-/// and returns once the server has queued it (so arrival order is known).
+/// A queued waiter (`WAIT 0`) whose reply is the token, nil, or its error
+/// line.
+pub fn spawn_waiter_or_error(
+    server: &RedisServer,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+) -> JoinHandle<Result<Option<i64>, String>> {
+    spawn_acquire_wait(server, key, owner, (ttl, 0), |reply| {
+        reply.map_err(|e| error_line(&e))
+    })
+}
+
+/// A queued waiter whose reply must be a token or nil.
 pub fn spawn_waiter(
     server: &RedisServer,
     key: &str,
@@ -414,25 +429,7 @@ pub fn spawn_waiter(
     ttl: u64,
     timeout: u64,
 ) -> JoinHandle<Option<i64>> {
-    let mut probe = server.conn();
-    let before = waiters(&mut probe, key);
-    let mut conn = server.conn();
-    let (key_owned, owner_owned) = (key.to_string(), owner.to_string());
-    let handle = std::thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(&key_owned)
-            .arg(&owner_owned)
-            .arg(ttl)
-            .arg("WAIT")
-            .arg(timeout)
-            .query::<Option<i64>>(&mut conn)
-            .unwrap()
-    });
-    assert!(
-        wait_until(SOON, || waiters(&mut probe, key) == before + 1),
-        "waiter {owner} was not queued"
-    );
-    handle
+    spawn_acquire_wait(server, key, owner, (ttl, timeout), |reply| reply.unwrap())
 }
 
 /// A small deterministic generator (xorshift), seeded per run: fuzz tests
