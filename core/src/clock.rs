@@ -53,8 +53,11 @@ fn process_origin() -> Instant {
 
 impl Clock for SystemClock {
     fn monotonic_ms(&self) -> u64 {
-        // u64 milliseconds cover 584 million years of uptime.
-        u64::try_from(process_origin().elapsed().as_millis()).unwrap_or(u64::MAX)
+        // u64 milliseconds cover 584 million years of uptime. Readings
+        // start at one second, so that "a millisecond ago" always exists.
+        u64::try_from(process_origin().elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1_000)
     }
 
     fn wall_us(&self) -> i64 {

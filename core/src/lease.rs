@@ -42,12 +42,16 @@ pub fn to_wall_ms(clock: &impl Clock, deadline: u64) -> i64 {
 }
 
 /// The monotonic deadline of a lease that ends at wall-clock `wall_end_ms`.
-/// An end already in the past gives a deadline of now: the lease is over.
+/// An end already in the past gives a deadline before now: the lease is
+/// over (a lease lives through the reading of its deadline, see
+/// `Lock::ends_at`).
 pub fn from_wall_ms(clock: &impl Clock, wall_end_ms: i64) -> u64 {
-    let left = wall_end_ms.saturating_sub(clock.wall_ms()).max(0);
-    clock
-        .monotonic_ms()
-        .saturating_add(u64::try_from(left).unwrap_or(0))
+    let now = clock.monotonic_ms();
+    let left = wall_end_ms.saturating_sub(clock.wall_ms());
+    match u64::try_from(left) {
+        Ok(left) => now.saturating_add(left),
+        Err(_) => now.saturating_sub(1),
+    }
 }
 
 #[cfg(test)]
@@ -95,7 +99,11 @@ mod tests {
     #[test]
     fn a_lease_that_ended_while_down_is_over_at_load() {
         let after = ManualClock::new(7, 2_000);
-        assert_eq!(from_wall_ms(&after, 1_000), 7);
+        let ended = from_wall_ms(&after, 1_000);
+        assert_eq!(ended, 6);
+        assert!(crate::Lock::new(b"o", 1, 1, ended).has_expired(7));
+        // An end of exactly now leaves the lease this millisecond.
+        assert!(!crate::Lock::new(b"o", 1, 1, from_wall_ms(&after, 2_000)).has_expired(7));
         assert_eq!(remaining_ms(&after, from_wall_ms(&after, i64::MIN)), 0);
         assert_eq!(
             remaining_ms(&after, from_wall_ms(&after, i64::MAX)),
