@@ -68,17 +68,18 @@ fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
     // Pending grants: at once (0 is in the past of any monotonic reading).
     let grants = (!state.pending_grants.is_empty() || !state.undelivered.is_empty())
         .then_some(writes_not_before);
-    let foreign = (!state.behind_foreign.is_empty()).then(|| {
-        let recheck = CLOCK.monotonic_ms().saturating_add(FOREIGN_RECHECK_MS);
-        recheck.max(writes_not_before)
-    });
+    // `ms` from now (the clock is read only for what is pending).
+    let soon = |ms: u64| {
+        CLOCK
+            .monotonic_ms()
+            .saturating_add(ms)
+            .max(writes_not_before)
+    };
+    let foreign = (!state.behind_foreign.is_empty()).then(|| soon(FOREIGN_RECHECK_MS));
     let recovered = state
         .waits_for_recovery
         .then(|| recovery::ends_at().max(writes_not_before));
-    let sweep = sweep::wanted(state).then(|| {
-        let next = CLOCK.monotonic_ms().saturating_add(SWEEP_INTERVAL_MS);
-        next.max(writes_not_before)
-    });
+    let sweep = sweep::wanted(state).then(|| soon(SWEEP_INTERVAL_MS));
     let Some(fire_at) = [leases, waits, grants, foreign, recovered, sweep]
         .into_iter()
         .flatten()

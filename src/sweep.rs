@@ -56,9 +56,11 @@ pub fn own_change<R>(change: impl FnOnce() -> R) -> R {
 /// Whether the timer should sweep: a hint since the last full pass, and more
 /// lock values than indexed leases.
 pub fn wanted(state: &ModuleState) -> bool {
-    let hinted = HINTS.load(Ordering::Relaxed) != COVERED.with(|c| *c.borrow())
-        || PASS.with(|p| p.borrow().is_some());
-    hinted && unindexed(state)
+    // Called whenever the timer is armed: the counts first, which agree
+    // almost always.
+    unindexed(state)
+        && (HINTS.load(Ordering::Relaxed) != COVERED.with(|c| *c.borrow())
+            || PASS.with(|p| p.borrow().is_some()))
 }
 
 fn unindexed(state: &ModuleState) -> bool {

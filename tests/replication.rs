@@ -219,7 +219,8 @@ fn a_lock_renamed_on_the_primary_ends_on_the_promoted_replica() {
     let replica = RedisServer::start();
     replica.replicate_from(&primary);
     let mut p = primary.conn();
-    acquire(&mut p, "k", "alice", 600).unwrap();
+    // Long enough to outlast the promotion on a loaded machine.
+    acquire(&mut p, "k", "alice", 3_000).unwrap();
     let _: () = redis::cmd("RENAME")
         .arg("k")
         .arg("k2")
@@ -230,6 +231,6 @@ fn a_lock_renamed_on_the_primary_ends_on_the_promoted_replica() {
     replica.promote();
     let mut r = replica.conn();
     assert_eq!(held(&mut r, "k2").owner, b"alice");
-    wait_gone(&mut r, "k2", Duration::from_millis(600));
+    wait_gone(&mut r, "k2", Duration::from_millis(3_000));
     assert_eq!(lock_stat(&mut r, "lock_expired"), 1);
 }
