@@ -147,6 +147,10 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     options: ServerOptions,
+    /// Starts retried because the port was taken in the meantime.
+    bind_retries: u32,
+    /// A restart keeps its port (replicas and clients point at it).
+    keep_port: bool,
 }
 
 impl RedisServer {
@@ -167,8 +171,11 @@ impl RedisServer {
             port,
             dir,
             options,
+            bind_retries: 0,
+            keep_port: false,
         };
         server.spawn();
+        server.keep_port = true;
         server
     }
 
@@ -221,25 +228,42 @@ impl RedisServer {
         });
         self.child = Some(child);
         let port = self.port;
+        let mut exited = None;
         let ready = wait_until(
             Duration::from_secs(if valgrind() { 120 } else { 20 }),
             || {
                 if let Some(child) = self.child.as_mut() {
                     if let Ok(Some(status)) = child.try_wait() {
-                        panic!(
-                            "redis-server on port {port} exited at start ({status}); log:\n{}",
-                            self.log()
-                        );
+                        exited = Some(status);
+                        return true;
                     }
                 }
                 ping(port) == Some(true)
             },
         );
+        if let Some(status) = exited {
+            self.child = None;
+            let log = self.log();
+            // The port was free when it was picked, but a connection's
+            // ephemeral port (or another test's server) took it before the
+            // server bound it (a slow start under valgrind widens the gap):
+            // start again, on a fresh port unless the port must be kept.
+            if log.contains("Address already in use") && self.bind_retries < 5 {
+                self.bind_retries += 1;
+                if !self.keep_port {
+                    self.port = free_port();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                return self.spawn();
+            }
+            panic!("redis-server on port {port} exited at start ({status}); log:\n{log}");
+        }
         assert!(
             ready,
             "redis-server on port {port} did not answer PING; log:\n{}",
             self.log()
         );
+        self.bind_retries = 0;
     }
 
     /// The port it listens on.
