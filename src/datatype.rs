@@ -235,18 +235,9 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
 }
 
 /// The key's name and database from a key-operation context.
-fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx, to: bool) -> Option<KeyId> {
-    let (name, db) = if to {
-        (
-            rm!(RedisModule_GetToKeyNameFromOptCtx(ctx))?,
-            rm!(RedisModule_GetToDbIdFromOptCtx(ctx))?,
-        )
-    } else {
-        (
-            rm!(RedisModule_GetKeyNameFromOptCtx(ctx))?,
-            rm!(RedisModule_GetDbIdFromOptCtx(ctx))?,
-        )
-    };
+fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<KeyId> {
+    let name = rm!(RedisModule_GetKeyNameFromOptCtx(ctx))?;
+    let db = rm!(RedisModule_GetDbIdFromOptCtx(ctx))?;
     Some(KeyId::new(db, ffi::bytes(name)))
 }
 
@@ -257,7 +248,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         let Some(lock) = lock_ref(value) else {
             return;
         };
-        crate::eviction::lock_unlinked(|| key_of(ctx, false));
+        crate::eviction::lock_unlinked(|| key_of(ctx));
         // Deleted, or leaving for another name (RENAME, MOVE): the sweep
         // finds it there.
         crate::sweep::hint();
@@ -267,7 +258,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             if state.waiters.is_empty() {
                 return;
             }
-            if let Some(id) = key_of(ctx, false) {
+            if let Some(id) = key_of(ctx) {
                 if state.waiters.has_waiters(&id) {
                     state.pending_grants.insert(id);
                     expiry::arm(state);

@@ -369,8 +369,6 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_SubscribeToServerEvent,
         RedisModule_GetKeyNameFromOptCtx,
         RedisModule_GetDbIdFromOptCtx,
-        RedisModule_GetToKeyNameFromOptCtx,
-        RedisModule_GetToDbIdFromOptCtx,
         RedisModule_BlockClient,
         RedisModule_UnblockClient,
         RedisModule_SetDisconnectCallback,

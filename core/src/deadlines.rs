@@ -177,18 +177,6 @@ impl<K> DeadlineIndex<K> {
         }
     }
 
-    /// Gives entry `id` a new key (the lock was renamed or moved to another
-    /// database). False if there is no such entry.
-    pub fn rekey(&mut self, id: u64, key: K) -> bool {
-        match self.slot_mut(id) {
-            Some(entry) => {
-                entry.key = Some(key);
-                true
-            }
-            None => false,
-        }
-    }
-
     /// The earliest deadline, if any. Drops stale heap items on the way, so
     /// a timer armed for it does not fire for a released lock; it may still
     /// be earlier than the lease it speaks for (a renewal), which costs one
@@ -337,7 +325,6 @@ mod tests {
         assert_ne!(old, new, "same slot, new generation");
         assert_eq!(index.remove(old), None, "the old id no longer matches");
         index.file_earlier(old, 1);
-        assert!(!index.rekey(old, "stolen"));
         assert_eq!(index.next_deadline(), Some(7), "the old id's item is stale");
         assert_eq!(index.pop_due(10, 10), vec![(new, "new")]);
     }
@@ -551,13 +538,5 @@ mod tests {
             );
         }
         assert!(rebuilds >= 3, "only {rebuilds} rebuilds of the heap");
-    }
-
-    #[test]
-    fn rekey_renames_in_place() {
-        let mut index = DeadlineIndex::new();
-        let a = index.insert(5, "old-name");
-        assert!(index.rekey(a, "new-name"));
-        assert_eq!(index.pop_due(5, 10), vec![(a, "new-name")]);
     }
 }

@@ -69,15 +69,6 @@ impl<K: Eq + Hash + Clone, W> WaitQueues<K, W> {
             .collect()
     }
 
-    /// Renames keys (for `SWAPDB`): `map` returns the new key of each queue.
-    pub fn rekey(&mut self, mut map: impl FnMut(&K) -> K) {
-        let queues = std::mem::take(&mut self.queues);
-        self.queues = queues
-            .into_iter()
-            .map(|(key, queue)| (map(&key), queue))
-            .collect();
-    }
-
     /// Total waiters over all keys.
     /// Nobody waits for anything (a queue is dropped when it empties): the
     /// check every release makes, so O(1).
@@ -132,15 +123,5 @@ mod tests {
         assert_eq!(head, Some(1));
         queues.push_front("a", 1);
         assert_eq!(queues.pop_front(&"a"), Some(1));
-    }
-
-    #[test]
-    fn rekey_swaps_databases() {
-        let mut queues = WaitQueues::default();
-        queues.push((0, "k"), 1);
-        queues.push((1, "k"), 2);
-        queues.rekey(|&(db, key)| (1 - db, key));
-        assert_eq!(queues.pop_front(&(0, "k")), Some(2));
-        assert_eq!(queues.pop_front(&(1, "k")), Some(1));
     }
 }
