@@ -244,9 +244,7 @@ pub fn info(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
 /// replicates and the AOF logs. Accepted only from the replication link or
 /// while loading the AOF; a user calling it could forge any lock.
 pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    let trusted = ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_REPLICATED)
-        || ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LOADING);
-    if !trusted {
+    if !trusted(ctx) {
         return ffi::reply_error(
             ctx,
             "ERR LOCK.APPLY is internal: it is accepted only from a primary or while loading the AOF",
@@ -286,6 +284,31 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
         }
     }
     ffi::reply_ok(ctx)
+}
+
+/// `LOCK.COUNTER n`: raises this node's token counter to at least `n`. The
+/// record an AOF rewrite's incremental file starts with
+/// (`counter_record`); accepted, like `LOCK.APPLY`, only from a primary or
+/// while loading the AOF.
+pub fn counter(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    if !trusted(ctx) {
+        return ffi::reply_error(
+            ctx,
+            "ERR LOCK.COUNTER is internal: it is accepted only from a primary or while loading the AOF",
+        );
+    }
+    let argv_bytes = ffi::argv_bytes(argv, argc);
+    let last = parse_or_reply!(ctx, args::parse_counter(&argv_bytes));
+    if with_state(|state| state.node.tokens.raise(last)).is_none() {
+        return ffi::reply_error(ctx, "ERR internal error: state busy");
+    }
+    ffi::reply_ok(ctx)
+}
+
+/// The command comes from the replication link or the AOF being loaded.
+fn trusted(ctx: Ctx) -> bool {
+    ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_REPLICATED)
+        || ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LOADING)
 }
 
 /// `LOCK.DEBUG WALLCLOCK-OFFSET [ms]`: shifts the wall clock the module reads,

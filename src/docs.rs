@@ -64,7 +64,7 @@ const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UP
 const RW_DELETE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE;
 const RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 
-pub const DOCS: [Doc; 7] = [
+pub const DOCS: [Doc; 8] = [
     Doc {
         name: c"lock.acquire",
         summary: c"Acquires or re-enters a lock and returns its fencing token; nil when another owner holds it. With WAIT, blocks in FIFO order until granted or timeout (0 waits forever).",
@@ -121,6 +121,14 @@ pub const DOCS: [Doc; 7] = [
             required(c"token", INTEGER),
             required(c"wall-end-ms", INTEGER),
         ],
+    },
+    Doc {
+        name: c"lock.counter",
+        summary: c"Internal: raises this node's token counter to at least n (written to the AOF when a rewrite starts). Refused from ordinary clients.",
+        complexity: c"O(1)",
+        arity: 2,
+        key_flags: None,
+        args: &[required(c"n", INTEGER)],
     },
     Doc {
         name: c"lock.debug",

@@ -13,6 +13,7 @@ mod async_load;
 mod caller_db;
 mod commands;
 mod config;
+mod counter_record;
 mod datatype;
 mod docs;
 mod effects;
@@ -40,8 +41,8 @@ mod module {
     use crate::datatype::LOCK_TYPE;
     use crate::ffi::{self, rm, Ctx, RString};
     use crate::{
-        async_load, commands, config, docs, events, eviction, expiry, guard, info, key,
-        propagation, recovery,
+        async_load, commands, config, counter_record, docs, events, eviction, expiry, guard, info,
+        key, propagation, recovery,
     };
 
     /// Wraps a command handler in an `extern "C"` entry point that catches
@@ -60,6 +61,7 @@ mod module {
     entry_point!(fence, "LOCK.FENCE", commands::fence);
     entry_point!(info_command, "LOCK.INFO", commands::info);
     entry_point!(apply, "LOCK.APPLY", commands::apply);
+    entry_point!(counter, "LOCK.COUNTER", commands::counter);
     entry_point!(debug, "LOCK.DEBUG", commands::debug);
 
     type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
@@ -67,7 +69,7 @@ mod module {
     /// Name, handler, flags, the legacy key position (first = last = step),
     /// and the ACL categories (set on Redis 7.2+, which has the API; on 7.0
     /// module commands are only in `@all`, see the README).
-    const COMMANDS: [(&CStr, Handler, &CStr, c_int, &CStr); 7] = [
+    const COMMANDS: [(&CStr, Handler, &CStr, c_int, &CStr); 8] = [
         (
             c"lock.acquire",
             acquire,
@@ -86,6 +88,7 @@ mod module {
             c"read fast",
         ),
         (c"lock.apply", apply, c"write", 1, c"write"),
+        (c"lock.counter", counter, c"write", 0, c"write"),
         (c"lock.debug", debug, c"admin", 0, c"admin dangerous"),
     ];
 
@@ -177,6 +180,9 @@ mod module {
                 ctx,
                 "could not register the command filter and replication events",
             );
+        }
+        if !counter_record::init(ctx) {
+            return fail(ctx, "could not subscribe to fork events");
         }
         if !async_load::init(ctx) {
             return fail(ctx, "could not subscribe to replica loading events");

@@ -83,6 +83,7 @@ extern "C" fn on_cron(ctx: Ctx, _event: raw::RedisModuleEvent, _subevent: u64, _
         if BACKLOG_MAY_EXIST.load(Ordering::Relaxed) && !backlog_or_replicas(ctx) {
             BACKLOG_MAY_EXIST.store(false, Ordering::Relaxed);
         }
+        crate::counter_record::write_if_owed(ctx);
     });
 }
 

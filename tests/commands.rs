@@ -642,6 +642,19 @@ fn lock_apply_is_refused_from_a_normal_client() {
 }
 
 #[test]
+fn lock_counter_is_refused_from_a_normal_client() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let before = acquire(&mut c, "k", "alice", 60_000).unwrap();
+    assert_eq!(release(&mut c, "k", "alice"), Some(0));
+    let err = error_of(&mut c, &["LOCK.COUNTER", "8000000000000000"]);
+    assert!(err.starts_with("ERR LOCK.COUNTER is internal"), "{err}");
+    // The counter was not raised: the next token follows the last one.
+    let next = acquire(&mut c, "k", "bob", 60_000).unwrap();
+    assert!(next > before && next < 8_000_000_000_000_000, "{next}");
+}
+
+#[test]
 fn memory_usage_counts_the_owner() {
     let server = RedisServer::start();
     let mut c = server.conn();

@@ -229,6 +229,16 @@ pub fn parse_apply<'a>(argv: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
     })
 }
 
+/// `LOCK.COUNTER n`: the counter value, a token in `1..=MAX_TOKEN`.
+pub fn parse_counter(argv: &[&[u8]]) -> Result<i64, ArgError> {
+    let [_, last] = argv else {
+        return Err(ArgError::WrongArity);
+    };
+    parse_i64(last)
+        .filter(|t| (1..=MAX_TOKEN).contains(t))
+        .ok_or(ArgError::Effect("token"))
+}
+
 fn parse_owner<'a>(owner: &'a [u8], limits: &Limits) -> Result<&'a [u8], ArgError> {
     if owner.is_empty() {
         Err(ArgError::EmptyOwner)
@@ -471,6 +481,20 @@ mod tests {
         assert!(parse_apply(&argv("A k me 1 0 5")).is_err());
         assert!(parse_apply(&argv("A k me 4294967296 1 5")).is_err());
         assert_eq!(parse_apply(&argv("A k me 1 1")), Err(ArgError::WrongArity));
+    }
+
+    #[test]
+    fn counter_records_are_tokens_within_the_cap() {
+        assert_eq!(parse_counter(&argv("C 42")), Ok(42));
+        assert_eq!(
+            parse_counter(&argv(&format!("C {MAX_TOKEN}"))),
+            Ok(MAX_TOKEN)
+        );
+        for bad in ["C 0", "C -1", "C x", &format!("C {}", MAX_TOKEN + 1)] {
+            assert_eq!(parse_counter(&argv(bad)), Err(ArgError::Effect("token")));
+        }
+        assert_eq!(parse_counter(&argv("C")), Err(ArgError::WrongArity));
+        assert_eq!(parse_counter(&argv("C 1 2")), Err(ArgError::WrongArity));
     }
 
     #[test]

@@ -1,0 +1,67 @@
+//! The node's token counter in the AOF, when no lock carries it.
+//!
+//! RDB files (and the RDB preamble of an AOF) save the counter as aux data,
+//! and every `LOCK.APPLY` effect in the AOF carries a token. An AOF rewrite
+//! without the preamble writes only the locks alive at that moment: a
+//! counter raised by `LOCK.FENCE ... ATLEAST` and then released would be
+//! lost with the incremental file the rewrite replaces. So when a rewrite
+//! starts (Redis fires `FORK_CHILD_BORN` in the parent after it opened the
+//! new incremental file, which survives the rewrite), the module writes
+//! `LOCK.COUNTER last` there. If clients are paused (`CLIENT PAUSE`,
+//! `FAILOVER`), writing would trip the server's assertion: the record waits
+//! for the next cron tick that may write.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::raw;
+
+use crate::ffi::{self, rm, Ctx};
+use crate::guard;
+use crate::state::with_state;
+
+/// A rewrite started and its record is not written yet.
+static OWED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_fork(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
+    guard::callback(ctx, "fork event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN
+            && ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_AOF)
+            && rewriting_aof(ctx)
+        {
+            OWED.store(true, Ordering::Relaxed);
+            write_if_owed(ctx);
+        }
+    });
+}
+
+/// The fork is the AOF rewrite's (not a `BGSAVE` or a full sync's).
+fn rewriting_aof(ctx: Ctx) -> bool {
+    ffi::server_info_field(ctx, c"persistence", c"aof_rewrite_in_progress")
+        .is_some_and(|value| value == b"1")
+}
+
+/// Writes the owed record now if the server lets the module write.
+pub fn write_if_owed(ctx: Ctx) {
+    if !OWED.load(Ordering::Relaxed) || ffi::avoid_replica_traffic() {
+        return;
+    }
+    let Some(last) = with_state(|state| state.node.tokens.last()) else {
+        return;
+    };
+    if last > 0 && ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_AOF) {
+        rm!(RedisModule_Replicate(
+            ctx,
+            c"LOCK.COUNTER".as_ptr(),
+            c"l".as_ptr(),
+            last
+        ));
+    }
+    OWED.store(false, Ordering::Relaxed);
+}
+
+/// Subscribes to forks at load (the cron tick that retries is
+/// `propagation`'s: a module has one callback per event).
+pub fn init(ctx: Ctx) -> bool {
+    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, on_fork)
+}
