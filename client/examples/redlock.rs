@@ -40,8 +40,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // is above every earlier holder's.
     println!("fencing token: {}", lock.fencing_token().await?);
 
-    let validity = lock.extend().await?;
-    println!("extended: valid for {validity:?}");
+    let extended = lock.extend().await?;
+    println!(
+        "extended on {} node(s): valid for {:?}",
+        extended.confirmed, extended.validity
+    );
 
     let release = lock.release().await?;
     println!(

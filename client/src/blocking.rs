@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::node::IntoClient;
-use crate::outcome::{Acquired, Release};
+use crate::outcome::{Acquired, Extended, Release};
 use crate::protocol::NodeInfo;
 use crate::watchdog::LockStatus;
 
@@ -192,8 +192,13 @@ impl Lock {
     }
 
     /// See [`crate::Lock::extend`].
-    pub fn extend(&self) -> Result<Duration> {
+    pub fn extend(&self) -> Result<Extended> {
         self.runtime.block_on(self.inner()?.extend())?
+    }
+
+    /// See [`crate::Lock::extend_with`].
+    pub fn extend_with(&self, ttl: Duration) -> Result<Extended> {
+        self.runtime.block_on(self.inner()?.extend_with(ttl))?
     }
 
     /// See [`crate::Lock::release`].

@@ -42,8 +42,13 @@ pub struct Config {
     /// Constant clock drift allowance added to the proportional one.
     pub drift_min: Duration,
     /// How often a [`Watchdog`](crate::Watchdog) renews the lease. `None`:
-    /// a third of the TTL.
+    /// a third of the TTL. A renewal also starts early enough to finish
+    /// (one `node_timeout`) before the loss signal.
     pub watchdog_interval: Option<Duration>,
+    /// How long before the validity ends a watchdog reports the lock lost
+    /// (and `with_lock` cancels its work), so that work stopped on the
+    /// signal stops while the lock is still certainly held.
+    pub watchdog_margin: Duration,
 }
 
 impl Default for Config {
@@ -57,6 +62,7 @@ impl Default for Config {
             drift_factor: 0.01,
             drift_min: Duration::from_millis(2),
             watchdog_interval: None,
+            watchdog_margin: Duration::from_millis(10),
         }
     }
 }
@@ -76,6 +82,7 @@ impl Config {
             ("acquire_timeout", self.acquire_timeout),
             ("drift_min", Some(self.drift_min)),
             ("watchdog_interval", self.watchdog_interval),
+            ("watchdog_margin", Some(self.watchdog_margin)),
         ] {
             if value.is_some_and(|value| value > MAX_DURATION) {
                 return invalid(format!("{name} must be at most one year"));
@@ -117,8 +124,14 @@ impl Config {
             ));
         }
         if let Some(interval) = self.watchdog_interval {
-            if interval >= ttl - drift {
-                return invalid("watchdog_interval must be shorter than ttl minus drift");
+            if interval + self.node_timeout + self.watchdog_margin >= ttl - drift {
+                return invalid(format!(
+                    "watchdog_interval ({} ms) plus node_timeout ({} ms) plus watchdog_margin ({} ms) must be shorter than ttl minus drift ({} ms): a renewal must be able to finish before the lock's validity ends",
+                    interval.as_millis(),
+                    self.node_timeout.as_millis(),
+                    self.watchdog_margin.as_millis(),
+                    (ttl - drift).as_millis()
+                ));
             }
         }
         Ok(())
@@ -162,13 +175,14 @@ mod tests {
 
     #[test]
     fn every_duration_near_the_maximum_is_refused_not_a_panic_later() {
-        let fields: [fn(&mut Config); 6] = [
+        let fields: [fn(&mut Config); 7] = [
             |c| c.node_timeout = Duration::MAX,
             |c| c.retry_delay = Duration::MAX,
             |c| c.retry_jitter = Duration::MAX,
             |c| c.acquire_timeout = Some(Duration::MAX),
             |c| c.drift_min = Duration::MAX,
             |c| c.watchdog_interval = Some(Duration::MAX),
+            |c| c.watchdog_margin = Duration::MAX,
         ];
         for set in fields {
             let mut config = Config::default();
@@ -187,6 +201,7 @@ mod tests {
                 acquire_timeout: config.acquire_timeout.map(|d| d.min(MAX_DURATION)),
                 drift_min: config.drift_min.min(MAX_DURATION),
                 watchdog_interval: config.watchdog_interval.map(|d| d.min(MAX_DURATION)),
+                watchdog_margin: config.watchdog_margin.min(MAX_DURATION),
                 ..config
             };
             assert!(capped.validate().is_ok());
@@ -277,6 +292,19 @@ mod tests {
         assert!(config.validate_ttl(ms(1_000)).is_err());
         let config = Config {
             watchdog_interval: Some(ms(500)),
+            ..Config::default()
+        };
+        assert!(config.validate_ttl(ms(1_000)).is_ok());
+        // A renewal started at the interval must finish (one node timeout)
+        // before the loss signal (margin before the validity's end).
+        let config = Config {
+            watchdog_interval: Some(ms(880)),
+            ..Config::default()
+        };
+        // 880 + 100 + 10 >= 1000 - 12
+        assert!(config.validate_ttl(ms(1_000)).is_err());
+        let config = Config {
+            watchdog_interval: Some(ms(870)),
             ..Config::default()
         };
         assert!(config.validate_ttl(ms(1_000)).is_ok());

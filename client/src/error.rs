@@ -54,6 +54,10 @@ pub enum Error {
         quorum: usize,
         outcomes: Vec<NodeOutcome>,
     },
+    /// The lock's validity ended before the operation (extend, fencing
+    /// token) could be confirmed, or before it started: another owner may
+    /// hold the lock now. Acquire it again.
+    Expired,
     /// The only node of a single-node client failed (with one node there is
     /// no quorum to fall back on, so its failure is the answer).
     Node { node: String, error: NodeError },
@@ -98,6 +102,10 @@ impl fmt::Display for Error {
                 write_outcomes(f, outcomes)
             }
             Error::Node { node, error } => write!(f, "node {node}: {error}"),
+            Error::Expired => write!(
+                f,
+                "the lock's validity has ended: another owner may hold it now"
+            ),
             Error::LockLost => write!(f, "the lock was lost while the critical section ran"),
             Error::NotHeld => write!(f, "the lock handle holds nothing"),
             Error::InvalidConfig(why) => write!(f, "invalid configuration: {why}"),

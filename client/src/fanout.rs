@@ -61,6 +61,5 @@ pub(crate) async fn round(
     Round {
         outcomes,
         started: start,
-        elapsed: start.elapsed(),
     }
 }

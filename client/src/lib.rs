@@ -142,10 +142,14 @@
 //! - `tracing`: spans for acquire, extend, release and `fencing_token`,
 //!   with trace events for each node's outcome.
 
+mod acquire;
 mod client;
 mod config;
 mod error;
 mod fanout;
+mod handle;
+mod hold;
+mod ledger;
 mod lock;
 mod node;
 mod outcome;
@@ -162,7 +166,7 @@ pub use config::Config;
 pub use error::{Error, NodeError, Result};
 pub use lock::Lock;
 pub use node::IntoClient;
-pub use outcome::{Acquired, NodeOutcome, Release, Reply};
+pub use outcome::{Acquired, Extended, NodeOutcome, Release, Reply};
 pub use protocol::{LockInfo, NodeInfo};
 pub use scoped::LockContext;
 pub use watchdog::{LockStatus, Watchdog};

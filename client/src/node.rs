@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::error::{Error, NodeError, Result};
@@ -94,25 +94,74 @@ impl Node {
         conn.send_packed_command(cmd).await.map_err(node_error)
     }
 
-    /// Sends a command that blocks on the server (`LOCK.ACQUIRE … WAIT`) on
-    /// a connection of its own, closed afterwards: Redis serves a blocked
-    /// client's later commands only once it is unblocked, so on the shared
-    /// connection the wait would stall every other lock of this client.
-    pub async fn call_blocking(&self, cmd: &Cmd, timeout: Duration) -> Result<Value, NodeError> {
+    /// Opens a connection of its own for a command that blocks on the
+    /// server (`LOCK.ACQUIRE … WAIT`), within `timeout`, and learns its
+    /// client id: Redis serves a blocked client's later commands only once
+    /// it is unblocked, so on the shared connection the wait would stall
+    /// every other lock of this client. The caller's timer for the wait
+    /// starts after this returns.
+    pub async fn open_waiting(&self, timeout: Duration) -> Result<WaitingConn, NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(Some(timeout));
-        let call = async {
+        let open = async {
             let mut conn = self
                 .client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            conn.send_packed_command(cmd).await
+            let id = conn
+                .send_packed_command(redis::cmd("CLIENT").arg("ID"))
+                .await?;
+            Ok::<_, redis::RedisError>((conn, id))
         };
-        match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result.map_err(node_error),
+        match tokio::time::timeout(timeout, open).await {
+            Ok(Ok((conn, id))) => Ok(WaitingConn {
+                conn,
+                id: match id {
+                    Value::Int(id) => Some(id),
+                    _ => None,
+                },
+            }),
+            Ok(Err(error)) => Err(node_error(error)),
             Err(_) => Err(NodeError::Timeout(timeout)),
         }
+    }
+
+    /// A handle on the shared connection that outlives a borrow of the node
+    /// (for work in the background).
+    pub fn shared(&self) -> SharedConn {
+        SharedConn(self.conn.clone())
+    }
+}
+
+/// The node's shared connection, detached from the node.
+pub(crate) struct SharedConn(ConnectionManager);
+
+impl SharedConn {
+    pub async fn send(&mut self, cmd: &Cmd) -> Result<Value, NodeError> {
+        self.0.send_packed_command(cmd).await.map_err(node_error)
+    }
+}
+
+/// A connection of its own for one blocking command. Commands sent on it
+/// after the blocking one are served after it, in order.
+pub(crate) struct WaitingConn {
+    conn: MultiplexedConnection,
+    id: Option<i64>,
+}
+
+impl WaitingConn {
+    /// Sends `cmd` and waits for its reply, with no time bound of its own.
+    pub async fn send(&mut self, cmd: &Cmd) -> Result<Value, NodeError> {
+        self.conn.send_packed_command(cmd).await.map_err(node_error)
+    }
+
+    /// `CLIENT UNBLOCK id`, to end this connection's wait from another one.
+    pub fn unblock_command(&self) -> Option<Cmd> {
+        let id = self.id?;
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("UNBLOCK").arg(id);
+        Some(cmd)
     }
 }
 

@@ -66,11 +66,9 @@ impl fmt::Display for NodeOutcome {
 #[derive(Clone, Debug)]
 pub(crate) struct Round {
     pub outcomes: Vec<NodeOutcome>,
-    /// Just before the first command was sent.
+    /// Just before the first command was sent: every node that ran the
+    /// command ran it after this (the ledger's lease bounds start here).
     pub started: Instant,
-    /// From just before the first command was sent to the last answer (or
-    /// per-node timeout): the `elapsed` of the validity formula.
-    pub elapsed: Duration,
 }
 
 impl Round {
@@ -84,10 +82,10 @@ impl Round {
 }
 
 /// The result of a successful [`acquire`](crate::Lock::acquire).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Acquired {
     /// How long the lock is certainly ours from now on (at the time the
-    /// acquisition finished): ttl − elapsed − drift.
+    /// acquisition finished): round start + ttl − drift − now.
     pub validity: Duration,
     /// Holds of this handle after this acquisition (1 for a fresh one).
     pub holds: u32,
@@ -97,20 +95,51 @@ pub struct Acquired {
     pub outcomes: Vec<NodeOutcome>,
 }
 
+/// The result of a successful [`extend`](crate::Lock::extend): a majority
+/// renewed the lease in time. Nodes that no longer hold the lock are
+/// counted, so that a lock kept by a bare majority is visible.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extended {
+    /// How long the lock is certainly held from now on: until the
+    /// `quorum`-th latest lease end the client can vouch for.
+    pub validity: Duration,
+    /// Nodes that renewed the lease.
+    pub confirmed: usize,
+    /// Nodes that answered that they do not hold it (lease ended there, or
+    /// the node lost it).
+    pub not_held: usize,
+    /// The quorum of this client.
+    pub quorum: usize,
+    /// Every node's answer.
+    pub outcomes: Vec<NodeOutcome>,
+}
+
+impl Extended {
+    /// Nodes that did not renew: they said they do not hold the lock, or
+    /// did not answer.
+    pub fn missing(&self) -> usize {
+        self.outcomes.len().saturating_sub(self.confirmed)
+    }
+}
+
 /// The result of a [`release`](crate::Lock::release).
 ///
 /// A release after the lease ended is not an error: it is reported here with
 /// [`Release::lapsed`], so a critical section that overran its validity is
 /// visible instead of hidden.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Release {
     /// Holds of this handle left. When it is above 0 the nodes were not
     /// contacted (see the reentrancy notes in the crate docs).
     pub holds_left: u32,
     /// Nodes that still held our lock and freed it now.
     pub released: usize,
-    /// Nodes that did not hold it any more (lease ended or state lost).
+    /// Nodes that answered that they did not hold it any more (lease ended
+    /// or state lost).
     pub not_held: usize,
+    /// Nodes that did not answer (timeout, connection, error reply): what
+    /// they held is unknown; a lease there ends by itself.
+    pub failed: usize,
     /// The quorum of this client.
     pub quorum: usize,
     /// Every node's answer (empty when the nodes were not contacted).
@@ -118,11 +147,21 @@ pub struct Release {
 }
 
 impl Release {
-    /// Whether the nodes were asked and fewer than a quorum still held the
-    /// lock: its lease had already ended, so another owner may have held it
-    /// before this release.
+    /// Whether so many nodes answered "not held" that fewer than a quorum
+    /// can have held the lock when it was released: its lease had certainly
+    /// ended, so another owner may have held it before this release. Nodes
+    /// that did not answer are not counted as lapsed (see
+    /// [`Release::confirmed`]).
     pub fn lapsed(&self) -> bool {
-        self.holds_left == 0 && !self.outcomes.is_empty() && self.released < self.quorum
+        self.holds_left == 0
+            && !self.outcomes.is_empty()
+            && self.outcomes.len().saturating_sub(self.not_held) < self.quorum
+    }
+
+    /// Whether a majority confirmed that they held the lock until this
+    /// release freed it.
+    pub fn confirmed(&self) -> bool {
+        self.holds_left > 0 || self.released >= self.quorum
     }
 }
 
@@ -147,7 +186,6 @@ mod tests {
                 outcome(Ok(Reply::Granted { token: 7 })),
             ],
             started: Instant::now(),
-            elapsed: Duration::ZERO,
         };
         assert_eq!(round.count(|r| matches!(r, Reply::Granted { .. })), 2);
         assert_eq!(round.count(|r| matches!(r, Reply::Busy)), 1);
@@ -157,24 +195,29 @@ mod tests {
     }
 
     #[test]
-    fn a_release_is_lapsed_only_when_fewer_than_a_quorum_released() {
-        let freed = |released, not_held| Release {
+    fn a_release_is_lapsed_only_when_the_denials_leave_no_quorum() {
+        let freed = |released, not_held, failed| Release {
             holds_left: 0,
             released,
             not_held,
+            failed,
             quorum: 3,
-            outcomes: vec![outcome(Ok(Reply::NotHeld)); 5],
+            outcomes: vec![outcome(Ok(Reply::NotHeld)); released + not_held + failed],
         };
-        assert!(!freed(3, 2).lapsed());
-        assert!(freed(2, 3).lapsed());
-        assert!(freed(0, 5).lapsed());
+        assert!(!freed(3, 2, 0).lapsed());
+        assert!(freed(3, 2, 0).confirmed());
+        assert!(freed(2, 3, 0).lapsed());
+        assert!(freed(0, 5, 0).lapsed());
+        // Slow nodes are not lapsed ones: the lock may be intact there.
+        assert!(!freed(2, 0, 3).lapsed());
+        assert!(!freed(2, 0, 3).confirmed());
+        assert!(!freed(0, 2, 3).lapsed());
         let nested = Release {
             holds_left: 1,
-            released: 0,
-            not_held: 0,
             quorum: 3,
-            outcomes: vec![],
+            ..Release::default()
         };
         assert!(!nested.lapsed());
+        assert!(nested.confirmed());
     }
 }

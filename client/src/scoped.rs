@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::client::Redlock;
 use crate::error::{Error, Result};
-use crate::lock::LockCore;
+use crate::handle::LockCore;
 
 /// What the work running under [`Redlock::with_lock`] can ask about its
 /// lock. Cheap to clone; it cannot release the lock (the helper does).

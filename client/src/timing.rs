@@ -1,5 +1,5 @@
-//! The pure arithmetic of Redlock: quorum size, drift allowance, validity,
-//! and retry delays. Kept free of I/O so it is tested exactly.
+//! The pure arithmetic of Redlock: quorum size, drift allowance and retry
+//! delays (validity is the ledger's). Kept free of I/O so it is tested exactly.
 
 use std::time::Duration;
 
@@ -15,20 +15,6 @@ pub fn quorum(nodes: usize) -> usize {
 pub fn drift(ttl: Duration, factor: f64, min: Duration) -> Duration {
     // `factor` is validated to lie in 0..1, so the product cannot overflow.
     ttl.mul_f64(factor) + min
-}
-
-/// How long a lock is certainly held after a round that took `elapsed`:
-/// `ttl − elapsed − drift`, or `None` when that is not positive.
-///
-/// Every node started its lease after the round began, so the first lease
-/// to end ends no earlier than `round start + ttl` by that node's clock;
-/// subtracting the round's duration and the drift gives a lower bound on
-/// the time all the granting nodes still hold it, measured from the end of
-/// the round.
-pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift)
-        .filter(|left| !left.is_zero())
 }
 
 /// A retry delay: `base` plus a uniformly random part of `0..=jitter`
@@ -70,27 +56,6 @@ mod tests {
         assert_eq!(drift(ms(10_000), 0.01, ms(2)), ms(102));
         assert_eq!(drift(ms(1_000), 0.01, ms(2)), ms(12));
         assert_eq!(drift(ms(1_000), 0.0, ms(0)), ms(0));
-    }
-
-    #[test]
-    fn validity_subtracts_elapsed_and_drift() {
-        assert_eq!(validity(ms(10_000), ms(50), ms(102)), Some(ms(9_848)));
-        assert_eq!(
-            validity(ms(1_000), ms(988), ms(12)),
-            None,
-            "exactly zero is not valid"
-        );
-        assert_eq!(validity(ms(1_000), ms(987), ms(12)), Some(ms(1)));
-        assert_eq!(
-            validity(ms(1_000), ms(2_000), ms(12)),
-            None,
-            "a round longer than the ttl"
-        );
-        assert_eq!(
-            validity(ms(1_000), ms(995), ms(12)),
-            None,
-            "eaten by the drift"
-        );
     }
 
     #[test]

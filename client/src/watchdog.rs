@@ -11,7 +11,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::lock::{Lock, LockCore};
+use crate::handle::LockCore;
+use crate::lock::Lock;
 use crate::outcome::{NodeOutcome, Release, Reply};
 
 /// What a watchdog knows about its lock.
@@ -154,12 +155,19 @@ impl std::fmt::Debug for Watchdog {
     }
 }
 
-/// The renewal loop: extend every `interval`; after a failed extension
-/// retry quickly; report a loss when the validity ends before a renewal
-/// succeeds, or when so many nodes deny holding the lock that no majority
-/// is left to confirm it.
+/// The renewal loop. Each renewal starts at the earlier of `interval`
+/// after the last success and the last moment from which a renewal (one
+/// per-node timeout) can still finish before the loss signal; after a
+/// failure it retries quickly. The loss is signalled `margin` before the
+/// validity ends, so that work selected on [`Watchdog::lost`] stops while
+/// the lock is still certainly held, and at once when so many nodes deny
+/// holding the lock that no majority is left to confirm it. However little
+/// validity is left, a renewal is tried before a loss is reported.
 async fn renew(core: Arc<LockCore>, status: watch::Sender<LockStatus>) {
-    let interval = core.client().config().watchdog_interval_for(core.ttl());
+    let config = core.client().config();
+    let interval = config.watchdog_interval_for(core.ttl());
+    let node_timeout = config.node_timeout;
+    let margin = config.watchdog_margin;
     let retry_pause = (interval / 4).max(Duration::from_millis(1));
     let mut next = Instant::now() + interval;
     let mut last_outcomes = Vec::new();
@@ -168,8 +176,10 @@ async fn renew(core: Arc<LockCore>, status: watch::Sender<LockStatus>) {
             // Released under us (through a context handle): nothing to watch.
             return;
         };
-        tokio::time::sleep_until(next.min(until)).await;
-        if Instant::now() >= until {
+        let signal_at = until.checked_sub(margin).unwrap_or(until);
+        let latest_start = signal_at.checked_sub(node_timeout).unwrap_or(signal_at);
+        tokio::time::sleep_until(next.min(latest_start)).await;
+        if Instant::now() >= signal_at {
             let _ = status.send(LockStatus::Lost {
                 outcomes: last_outcomes,
             });
@@ -189,12 +199,16 @@ async fn renew(core: Arc<LockCore>, status: watch::Sender<LockStatus>) {
                     last_outcomes = outcomes;
                     next = Instant::now() + retry_pause;
                 }
+                Err(Error::Expired) => {
+                    let _ = status.send(LockStatus::Lost { outcomes: last_outcomes });
+                    return;
+                }
                 Err(_) => {
                     // Not held any more: released through another handle.
                     return;
                 }
             },
-            _ = tokio::time::sleep_until(until) => {
+            () = tokio::time::sleep_until(signal_at) => {
                 let _ = status.send(LockStatus::Lost { outcomes: last_outcomes });
                 return;
             }

@@ -84,8 +84,12 @@ async fn extend_renews_the_lease_on_the_nodes() {
         .acquire("extended", Duration::from_millis(2_000))
         .await
         .unwrap();
-    let validity = lock.extend_with(Duration::from_secs(60)).await.unwrap();
-    assert!(validity > Duration::from_secs(50));
+    let extended = lock.extend_with(Duration::from_secs(60)).await.unwrap();
+    assert!(extended.validity > Duration::from_secs(50));
+    assert_eq!(
+        (extended.confirmed, extended.not_held, extended.missing()),
+        (5, 0, 0)
+    );
     for server in &cluster.servers {
         assert!(info_int(server, "extended", "pttl").unwrap() > 50_000);
     }

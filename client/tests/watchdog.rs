@@ -75,9 +75,13 @@ async fn the_watchdog_signals_loss_when_a_majority_dies() {
     );
     assert!(matches!(lost, Ok(LockStatus::Lost { .. })), "{lost:?}");
     assert!(guard.is_lost());
+    // Reported at most the margin before the validity ends (not after it:
+    // work stopped on the signal stops while the lock is still held).
+    let margin = short_lease_config().watchdog_margin;
     assert!(
-        !guard.is_held(),
-        "validity must have ended when the loss is reported"
+        guard.validity().is_none_or(|left| left <= margin),
+        "loss reported {:?} before the validity ends (margin {margin:?})",
+        guard.validity()
     );
     // The channel saw it too.
     assert!(matches!(
@@ -148,4 +152,62 @@ async fn with_lock_cancels_the_work_when_the_lock_is_lost() {
     }
     let result = tokio::time::timeout(Duration::from_secs(10), work).await;
     assert!(matches!(result, Ok(Ok(Err(Error::LockLost)))), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_loss_is_signalled_while_the_lock_is_still_certainly_held() {
+    let mut cluster = Cluster::start(5);
+    let margin = Duration::from_millis(300);
+    let config = Config {
+        watchdog_margin: margin,
+        ..short_lease_config()
+    };
+    let redlock = cluster.client_with(config);
+    let guard = redlock
+        .acquire("margin", Duration::from_millis(2_000))
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    for i in [0, 1, 2] {
+        cluster.servers[i].kill9();
+    }
+    let lost = tokio::time::timeout(Duration::from_secs(10), guard.lost()).await;
+    assert!(matches!(lost, Ok(LockStatus::Lost { .. })), "{lost:?}");
+    // Signalled the margin before the end: some validity is left, so work
+    // that stops on the signal stops inside the guarantee.
+    let left = guard.validity();
+    assert!(
+        left.is_some_and(|left| left <= margin),
+        "validity left at the loss signal: {left:?} (margin {margin:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_watchdog_started_late_renews_before_it_reports_anything() {
+    let cluster = Cluster::start(5);
+    let redlock = cluster.client_with(short_lease_config());
+    let ttl = Duration::from_millis(1_200);
+    let lock = redlock.acquire("late", ttl).await.unwrap();
+    // Less validity is left than the renewal interval (a third of the TTL):
+    // the watchdog must renew at once, not sleep to the end and give up.
+    let shorter_than_interval = wait_for(|| lock.validity().is_some_and(|v| v < ttl / 4)).await;
+    assert!(shorter_than_interval, "validity {:?}", lock.validity());
+    let guard = lock.watchdog().unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(!guard.is_lost(), "the watchdog gave up without renewing");
+    assert!(guard.is_held(), "validity {:?}", guard.validity());
+    guard.release().await.unwrap();
+}
+
+/// Polls `check` every millisecond for up to ten seconds.
+async fn wait_for(mut check: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    false
 }

@@ -1,0 +1,182 @@
+//! The shared core of a lock handle: what it believes about its lock (holds,
+//! the per-node ledger, tokens) and the rounds it sends. Acquisition is in
+//! `acquire.rs`, the operations on a held lock in `hold.rs`, the public
+//! handle in `lock.rs`.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, Value};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::client::Redlock;
+use crate::error::{Error, NodeError, Result};
+use crate::fanout;
+use crate::ledger::{Answer, Ledger};
+use crate::outcome::{NodeOutcome, Reply, Round};
+use crate::protocol;
+
+/// What the handle believes about its lock.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct State {
+    /// Nested acquisitions not yet released.
+    pub holds: u32,
+    /// Per node: how long its lease certainly lasts, and its token.
+    pub ledger: Ledger,
+    /// The highest token any node granted us during this hold.
+    pub max_granted: Option<u64>,
+    /// The fencing token handed out during this hold (already written back
+    /// to a quorum); cleared when a node may have granted afresh.
+    pub fence: Option<u64>,
+}
+
+pub(crate) struct LockCore {
+    client: Redlock,
+    resource: String,
+    owner: String,
+    ttl: Duration,
+    state: Mutex<State>,
+    /// Serializes the operations of this handle (a watchdog renewal and a
+    /// release must not interleave). Owned guards, so that an operation
+    /// that outlives its caller (see `detached`) keeps it to the end.
+    ops: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The guard of a handle's operation lock.
+pub(crate) type OpGuard = OwnedMutexGuard<()>;
+
+impl LockCore {
+    pub fn new(client: Redlock, resource: String, owner: String, ttl: Duration) -> LockCore {
+        LockCore {
+            client,
+            resource,
+            owner,
+            ttl,
+            state: Mutex::new(State::default()),
+            ops: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        // The state is plain data updated in single assignments: a panic
+        // elsewhere cannot leave it half-written, so poisoning is ignored.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits for the handle's other operations to finish.
+    pub async fn op(&self) -> OpGuard {
+        Arc::clone(&self.ops).lock_owned().await
+    }
+
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    pub fn client(&self) -> &Redlock {
+        &self.client
+    }
+
+    pub fn quorum(&self) -> usize {
+        self.client.quorum()
+    }
+
+    /// A ledger for this client's nodes.
+    pub fn new_ledger(&self) -> Ledger {
+        Ledger::new(self.client.nodes().len())
+    }
+
+    /// The drift allowance for leases of `ttl`.
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        self.client.config().drift(ttl)
+    }
+
+    /// Until when a quorum certainly holds the lock for us, while held.
+    pub fn valid_until(&self) -> Option<Instant> {
+        let state = self.state();
+        if state.holds == 0 {
+            return None;
+        }
+        state.ledger.valid_until(self.quorum())
+    }
+
+    /// Time left in which the lock is certainly held, if any.
+    pub fn validity(&self) -> Option<Duration> {
+        self.valid_until()?
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
+    /// `cmd` to every node of this lock's client at once, each bounded by
+    /// the configured per-node timeout.
+    pub async fn round(
+        &self,
+        cmd: &Cmd,
+        parse: fn(Value) -> std::result::Result<Reply, NodeError>,
+    ) -> Round {
+        fanout::round(
+            self.client.nodes(),
+            cmd,
+            self.client.config().node_timeout,
+            parse,
+        )
+        .await
+    }
+
+    /// `LOCK.RELEASE key owner ALL` on every node at once.
+    pub async fn release_everywhere(&self) -> Round {
+        let cmd = protocol::release(&self.resource, &self.owner, true);
+        self.round(&cmd, protocol::parse_release).await
+    }
+}
+
+/// What a node's answer to a lease-setting command (`ACQUIRE`, `EXTEND`)
+/// tells the ledger.
+pub(crate) fn answer(outcome: &NodeOutcome) -> Answer {
+    match outcome.result {
+        Ok(Reply::Granted { token }) => Answer::Holds(Some(token)),
+        Ok(Reply::Extended) => Answer::Holds(None),
+        Ok(Reply::Busy | Reply::NotHeld) => Answer::Denied,
+        Ok(Reply::Released { .. } | Reply::Fenced { .. }) | Err(_) => Answer::Unknown,
+    }
+}
+
+/// The answers of a round, for the ledger.
+pub(crate) fn answers(round: &Round) -> Vec<Answer> {
+    round.outcomes.iter().map(answer).collect()
+}
+
+/// Runs `work` as a task of its own and waits for it. If the caller stops
+/// waiting (its future is dropped: a `select!`, a timeout, an aborted
+/// task), the task still runs to its end, so a round that may have changed
+/// the nodes is always followed by the bookkeeping (or the undo) that
+/// belongs to it.
+pub(crate) async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    match tokio::spawn(work).await {
+        Ok(result) => result,
+        Err(error) => Err(Error::Runtime(format!("lock operation failed: {error}"))),
+    }
+}
+
+/// Logs a node's outcomes (with the `tracing` feature).
+#[cfg(feature = "tracing")]
+pub(crate) fn trace_outcomes(outcomes: &[NodeOutcome]) {
+    for outcome in outcomes {
+        tracing::trace!(%outcome, "node outcome");
+    }
+}
+
+#[cfg(not(feature = "tracing"))]
+pub(crate) fn trace_outcomes(_: &[NodeOutcome]) {}
