@@ -282,6 +282,20 @@ impl Checker {
         }
     }
 
+    /// The client reported its validity again (after an extension, a
+    /// re-entry or a watchdog renewal, failed or not): the window now ends
+    /// where that report says, earlier or later than before. No validity:
+    /// the window ends now if it has not already.
+    pub fn renew_window(&self, id: HolderId, validity: Option<Duration>) {
+        let now = Instant::now();
+        if let Some(holder) = self.inner().holders.get_mut(id.0) {
+            holder.window_end = match validity {
+                Some(validity) => now + validity,
+                None => holder.window_end.min(now),
+            };
+        }
+    }
+
     /// The holder starts releasing (or gives the lock up): its window ends
     /// now if it has not already.
     pub fn end_hold(&self, id: HolderId) {

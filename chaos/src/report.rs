@@ -24,6 +24,8 @@ pub struct ClientFigures {
     pub pauses: u64,
     pub other_errors: u64,
     pub first_error: Option<String>,
+    /// Holds that extended, re-entered, ran a watchdog; cancellations.
+    pub styles: crate::workload::StyleFigures,
 }
 
 impl ClientFigures {
@@ -41,6 +43,7 @@ impl ClientFigures {
             pauses: get(&stats.pauses),
             other_errors: get(&stats.other_errors),
             first_error: stats.first_error(),
+            styles: stats.styles.figures(),
         }
     }
 
@@ -60,6 +63,7 @@ impl ClientFigures {
         self.releases_lapsed += other.releases_lapsed;
         self.pauses += other.pauses;
         self.other_errors += other.other_errors;
+        self.styles.add(&other.styles);
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
         }
@@ -166,6 +170,7 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
         "  grants      {} (not acquired {}; tokens lost {}; lapsed releases {}; other errors {})",
         c.grants, c.not_acquired, c.tokens_lost, c.releases_lapsed, c.other_errors
     )?;
+    writeln!(f, "  holds       {}", c.styles)?;
     let faults = &figures.faults;
     let by_kind: Vec<String> = FaultKind::ALL
         .iter()

@@ -7,6 +7,14 @@
 //! released. When the fault injector has asked for a client pause, the next
 //! holder sleeps past its validity after taking its token and only then
 //! writes: the GC pause of the Redlock debate.
+//!
+//! Holds come in styles: plain; extended to a shorter or longer TTL; a
+//! re-entry (a second `acquire` on the held handle, then two releases); or
+//! under a watchdog that renews across more than a TTL of work. After every
+//! extension, re-entry or renewal, failed or not, the checker's window is
+//! set to the validity the client reports then. Some acquisitions and
+//! releases are cancelled mid-round (their futures dropped), as a
+//! `select!` or a timeout would.
 
 use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redis_lock_client::{Error as LockError, Redlock};
+use redis_lock_client::{Error as LockError, Lock, Redlock};
 
 use crate::checker::{Checker, WriteOutcome};
 
@@ -37,6 +45,79 @@ pub struct ClientStats {
     /// Errors other than "not acquired" / "quorum lost".
     pub other_errors: AtomicU64,
     first_error: Mutex<Option<String>>,
+    pub styles: StyleStats,
+}
+
+/// How often each hold style and cancellation happened.
+#[derive(Debug, Default)]
+pub struct StyleStats {
+    pub extends: AtomicU64,
+    pub extends_failed: AtomicU64,
+    pub reentries: AtomicU64,
+    pub reentries_failed: AtomicU64,
+    pub watchdogs: AtomicU64,
+    pub watchdog_losses: AtomicU64,
+    pub cancelled_acquires: AtomicU64,
+    pub cancelled_releases: AtomicU64,
+}
+
+/// [`StyleStats`] read out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StyleFigures {
+    pub extends: u64,
+    pub extends_failed: u64,
+    pub reentries: u64,
+    pub reentries_failed: u64,
+    pub watchdogs: u64,
+    pub watchdog_losses: u64,
+    pub cancelled_acquires: u64,
+    pub cancelled_releases: u64,
+}
+
+impl StyleStats {
+    pub fn figures(&self) -> StyleFigures {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StyleFigures {
+            extends: get(&self.extends),
+            extends_failed: get(&self.extends_failed),
+            reentries: get(&self.reentries),
+            reentries_failed: get(&self.reentries_failed),
+            watchdogs: get(&self.watchdogs),
+            watchdog_losses: get(&self.watchdog_losses),
+            cancelled_acquires: get(&self.cancelled_acquires),
+            cancelled_releases: get(&self.cancelled_releases),
+        }
+    }
+}
+
+impl StyleFigures {
+    pub fn add(&mut self, other: &StyleFigures) {
+        self.extends += other.extends;
+        self.extends_failed += other.extends_failed;
+        self.reentries += other.reentries;
+        self.reentries_failed += other.reentries_failed;
+        self.watchdogs += other.watchdogs;
+        self.watchdog_losses += other.watchdog_losses;
+        self.cancelled_acquires += other.cancelled_acquires;
+        self.cancelled_releases += other.cancelled_releases;
+    }
+}
+
+impl std::fmt::Display for StyleFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "extended {} ({} failed), re-entered {} ({} failed), watchdog {} ({} lost); cancelled acquires {}, releases {}",
+            self.extends,
+            self.extends_failed,
+            self.reentries,
+            self.reentries_failed,
+            self.watchdogs,
+            self.watchdog_losses,
+            self.cancelled_acquires,
+            self.cancelled_releases
+        )
+    }
 }
 
 impl ClientStats {
@@ -121,7 +202,7 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
     while !shared.stop.load(Ordering::Relaxed) {
         let resource = &workload.resources[rng.random_range(0..workload.resources.len())];
         let ttl = Duration::from_millis(rng.random_range(workload.ttl_ms.clone()));
-        let lock = match shared.redlock.lock(resource.as_str(), ttl) {
+        let mut lock = match shared.redlock.lock(resource.as_str(), ttl) {
             Ok(lock) => lock,
             Err(error) => {
                 stats.note_error(&error);
@@ -130,7 +211,25 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         };
         let acquire_started = Instant::now();
         stats.acquire_calls.fetch_add(1, Ordering::Relaxed);
-        let acquired = match lock.acquire().await {
+        // One acquisition in eight is abandoned after up to 30 ms (often in
+        // the middle of a round): it must leave no grant behind.
+        let cancel_after = rng
+            .random_bool(0.125)
+            .then(|| Duration::from_millis(rng.random_range(0..=30)));
+        let attempt = match cancel_after {
+            Some(after) => match tokio::time::timeout(after, lock.acquire()).await {
+                Ok(result) => result,
+                Err(_) => {
+                    stats
+                        .styles
+                        .cancelled_acquires
+                        .fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            },
+            None => lock.acquire().await,
+        };
+        let acquired = match attempt {
             Ok(acquired) => acquired,
             Err(LockError::NotAcquired { .. }) => {
                 stats.not_acquired.fetch_add(1, Ordering::Relaxed);
@@ -165,11 +264,7 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         let token = match lock.fencing_token().await {
             Ok(token) => token,
             Err(error) => {
-                if matches!(error, LockError::QuorumLost { .. }) {
-                    stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    stats.note_error(&error);
-                }
+                note_lost(stats, &error);
                 shared.checker.end_hold(id);
                 release(&lock, stats).await;
                 continue;
@@ -183,22 +278,172 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         let work_before = rng.random_range(0.05..=0.6);
         let work_after = rng.random_range(0.0..=0.3);
         let overrun = Duration::from_millis(rng.random_range(100..=600));
-        if take_pause_request(&shared.pause_requests) {
+        let style = rng.random_range(0..8u8);
+        let factor = rng.random_range(0.3..=2.0);
+        let cancel_release = rng.random_bool(0.125);
+        let mut holds = 1;
+        let mut token = token;
+        let hold = Hold {
+            shared: &shared,
+            id,
+            ttl,
+        };
+        match style {
+            // Extended to a shorter or longer TTL.
+            0 | 1 => hold.extend(&lock, ttl.mul_f64(factor)).await,
+            // A re-entry: one more hold, and the token asked for again.
+            2 => {
+                let reentered = hold.reenter(&lock).await;
+                if reentered {
+                    holds += 1;
+                    match lock.fencing_token().await {
+                        Ok(again) => {
+                            token = again;
+                            shared.checker.set_token(id, token);
+                        }
+                        Err(error) => note_lost(stats, &error),
+                    }
+                }
+            }
+            _ => {}
+        }
+        if style == 3 {
+            // Under a watchdog, work for up to twice the TTL; the lock goes
+            // back to the handle (still held) for the write and release.
+            match hold.watched(lock, ttl.mul_f64(factor)).await {
+                Some(back) => lock = back,
+                None => {
+                    shared.checker.end_hold(id);
+                    pause(&mut rng, 0..=30).await;
+                    continue;
+                }
+            }
+        } else if take_pause_request(&shared.pause_requests) {
             stats.pauses.fetch_add(1, Ordering::Relaxed);
             let left = lock.validity().unwrap_or(Duration::ZERO);
             tokio::time::sleep(left + overrun).await;
         } else {
-            tokio::time::sleep(validity.mul_f64(work_before)).await;
+            let left = lock.validity().unwrap_or(Duration::ZERO);
+            tokio::time::sleep(left.min(validity).mul_f64(work_before)).await;
         }
         match shared.checker.write(id, token) {
             WriteOutcome::Accepted { .. } => {
-                tokio::time::sleep(validity.mul_f64(work_after)).await;
+                let left = lock.validity().unwrap_or(Duration::ZERO);
+                tokio::time::sleep(left.min(validity).mul_f64(work_after)).await;
             }
             WriteOutcome::RejectedStale | WriteOutcome::RejectedWhileValid => {}
         }
         shared.checker.end_hold(id);
-        release(&lock, stats).await;
+        for _ in 1..holds {
+            release(&lock, stats).await;
+        }
+        if cancel_release {
+            // Abandoned at once: the release must still free every node.
+            stats.release_calls.fetch_add(1, Ordering::Relaxed);
+            if tokio::time::timeout(Duration::ZERO, lock.release())
+                .await
+                .is_err()
+            {
+                stats
+                    .styles
+                    .cancelled_releases
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            release(&lock, stats).await;
+        }
         pause(&mut rng, 0..=30).await;
+    }
+}
+
+/// A lock that could not be confirmed any more (quorum lost, validity
+/// ended) is an expected outcome under faults; anything else is an error.
+fn note_lost(stats: &ClientStats, error: &LockError) {
+    if matches!(error, LockError::QuorumLost { .. } | LockError::Expired) {
+        stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
+    } else {
+        stats.note_error(error);
+    }
+}
+
+/// One hold's checker record, for the styles that change its validity.
+struct Hold<'a> {
+    shared: &'a Shared,
+    id: crate::checker::HolderId,
+    ttl: Duration,
+}
+
+impl Hold<'_> {
+    fn stats(&self) -> &StyleStats {
+        &self.shared.stats.styles
+    }
+
+    /// The checker's window follows what the client reports now.
+    fn renew_window(&self, lock: &Lock) {
+        self.shared.checker.renew_window(self.id, lock.validity());
+    }
+
+    async fn extend(&self, lock: &Lock, ttl: Duration) {
+        self.stats().extends.fetch_add(1, Ordering::Relaxed);
+        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        if lock.extend_with(ttl.max(self.ttl / 2)).await.is_err() {
+            self.stats().extends_failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.renew_window(lock);
+    }
+
+    /// Whether the re-entry added a hold.
+    async fn reenter(&self, lock: &Lock) -> bool {
+        self.stats().reentries.fetch_add(1, Ordering::Relaxed);
+        let ok = lock.acquire().await.is_ok();
+        if !ok {
+            self.stats()
+                .reentries_failed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.renew_window(lock);
+        ok
+    }
+
+    /// Works for `work` under a watchdog; gives the lock back if it was
+    /// never reported lost (the window then follows the last renewal), or
+    /// `None` after releasing it when it was.
+    async fn watched(&self, lock: Lock, work: Duration) -> Option<Lock> {
+        self.stats().watchdogs.fetch_add(1, Ordering::Relaxed);
+        let guard = match lock.watchdog() {
+            Ok(guard) => guard,
+            Err(error) => {
+                note_lost(&self.shared.stats, &error);
+                return None;
+            }
+        };
+        // The window follows the validity the watchdog's renewals give,
+        // read every 10 ms.
+        let lost = guard.lost();
+        tokio::pin!(lost);
+        let end = Instant::now() + work;
+        let mut was_lost = false;
+        while Instant::now() < end {
+            let step = end
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(10));
+            tokio::select! {
+                _ = &mut lost => {
+                    was_lost = true;
+                    break;
+                }
+                () = tokio::time::sleep(step) => self.renew_window(&guard),
+            }
+        }
+        if was_lost {
+            self.stats().watchdog_losses.fetch_add(1, Ordering::Relaxed);
+            self.shared.checker.end_hold(self.id);
+            let _ = guard.release().await;
+            return None;
+        }
+        let lock = guard.stop().await;
+        self.renew_window(&lock);
+        Some(lock)
     }
 }
 

@@ -56,6 +56,16 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
     }
     assert_eq!(Plan::safe().fault_kinds().len(), FaultKind::ALL.len());
     assert!(total.clients.pauses >= 1, "no client pause:\n{summary}");
+    // Every hold style ran under the faults, and rounds were abandoned.
+    let styles = total.clients.styles;
+    assert!(
+        styles.extends >= 1
+            && styles.reentries >= 1
+            && styles.watchdogs >= 1
+            && styles.cancelled_acquires >= 1
+            && styles.cancelled_releases >= 1,
+        "a hold style never ran:\n{summary}"
+    );
     assert_eq!(
         total.faults.failed.values().sum::<u64>(),
         0,

@@ -405,6 +405,7 @@ impl LockCore {
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));
         let quorum = self.quorum();
         let mut state = self.state();
+        let before = state.ledger.clone();
         let fresh = state.ledger.apply(
             round.started,
             self.ttl(),
@@ -428,11 +429,16 @@ impl LockCore {
                 attempts: 1,
                 outcomes: round.outcomes,
             }),
-            _ => Err(Error::QuorumLost {
-                confirmed: granted,
-                quorum,
-                outcomes: round.outcomes,
-            }),
+            _ => {
+                if self.client().config().unsafe_keep_validity_on_failure {
+                    state.ledger = before;
+                }
+                Err(Error::QuorumLost {
+                    confirmed: granted,
+                    quorum,
+                    outcomes: round.outcomes,
+                })
+            }
         }
     }
 }

@@ -49,6 +49,11 @@ pub struct Config {
     /// (and `with_lock` cancels its work), so that work stopped on the
     /// signal stops while the lock is still certainly held.
     pub watchdog_margin: Duration,
+    /// For the chaos suite's negative control only: after a failed
+    /// extension or re-entry, keep the validity from before it (the unsafe
+    /// rule of earlier clients: the round may have shortened leases).
+    #[doc(hidden)]
+    pub unsafe_keep_validity_on_failure: bool,
 }
 
 impl Default for Config {
@@ -63,6 +68,7 @@ impl Default for Config {
             drift_min: Duration::from_millis(2),
             watchdog_interval: None,
             watchdog_margin: Duration::from_millis(10),
+            unsafe_keep_validity_on_failure: false,
         }
     }
 }

@@ -51,6 +51,7 @@ impl LockCore {
                     }
                 }
             }
+            let before = state.ledger.clone();
             state.ledger.apply(round.started, ttl, drift, &answers);
             let validity = state
                 .ledger
@@ -66,11 +67,16 @@ impl LockCore {
                     outcomes: round.outcomes,
                 }),
                 _ if !in_time => Err(Error::Expired),
-                _ => Err(Error::QuorumLost {
-                    confirmed,
-                    quorum,
-                    outcomes: round.outcomes,
-                }),
+                _ => {
+                    if core.client().config().unsafe_keep_validity_on_failure {
+                        state.ledger = before;
+                    }
+                    Err(Error::QuorumLost {
+                        confirmed,
+                        quorum,
+                        outcomes: round.outcomes,
+                    })
+                }
             }
         })
         .await
