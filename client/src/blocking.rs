@@ -169,7 +169,10 @@ impl std::fmt::Debug for Redlock {
 }
 
 /// A blocking lock handle: see [`crate::Lock`]. Dropping it while it holds
-/// the lock releases it (waiting at most one per-node timeout).
+/// the lock releases it, waiting at most two per-node timeouts (one for an
+/// operation of the handle still in flight, one for the release round); a
+/// release not finished by then still finishes in the background while the
+/// client's runtime lives.
 pub struct Lock {
     // `None` only after `watchdog` moved the lock into a watchdog.
     inner: Option<crate::Lock>,

@@ -63,15 +63,56 @@
 //! stay locked by minority holders until those notice and release. Retrying
 //! with random delays instead lets one client win the whole round.
 //!
+//! # Validity: exactly what the client vouches for
+//!
+//! The handle keeps, per node, a lower bound on when that node's lease for
+//! it ends, on the client's clock: `round start + ttl − drift` for a node
+//! that confirmed a lease-setting command (`ACQUIRE`, re-entry, `EXTEND`:
+//! the node ran it after the round began). Such a command sets the lease to
+//! `now + ttl` on the node, so it can shorten a lease as well as lengthen
+//! it; a node that did not answer may or may not have run it, so its bound
+//! becomes the earlier of the two; a node that answered "not held" or
+//! "held by another owner" has none. [`Lock::validity`] is the time left
+//! until the `quorum`-th latest bound: at least a majority of nodes hold the
+//! lock for us until then. Hence:
+//!
+//! - a failed or partial [`Lock::extend_with`] to a shorter TTL, or a failed
+//!   renewal at the TTL after a longer extension, shortens the validity to
+//!   at most `round start + new ttl − drift`; a validity is never kept past
+//!   the leases that guarantee it;
+//! - an extension only counts if it finished before the validity ended
+//!   (afterwards the confirmations say nothing about the time in between;
+//!   the result is [`Error::Expired`]);
+//! - the property is tested over random sequences of acquire, extend,
+//!   re-entry and renewal with random per-node outcomes and clock rates.
+//!
 //! # Extending and releasing
 //!
-//! [`Lock::extend`] renews the lease on every node still holding it, with
-//! the same rules: a majority must confirm, the round must end before the
-//! current validity does, and the new validity is measured as above.
-//! [`Lock::release`] releases on all nodes at once and reports how many
-//! still held the lock. A release after the lease ended is *not* an error:
-//! [`Release::lapsed`] says that fewer than a quorum still held it, so a
-//! critical section that overran its validity is visible to the caller.
+//! [`Lock::extend`] renews the lease on every node still holding it: a
+//! majority must confirm before the current validity ends. The
+//! [`Extended`] report counts the nodes that renewed and those that no
+//! longer hold the lock, so a lock kept by a bare majority is visible.
+//! [`Lock::release`] releases on all nodes at once. A release after the
+//! lease ended is *not* an error: [`Release::lapsed`] says that so many
+//! nodes answered "not held" that fewer than a quorum can have held it, so
+//! a critical section that overran its validity is visible to the caller.
+//! Nodes that did not answer are counted apart ([`Release::failed`]): a
+//! slow node does not make an intact lock look lapsed.
+//!
+//! # Cancellation
+//!
+//! Dropping the future of [`Lock::acquire`], [`Lock::extend`] or
+//! [`Lock::release`] (a `select!`, a timeout, an aborted task) does not
+//! abandon its round: each runs as a task of its own and finishes. An
+//! acquisition whose caller is gone stops retrying, and a grant it won
+//! anyway is released on every node in the background before the handle's
+//! next operation runs; an extension still updates the validity; a release
+//! still frees every node. In single-node mode an abandoned or timed-out
+//! wait is ended with `CLIENT UNBLOCK` and undone on its own connection,
+//! after the wait there, so the undo never reaches the node before a late
+//! grant; the acquisition itself returns by [`Config::acquire_timeout`].
+//! (Without a tokio runtime, as when a runtime shuts down, nothing can run
+//! in the background: the leases then end by themselves.)
 //!
 //! # Reentrancy
 //!
@@ -125,17 +166,29 @@
 //! The token is computed on first use and cached for the hold, so a lock
 //! whose token is never asked for costs one round trip to acquire. The
 //! maximum comes from the acquisition replies, so asking costs one more
-//! round (two if a node reports a higher token).
+//! round (two if a node reports a higher token). The cache is dropped when
+//! a re-entry may have been granted afresh by some node (a token other than
+//! the one that node reported before): after a lapse, another holder may
+//! have come and gone, and the fresh grants carry tokens above its token,
+//! so the next [`Lock::fencing_token`] computes and writes back again. A
+//! token is refused with [`Error::Expired`] once the validity has ended.
 //!
 //! # Watchdog
 //!
 //! [`Lock::watchdog`] turns a held lock into a [`Watchdog`] that renews the
-//! lease every `ttl / 3` ([`Config::watchdog_interval`]) until it is
-//! released, stopped or dropped. When a renewal cannot reach a majority
-//! before the validity ends, or a majority denies holding the lock, it
-//! reports [`LockStatus::Lost`] through [`Watchdog::lost`] (a future) and
-//! [`Watchdog::status`] (a `watch` channel). [`Redlock::with_lock`] runs a
-//! future under a watchdog and drops it (cancels it) when the lock is lost.
+//! lease until it is released, stopped or dropped. Each renewal starts at
+//! the earlier of `ttl / 3` ([`Config::watchdog_interval`]) after the last
+//! one and the last moment from which it can still finish (one
+//! [`Config::node_timeout`]) before the loss signal; however little validity
+//! is left (a slow round, a watchdog started late), a renewal is tried
+//! before any loss is reported. The loss ([`LockStatus::Lost`], through
+//! [`Watchdog::lost`] and [`Watchdog::status`]) is signalled
+//! [`Config::watchdog_margin`] *before* the validity ends, or at once when a
+//! majority denies holding the lock, so that work stopped on the signal
+//! stops while the lock is still certainly held. [`Redlock::with_lock`] runs
+//! a future under a watchdog and drops it (cancels it) on the signal. A
+//! configured interval must satisfy
+//! `interval + node_timeout + margin < ttl − drift`.
 //!
 //! # Features
 //!

@@ -50,8 +50,8 @@ impl Lock {
     /// A renewal sets each node's lease to the TTL from now, so it can also
     /// shorten leases: whatever the outcome, the handle's validity becomes
     /// what the nodes' answers vouch for (see the crate docs). A failure is
-    /// [`Error::QuorumLost`] (fewer than a majority confirmed in time) or
-    /// [`Error::Expired`] (the validity ended first).
+    /// [`Error::QuorumLost`](crate::Error::QuorumLost) (fewer than a majority confirmed in time) or
+    /// [`Error::Expired`](crate::Error::Expired) (the validity ended first).
     pub async fn extend(&self) -> Result<Extended> {
         self.core.extend(self.core.ttl()).await
     }
