@@ -51,7 +51,8 @@ sanitize: build
 		REDIS_LOCK_HOST_FUZZ_STEPS=$(SANITIZE_STEPS) REDIS_LOCK_ROUNDS_SCALE=10 \
 		$(CARGO) test --release -p redis-lock --test blocked_clients --test waiting --test host_fuzz
 
-# cargo-fuzz on the core crate's parsing and lock operations: 10 minutes in
+# cargo-fuzz on the core crate's parsing, lock operations and saved-value
+# decoding: 10 minutes in
 # all (FUZZ_SECONDS=N to change). `make test` runs a 30 s round of it.
 fuzz: build
 	scripts/fuzz.sh long

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets in fuzz/ (the pure lock logic of the core
-# crate: argument parsing, and sequences of lock operations).
+# crate: argument parsing, sequences of lock operations, and the decoding of
+# saved lock values).
 #
 #   scripts/fuzz.sh short            about 30 s of fuzzing in all (`make test`)
 #   scripts/fuzz.sh long             10 minutes in all (`make fuzz`);

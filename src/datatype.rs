@@ -8,7 +8,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use redis_lock_core::token::MAX_TOKEN;
+use redis_lock_core::record::{self, FieldReader};
 use redis_lock_core::{lease, Lock};
 use redis_module::{native_types::RedisType, raw};
 
@@ -63,43 +63,46 @@ fn null_ctx() -> ffi::Ctx {
     std::ptr::null_mut()
 }
 
+/// A lock value's fields, read through Redis's module IO; a failed read
+/// (truncated or corrupt input, reported with `HANDLE_IO_ERRORS`) is `None`.
+struct IoFields(*mut raw::RedisModuleIO);
+
+impl FieldReader for IoFields {
+    fn string(&mut self) -> Option<Vec<u8>> {
+        let mut len: usize = 0;
+        let buffer = rm!(RedisModule_LoadStringBuffer(self.0, &mut len))?;
+        if buffer.is_null() || io_error(self.0) {
+            return None;
+        }
+        // SAFETY: Redis returned `len` bytes it allocated for us; we copy
+        // and free.
+        let owner = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), len) }.to_vec();
+        rm!(RedisModule_Free(buffer.cast::<c_void>()));
+        Some(owner)
+    }
+
+    fn unsigned(&mut self) -> Option<u64> {
+        let value = rm!(RedisModule_LoadUnsigned(self.0))?;
+        (!io_error(self.0)).then_some(value)
+    }
+}
+
+/// Reads a lock, bounded like command arguments (`record::decode`): a
+/// hostile or corrupt payload is refused whole, never stored.
 fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     if encver != ENCODING_VERSION {
         return None;
     }
-    let mut len: usize = 0;
-    let buffer = rm!(RedisModule_LoadStringBuffer(rdb, &mut len))?;
-    if buffer.is_null() {
-        return None;
-    }
-    // SAFETY: Redis returned `len` bytes it allocated for us; we copy and free.
-    let owner = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), len) }.to_vec();
-    rm!(RedisModule_Free(buffer.cast::<c_void>()));
-    let holds = u32::try_from(rm!(RedisModule_LoadUnsigned(rdb))?)
-        .ok()
-        .filter(|h| *h > 0)?;
-    let token = rm!(RedisModule_LoadSigned(rdb))?;
-    let wall_end = rm!(RedisModule_LoadSigned(rdb))?;
-    // Bounded like command arguments: a hostile or corrupt payload is
-    // refused whole, never stored.
-    let owner_fits = i64::try_from(owner.len()).is_ok_and(|len| len <= MAX_OWNER_LIMIT);
-    if io_error(rdb)
-        || owner.is_empty()
-        || !owner_fits
-        || token <= 0
-        || token > MAX_TOKEN
-        || !lease::plausible_wall_end(&CLOCK, wall_end)
-    {
-        return None;
-    }
+    let max_owner = usize::try_from(MAX_OWNER_LIMIT).unwrap_or(usize::MAX);
+    let record = record::decode(&mut IoFields(rdb), &CLOCK, max_owner).ok()?;
     // The node's counter is raised when the lock is really in the keyspace
     // (the `loaded` and `restore` events): a RESTORE whose ABSTTL is past
     // loads a value that Redis then throws away.
     Some(Lock::new(
-        &owner,
-        holds,
-        token,
-        lease::from_wall_ms(&CLOCK, wall_end),
+        &record.owner,
+        record.holds,
+        record.token,
+        lease::from_wall_ms(&CLOCK, record.wall_end_ms),
     ))
 }
 

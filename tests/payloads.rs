@@ -268,6 +268,52 @@ fn an_aof_effect_with_a_lease_end_beyond_any_ttl_does_not_hang_the_restart() {
     assert!(wait_until(SOON, || !exists(&mut c, "short")));
 }
 
+/// The core crate's pure decoder of the RDB module encoding
+/// (`redis_lock_core::record`, which the fuzzer drives) reads what the
+/// server really writes: raw owners, owners Redis stores as integers, and
+/// long owners it compresses with LZF.
+#[test]
+fn the_pure_decoder_reads_real_dump_payloads() {
+    use redis_lock_core::record::{decode, RdbFields};
+    use redis_lock_core::SystemClock;
+
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let long = "worker-".repeat(30);
+    for owner in ["alice", "12345", "-7", long.as_str()] {
+        let token = acquire(&mut c, "decoded", owner, 600_000).unwrap();
+        acquire(&mut c, "decoded", owner, 600_000).unwrap();
+        let dump = Dump::of(&mut c, "decoded");
+        // The string opcode (5), then how Redis encoded the owner.
+        assert_eq!(dump.value[10], 5);
+        let expected = match owner {
+            "12345" => Some(0xc1), // a 16-bit integer
+            "-7" => Some(0xc0),    // an 8-bit integer
+            "alice" => None,       // raw, length first
+            _ => Some(0xc3),       // LZF
+        };
+        if let Some(encoding) = expected {
+            assert_eq!(dump.value[11], encoding, "owner {owner:?}");
+        }
+        // After the type byte and the module type id (0x81 + 8 bytes).
+        let mut fields = RdbFields::new(&dump.value[10..]);
+        let record = decode(&mut fields, &SystemClock::new(), 1 << 20)
+            .unwrap_or_else(|refused| panic!("owner {owner:?}: {refused:?}"));
+        assert_eq!(record.owner, owner.as_bytes());
+        assert_eq!((record.holds, record.token), (2, token));
+        let left = record.wall_end_ms - now_ms();
+        assert!(
+            (590_000..=600_000).contains(&left),
+            "lease end {left} ms away"
+        );
+        assert!(
+            fields.at_end_of_value(),
+            "owner {owner:?}: bytes after the value"
+        );
+        release_all(&mut c, "decoded", owner).unwrap();
+    }
+}
+
 /// Mutates real lock payloads (bit flips, cut, inserted and replaced bytes,
 /// swapped fields) with a valid checksum and restores each: the server must
 /// stay responsive, and whatever it accepted must be within bounds.

@@ -407,13 +407,19 @@ impl Hold<'_> {
 
     /// Works for `work` under a watchdog; gives the lock back if it was
     /// never reported lost (the window then follows the last renewal), or
-    /// `None` after releasing it when it was.
+    /// `None` after releasing it when it was (the holder then stops without
+    /// writing, as work stopped on the signal does).
     async fn watched(&self, lock: Lock, work: Duration) -> Option<Lock> {
         self.stats().watchdogs.fetch_add(1, Ordering::Relaxed);
         let guard = match lock.watchdog() {
             Ok(guard) => guard,
             Err(error) => {
-                note_lost(&self.shared.stats, &error);
+                // The validity ended before the watchdog started: as lost.
+                self.stats().watchdog_losses.fetch_add(1, Ordering::Relaxed);
+                if !matches!(error, LockError::NotHeld) {
+                    self.shared.stats.note_error(&error);
+                }
+                self.shared.checker.end_hold(self.id);
                 return None;
             }
         };

@@ -15,6 +15,7 @@ pub mod key_id;
 pub mod lease;
 pub mod lock;
 pub mod ops;
+pub mod record;
 pub mod stats;
 pub mod token;
 pub mod waiters;

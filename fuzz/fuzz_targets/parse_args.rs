@@ -221,6 +221,17 @@ fn model_apply<'a>(argv: &[&'a [u8]]) -> Expect<args::ApplyArgs<'a>> {
     })
 }
 
+/// LOCK.COUNTER is internal: exactly one number, a token in 1..=MAX_TOKEN.
+fn model_counter(argv: &[&[u8]]) -> Expect<i64> {
+    if argv.len() != 2 {
+        return Expect::Err(vec![ArgError::WrongArity]);
+    }
+    match model_int(argv[1]).filter(|t| (1..=MAX_TOKEN).contains(t)) {
+        Some(n) => Expect::Ok(n),
+        None => Expect::Err(vec![ArgError::Effect("")]),
+    }
+}
+
 fn allowed(error: &ArgError, allowed: &[ArgError]) -> bool {
     allowed.iter().any(|a| match (a, error) {
         (ArgError::Effect(_), ArgError::Effect(_)) => true,
@@ -285,7 +296,7 @@ fuzz_target!(|data: &[u8]| {
     for arg in &argv {
         assert_eq!(args::parse_i64(arg), model_int(arg), "parse_i64({arg:?})");
     }
-    match head[0] % 6 {
+    match head[0] % 7 {
         0 => compare(
             "acquire",
             &argv,
@@ -311,6 +322,12 @@ fuzz_target!(|data: &[u8]| {
             model_fence(&argv, &limits),
         ),
         4 => compare("info", &argv, args::parse_info(&argv), model_info(&argv)),
-        _ => compare("apply", &argv, args::parse_apply(&argv), model_apply(&argv)),
+        5 => compare("apply", &argv, args::parse_apply(&argv), model_apply(&argv)),
+        _ => compare(
+            "counter",
+            &argv,
+            args::parse_counter(&argv),
+            model_counter(&argv),
+        ),
     }
 });
