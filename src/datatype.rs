@@ -13,11 +13,11 @@ use redis_lock_core::{lease, Lock};
 use redis_module::{native_types::RedisType, raw};
 
 use crate::config::MAX_OWNER_LIMIT;
-use crate::expiry;
 use crate::ffi::{self, rm, RString};
 use crate::guard;
 use crate::state::{with_state, KeyId, CLOCK};
 use crate::stats::LIVE_LOCKS;
+use crate::timer;
 
 /// Bump when the RDB layout changes; loading checks it.
 const ENCODING_VERSION: c_int = 1;
@@ -121,7 +121,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
             Some(lock) => {
                 LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
                 // RESTORE and MIGRATE add it without an event we hear of.
-                crate::sweep::hint();
+                crate::hints::hint();
                 Box::into_raw(Box::new(lock)).cast::<c_void>()
             }
             None => std::ptr::null_mut(),
@@ -254,7 +254,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         crate::eviction::lock_unlinked(|| key_of(ctx));
         // Deleted, or leaving for another name (RENAME, MOVE): the sweep
         // finds it there.
-        crate::sweep::hint();
+        crate::hints::hint();
         with_state(|state| {
             state.deadlines.remove(lock.expiry_id());
             // The key's name is copied only when someone waits at all.
@@ -264,7 +264,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             if let Some(id) = key_of(ctx) {
                 if state.waiters.has_waiters(&id) {
                     state.pending_grants.insert(id);
-                    expiry::arm(state);
+                    timer::arm(state);
                 }
             }
         });

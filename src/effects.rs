@@ -8,10 +8,10 @@ use std::ffi::{c_char, c_int, CStr};
 use redis_lock_core::{lease, Change, Lock, Now};
 use redis_module::raw;
 
-use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::propagation;
 use crate::state::{with_state, KeyId, CLOCK};
+use crate::timer;
 
 /// The key a command or callback works on, and the instant it does: the
 /// clocks are read once per command (clock reads were 7% of its time).
@@ -134,7 +134,7 @@ pub fn index(target: &Target, facts: Facts) -> u64 {
             state.deadlines.file_earlier(facts.expiry_id, ends_at);
             facts.expiry_id
         };
-        expiry::arm(state);
+        timer::arm(state);
         id
     })
     .unwrap_or(0)

@@ -13,11 +13,11 @@ use redis_module::raw;
 use crate::async_load;
 use crate::caller_db;
 use crate::eviction;
-use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
 use crate::key::LockKey;
 use crate::state::{with_state, KeyId};
+use crate::timer;
 
 pub fn subscribe(ctx: Ctx) -> bool {
     let classes = raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS;
@@ -79,7 +79,7 @@ fn index_arrival(ctx: Ctx, key: RString) {
         // Every later token here exceeds the one that arrived.
         state.node.tokens.raise(token);
         let id = state.deadlines.insert(lock.ends_at(), key_id);
-        expiry::arm(state);
+        timer::arm(state);
         id
     });
     if let Some(id) = id {
@@ -107,7 +107,7 @@ extern "C" fn on_flush(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, d
                 .remap(|id| (!hit(id.db())).then(|| id.clone()));
             let keys = state.waiters.keys_where(|id| hit(id.db()));
             state.pending_grants.extend(keys);
-            expiry::arm(state);
+            timer::arm(state);
         });
     });
 }
@@ -147,7 +147,7 @@ extern "C" fn on_swapdb(
                 .waiters
                 .keys_where(|id| id.db() == first || id.db() == second);
             state.pending_grants.extend(keys);
-            expiry::arm(state);
+            timer::arm(state);
         });
     });
 }

@@ -53,7 +53,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             ),
             (
                 c"timer_runs",
-                count(crate::expiry::TIMER_RUNS.load(Ordering::Relaxed)),
+                count(crate::timer::TIMER_RUNS.load(Ordering::Relaxed)),
             ),
             (c"waiting", i64::try_from(waiting).unwrap_or(i64::MAX)),
             (c"last_token", last_token),

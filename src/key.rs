@@ -99,13 +99,13 @@ impl LockKey {
             Pending::Nothing => {}
             Pending::Delete => {
                 if self.stored().is_some() {
-                    crate::sweep::own_change(|| rm!(RedisModule_DeleteKey(self.key)));
+                    crate::hints::own_change(|| rm!(RedisModule_DeleteKey(self.key)));
                 }
             }
             Pending::Store(lock) => {
                 let value = Box::into_raw(lock).cast::<c_void>();
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
-                let status = crate::sweep::own_change(|| {
+                let status = crate::hints::own_change(|| {
                     rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value))
                 });
                 if status == Some(raw::REDISMODULE_OK as c_int) {

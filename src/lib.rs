@@ -22,6 +22,7 @@ mod eviction;
 mod expiry;
 mod ffi;
 mod guard;
+mod hints;
 mod info;
 mod key;
 mod propagation;
@@ -29,6 +30,8 @@ mod recovery;
 mod state;
 mod stats;
 mod sweep;
+mod timer;
+mod waiter;
 mod waiting;
 
 #[cfg(not(test))]
@@ -42,7 +45,7 @@ mod module {
     use crate::ffi::{self, rm, Ctx, RString};
     use crate::{
         async_load, commands, config, counter_record, docs, events, eviction, expiry, guard, info,
-        key, propagation, recovery,
+        key, propagation, recovery, timer,
     };
 
     /// Wraps a command handler in an `extern "C"` entry point that catches
@@ -115,6 +118,14 @@ mod module {
         }
     }
 
+    /// `CONFIG SET lock.recovery-ms`: the window counts from now. Waiters
+    /// it keeps are served when it ends, which may be sooner than the timer
+    /// is armed for.
+    fn restart_recovery_window() {
+        recovery::mark_loaded();
+        crate::state::with_state(timer::arm);
+    }
+
     fn fail(ctx: Ctx, why: &str) -> Status {
         ffi::log_warning(ctx, &format!("redis-lock: not loaded: {why}"));
         Status::Err
@@ -152,7 +163,7 @@ mod module {
         if let Err(why) = config::apply_module_args(&args) {
             return fail(ctx, &why);
         }
-        config::register(context);
+        config::register(context, restart_recovery_window);
         rm!(RedisModule_LoadConfigs(ctx));
         for (name, handler, flags, key, categories) in COMMANDS {
             let created = rm!(RedisModule_CreateCommand(
@@ -190,7 +201,7 @@ mod module {
         if !eviction::init(ctx) {
             return fail(ctx, "could not subscribe to configuration changes");
         }
-        if !expiry::init(ctx) {
+        if !timer::init(ctx, expiry::run) {
             return fail(ctx, "could not create the timer context");
         }
         rm!(RedisModule_RegisterInfoFunc(ctx, Some(info::info)));

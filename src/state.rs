@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
 use redis_lock_core::deadlines::DeadlineIndex;
-use redis_lock_core::waiters::WaitQueues;
+use redis_lock_core::waiters::{Place, WaitQueues};
 use redis_lock_core::{Node, SystemClock};
 
 /// The clock every lease and token is read from.
@@ -22,9 +22,10 @@ pub struct ModuleState {
     pub deadlines: DeadlineIndex<KeyId>,
     /// The armed expiry timer: its id and the monotonic time it fires at.
     pub timer: Option<(u64, u64)>,
-    pub waiters: WaitQueues<KeyId, crate::waiting::Waiter>,
-    /// Which queue each blocked client waits in, by its handle's address.
-    pub blocked: HashMap<usize, KeyId>,
+    pub waiters: WaitQueues<KeyId, crate::waiter::Waiter>,
+    /// Which queue each blocked client waits in, and where, by its handle's
+    /// address.
+    pub blocked: HashMap<usize, (KeyId, Place)>,
     /// Keys removed outside our commands (`DEL`, `FLUSHDB`) whose waiters
     /// the timer must serve: a keyspace callback may not write.
     pub pending_grants: BTreeSet<KeyId>,
@@ -38,7 +39,7 @@ pub struct ModuleState {
     pub wait_deadlines: DeadlineIndex<usize>,
     /// Grants whose reply never reached the waiter, for the timer to take
     /// back (a type callback may not write).
-    pub undelivered: Vec<crate::waiting::Grant>,
+    pub undelivered: Vec<crate::waiter::Grant>,
     /// Waiters were kept waiting by the recovery window: the timer serves
     /// every queue when it ends.
     pub waits_for_recovery: bool,

@@ -11,16 +11,14 @@
 //! token. The scan stops as soon as the counts agree again.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::ffi::{self, Ctx, ScanCursor};
+use crate::hints;
 use crate::key::LockKey;
 use crate::state::{with_state, KeyId, ModuleState};
 use crate::stats::LIVE_LOCKS;
-
-/// Bumped by every hint; a pass remembers the value it started with.
-static HINTS: AtomicU64 = AtomicU64::new(0);
 
 /// Where the current pass is, and the hint count it started at.
 struct Pass {
@@ -30,27 +28,9 @@ struct Pass {
 }
 
 thread_local! {
-    /// Set while the module itself deletes or replaces a lock key: that
-    /// is no arrival anywhere.
-    static OWN_CHANGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static PASS: RefCell<Option<Pass>> = const { RefCell::new(None) };
     /// The hint count the last completed pass covered.
     static COVERED: RefCell<u64> = const { RefCell::new(0) };
-}
-
-/// A lock may have arrived under a name the index does not know.
-pub fn hint() {
-    if !OWN_CHANGE.with(std::cell::Cell::get) {
-        HINTS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Runs `change`, a deletion or replacement of a lock key by the module.
-pub fn own_change<R>(change: impl FnOnce() -> R) -> R {
-    OWN_CHANGE.with(|own| own.set(true));
-    let result = change();
-    OWN_CHANGE.with(|own| own.set(false));
-    result
 }
 
 /// Whether the timer should sweep: a hint since the last full pass, and more
@@ -59,8 +39,7 @@ pub fn wanted(state: &ModuleState) -> bool {
     // Called whenever the timer is armed: the counts first, which agree
     // almost always.
     unindexed(state)
-        && (HINTS.load(Ordering::Relaxed) != COVERED.with(|c| *c.borrow())
-            || PASS.with(|p| p.borrow().is_some()))
+        && (hints::count() != COVERED.with(|c| *c.borrow()) || PASS.with(|p| p.borrow().is_some()))
 }
 
 fn unindexed(state: &ModuleState) -> bool {
@@ -76,7 +55,7 @@ pub fn step(ctx: Ctx, budget: Duration) {
         if !with_state(|state| unindexed(state)).unwrap_or(false) {
             // Everything is indexed: every hint so far is covered.
             PASS.with(|p| p.borrow_mut().take());
-            finish(Some(HINTS.load(Ordering::Relaxed)));
+            finish(Some(hints::count()));
             break;
         }
         let pass = PASS.with(|p| p.borrow_mut().take());
@@ -84,7 +63,7 @@ pub fn step(ctx: Ctx, budget: Duration) {
             Some(Pass {
                 db: 0,
                 cursor: ScanCursor::new()?,
-                hints: HINTS.load(Ordering::Relaxed),
+                hints: hints::count(),
             })
         }) else {
             break;

@@ -21,38 +21,19 @@ use redis_module::raw;
 
 use crate::config;
 use crate::effects::{self, Facts, Target};
-use crate::expiry;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
 use crate::key::LockKey;
 use crate::recovery;
 use crate::state::{with_state, KeyId, ModuleState, CLOCK};
-
-/// One blocked `LOCK.ACQUIRE … WAIT`.
-pub struct Waiter {
-    client: *mut raw::RedisModuleBlockedClient,
-    owner: Box<[u8]>,
-    ttl_ms: u64,
-    /// Its entry in the wait-timeout index; none for `WAIT 0`.
-    timeout: Option<u64>,
-}
+use crate::timer;
+use crate::waiter::{Grant, Waiter};
 
 /// What the blocked client is told when it is unblocked.
 enum Answer {
     Token(Grant),
     Error(String),
     TimedOut,
-}
-
-/// A lock granted to a waiter, carried to its reply. Redis completes an
-/// unblock only in `beforeSleep`; a client freed before then (killed,
-/// `CLIENT UNBLOCK … ERROR`, demotion) never gets the reply, and the grant
-/// must be taken back, or the lock stays held by nobody until its lease ends.
-pub struct Grant {
-    pub key: KeyId,
-    pub owner: Box<[u8]>,
-    pub token: i64,
-    delivered: Cell<bool>,
 }
 
 /// Blocks the calling client in `key`'s queue. The caller has checked that
@@ -80,7 +61,7 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
             let deadline = CLOCK.monotonic_ms().saturating_add(timeout_ms);
             state.wait_deadlines.insert(deadline, client as usize)
         });
-        state.waiters.push(
+        let place = state.waiters.push(
             id.clone(),
             Waiter {
                 client,
@@ -89,10 +70,10 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
                 timeout,
             },
         );
-        state.blocked.insert(client as usize, id);
+        state.blocked.insert(client as usize, (id, place));
         state.node.stats.waits += 1;
         state.waits_for_recovery |= recovery::refusal(CLOCK.monotonic_ms()).is_some();
-        expiry::arm(state);
+        timer::arm(state);
     });
     raw::REDISMODULE_OK as c_int
 }
@@ -164,18 +145,20 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                 // The node grants nothing yet: the waiter keeps its place,
                 // and the timer serves the queues when the window ends.
                 with_state(|state| {
-                    state.blocked.insert(waiter.client as usize, id.clone());
-                    state.waiters.push_front(id, waiter);
+                    let client = waiter.client as usize;
+                    let place = state.waiters.push_front(id.clone(), waiter);
+                    state.blocked.insert(client, (id, place));
                     state.waits_for_recovery = true;
-                    expiry::arm(state);
+                    timer::arm(state);
                 });
                 return;
             }
             Some(Ok(None)) => {
                 // Still held: the waiter keeps its place at the head.
                 with_state(|state| {
-                    state.blocked.insert(waiter.client as usize, id.clone());
-                    state.waiters.push_front(id, waiter);
+                    let client = waiter.client as usize;
+                    let place = state.waiters.push_front(id.clone(), waiter);
+                    state.blocked.insert(client, (id, place));
                 });
                 return;
             }
@@ -222,7 +205,7 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
         with_state(|state| {
             if state.waiters.has_waiters(id) {
                 state.behind_foreign.insert(id.clone());
-                expiry::arm(state);
+                timer::arm(state);
             }
         });
         return;
@@ -248,7 +231,7 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
         if lock.expiry_id() == entry {
             let id = with_state(|state| {
                 let id = state.deadlines.insert(lock.ends_at(), target.id());
-                expiry::arm(state);
+                timer::arm(state);
                 id
             });
             lock.set_expiry_id(id.unwrap_or(0));
@@ -286,10 +269,8 @@ fn answer(waiter: &Waiter, answer: Answer) {
 
 /// Removes a blocked client from its queue and the timeout index.
 fn forget(state: &mut ModuleState, client: *mut raw::RedisModuleBlockedClient) -> Option<Waiter> {
-    let id = state.blocked.remove(&(client as usize))?;
-    let waiter = state
-        .waiters
-        .remove(&id, |waiter| waiter.client == client)?;
+    let (id, place) = state.blocked.remove(&(client as usize))?;
+    let waiter = state.waiters.remove(&id, place)?;
     if let Some(entry) = waiter.timeout {
         state.wait_deadlines.remove(entry);
     }
@@ -297,18 +278,30 @@ fn forget(state: &mut ModuleState, client: *mut raw::RedisModuleBlockedClient) -
 }
 
 /// Ends the waits whose timeout has passed: nil, and no trace in the queue.
-pub fn end_due_waits() {
-    let now = CLOCK.monotonic_ms();
-    let due = with_state(|state| state.wait_deadlines.pop_due(now, usize::MAX)).unwrap_or_default();
-    for (_, address) in due {
-        let ended = with_state(|state| {
-            let client = address as *mut raw::RedisModuleBlockedClient;
-            let waiter = forget(state, client)?;
-            state.node.stats.wait_timeouts += 1;
-            Some(waiter.client)
-        });
-        if let Some(Some(client)) = ended {
-            unblock(client, Answer::TimedOut);
+/// `batch` at a time, for at most `budget`; the timer fires again at once
+/// for the rest.
+pub fn end_due_waits(batch: usize, budget: std::time::Duration) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < budget {
+        let now = CLOCK.monotonic_ms();
+        let Some(due) = with_state(|state| {
+            let due = state.wait_deadlines.pop_due(now, batch);
+            // A batch of stale entries is empty with more due behind it.
+            (!due.is_empty() || state.wait_deadlines.has_due(now)).then_some(due)
+        })
+        .flatten() else {
+            break;
+        };
+        for (_, address) in due {
+            let ended = with_state(|state| {
+                let client = address as *mut raw::RedisModuleBlockedClient;
+                let waiter = forget(state, client)?;
+                state.node.stats.wait_timeouts += 1;
+                Some(waiter.client)
+            });
+            if let Some(Some(client)) = ended {
+                unblock(client, Answer::TimedOut);
+            }
         }
     }
 }
@@ -400,7 +393,7 @@ extern "C" fn free_answer(ctx: Ctx, answer: *mut c_void) {
             if !grant.delivered.get() {
                 with_state(|state| {
                     state.undelivered.push(grant);
-                    expiry::arm(state);
+                    timer::arm(state);
                 });
             }
         }

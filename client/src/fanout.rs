@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use futures_util::future::{maybe_done, poll_fn, MaybeDone};
 use redis::{Cmd, Value};
 
-use crate::error::NodeError;
 use crate::node::Node;
+use crate::node_error::NodeError;
 use crate::outcome::{NodeOutcome, Reply, Round};
 
 /// Sends `cmd` to every node in parallel, each bounded by `timeout`, and

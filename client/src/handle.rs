@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, Value};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::client::Redlock;
 use crate::error::{Error, NodeError, Result};
-use crate::fanout;
 use crate::ledger::{Answer, Ledger};
 use crate::outcome::{NodeOutcome, Reply, Round};
 use crate::protocol;
+use crate::quorum::Quorum;
 
 /// What the handle believes about its lock.
 #[derive(Clone, Debug, Default)]
@@ -32,7 +31,7 @@ pub(crate) struct State {
 }
 
 pub(crate) struct LockCore {
-    client: Redlock,
+    client: Arc<Quorum>,
     resource: String,
     owner: String,
     ttl: Duration,
@@ -47,7 +46,7 @@ pub(crate) struct LockCore {
 pub(crate) type OpGuard = OwnedMutexGuard<()>;
 
 impl LockCore {
-    pub fn new(client: Redlock, resource: String, owner: String, ttl: Duration) -> LockCore {
+    pub fn new(client: Arc<Quorum>, resource: String, owner: String, ttl: Duration) -> LockCore {
         LockCore {
             client,
             resource,
@@ -83,7 +82,8 @@ impl LockCore {
         self.ttl
     }
 
-    pub fn client(&self) -> &Redlock {
+    /// The nodes, the majority and the settings of the client.
+    pub fn client(&self) -> &Quorum {
         &self.client
     }
 
@@ -124,13 +124,7 @@ impl LockCore {
         cmd: &Cmd,
         parse: fn(Value) -> std::result::Result<Reply, NodeError>,
     ) -> Round {
-        fanout::round(
-            self.client.nodes(),
-            cmd,
-            self.client.config().node_timeout,
-            parse,
-        )
-        .await
+        self.client.round(cmd, parse).await
     }
 
     /// `LOCK.RELEASE key owner ALL` on every node at once.

@@ -4,11 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Redlock;
 use crate::error::Result;
 use crate::handle::LockCore;
 use crate::outcome::{Acquired, Extended, Release};
-use crate::watchdog::Watchdog;
+use crate::quorum::Quorum;
 
 /// A lock on one resource, with its own random owner id.
 ///
@@ -24,7 +23,7 @@ pub struct Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Redlock, resource: String, owner: String, ttl: Duration) -> Lock {
+    pub(crate) fn new(client: Arc<Quorum>, resource: String, owner: String, ttl: Duration) -> Lock {
         Lock {
             core: Arc::new(LockCore::new(client, resource, owner, ttl)),
         }
@@ -107,12 +106,6 @@ impl Lock {
     /// The lease length used by acquire and extend.
     pub fn ttl(&self) -> Duration {
         self.core.ttl()
-    }
-
-    /// Hands the held lock to a watchdog that renews it until it is
-    /// released, dropped, or lost.
-    pub fn watchdog(self) -> Result<Watchdog> {
-        Watchdog::start(self)
     }
 }
 

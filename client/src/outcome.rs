@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::error::NodeError;
+use crate::node_error::NodeError;
 
 /// A node's answer to one lock command, in the module's terms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -81,6 +81,16 @@ impl Drop for Renewal {
     }
 }
 
+// The entry point lives here, so that the handle does not depend on the
+// watchdog built on it.
+impl Lock {
+    /// Hands the held lock to a watchdog that renews it until it is
+    /// released, dropped, or lost.
+    pub fn watchdog(self) -> Result<Watchdog> {
+        Watchdog::start(self)
+    }
+}
+
 impl Watchdog {
     pub(crate) fn start(lock: Lock) -> Result<Watchdog> {
         if !lock.is_held() {

@@ -1,0 +1,154 @@
+//! The set of independent nodes a client locks on, the majority over them,
+//! and the settings: what every lock handle of a client shares, and the one
+//! round (a command to every node at once) that every operation is made of.
+
+use redis::{Cmd, Value};
+
+use crate::config::Config;
+use crate::error::{Error, NodeError, Result};
+use crate::fanout;
+use crate::node::Node;
+use crate::outcome::{Reply, Round};
+use crate::timing;
+
+pub(crate) struct Quorum {
+    nodes: Vec<Node>,
+    quorum: usize,
+    config: Config,
+}
+
+impl Quorum {
+    /// Validates the settings and the node list (no server twice) and sets
+    /// up each node's connection in the background.
+    pub fn new(clients: Vec<redis::Client>, config: Config) -> Result<Quorum> {
+        config.validate()?;
+        reject_duplicate_nodes(&clients)?;
+        let nodes = clients
+            .into_iter()
+            .map(|client| Node::new(client, config.node_timeout))
+            .collect::<Result<Vec<Node>>>()?;
+        if nodes.is_empty() {
+            return Err(Error::InvalidConfig("at least one node is needed".into()));
+        }
+        Ok(Quorum {
+            quorum: timing::quorum(nodes.len()),
+            nodes,
+            config,
+        })
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Nodes that must agree: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// `cmd` to every node at once, each bounded by the per-node timeout.
+    pub async fn round(
+        &self,
+        cmd: &Cmd,
+        parse: fn(Value) -> std::result::Result<Reply, NodeError>,
+    ) -> Round {
+        fanout::round(&self.nodes, cmd, self.config.node_timeout, parse).await
+    }
+}
+
+/// Where a node is, as sockets: a host name resolved to its addresses, so
+/// that `redis://localhost:7101` and `redis://127.0.0.1:7101/0` are the
+/// same node. (The database number does not matter: it is one server.)
+fn node_addresses(client: &redis::Client) -> Vec<String> {
+    use std::net::ToSocketAddrs;
+    match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            match (host.as_str(), *port).to_socket_addrs() {
+                Ok(addrs) => addrs.map(|addr| addr.to_string()).collect(),
+                // Not resolvable now: compared by name (it is a failed
+                // node in each round until it resolves).
+                Err(_) => vec![format!("{}:{port}", host.to_ascii_lowercase())],
+            }
+        }
+        other => vec![other.to_string()],
+    }
+}
+
+/// One server listed twice would count twice towards a majority.
+fn reject_duplicate_nodes(clients: &[redis::Client]) -> Result<()> {
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for client in clients {
+        let name = client.get_connection_info().addr().to_string();
+        let mut addrs = node_addresses(client);
+        addrs.sort();
+        addrs.dedup();
+        for addr in &addrs {
+            if let Some((first, _)) = seen.iter().find(|(_, a)| a == addr) {
+                return Err(Error::InvalidConfig(format!(
+                    "nodes {first} and {name} are the same server ({addr}): each node must be an independent master"
+                )));
+            }
+        }
+        seen.extend(addrs.into_iter().map(|addr| (name.clone(), addr)));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clients(urls: &[&str]) -> Vec<redis::Client> {
+        urls.iter()
+            .map(|url| redis::Client::open(*url).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn one_server_listed_twice_is_refused_in_any_spelling() {
+        assert!(reject_duplicate_nodes(&clients(&[
+            "redis://127.0.0.1:7101",
+            "redis://127.0.0.1:7102",
+            "redis://localhost:7103",
+        ]))
+        .is_ok());
+        for pair in [
+            ["redis://localhost:7101", "redis://127.0.0.1:7101/0"],
+            ["redis://127.0.0.1:7101", "redis://127.0.0.1:7101/3"],
+            ["redis://127.0.0.1:7101/", "redis://127.0.0.1:7101"],
+        ] {
+            let err = reject_duplicate_nodes(&clients(&pair));
+            assert!(
+                matches!(err, Err(Error::InvalidConfig(ref why)) if why.contains("same server")),
+                "{pair:?}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_constructor_refuses_a_majority_made_of_one_server() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let nodes = [
+                "redis://127.0.0.1:7101",
+                "redis://127.0.0.1:7101/0",
+                "redis://localhost:7101",
+                "redis://127.0.0.1:7104",
+                "redis://127.0.0.1:7105",
+            ];
+            let clients = clients(&nodes);
+            assert!(matches!(
+                Quorum::new(clients, Config::default()),
+                Err(Error::InvalidConfig(_))
+            ));
+        });
+    }
+}

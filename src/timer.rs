@@ -1,0 +1,118 @@
+//! The module's one timer: armed for the earliest thing that is due (a lease
+//! end, a wait timeout, pending grants, a recheck, the sweep), it runs the
+//! handler registered at load when it fires. Anything that changes what is
+//! due arms it again; arming is cheap when a timer early enough is set.
+//! (The handler, `expiry::run`, is registered rather than named here, so
+//! that everything that arms the timer sits below what it runs.)
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use redis_lock_core::Clock;
+use redis_module::raw;
+
+use crate::ffi::{rm, Ctx};
+use crate::guard;
+use crate::recovery;
+use crate::state::{ModuleState, CLOCK};
+use crate::sweep;
+
+/// A context detached from any client, made at load, for creating timers
+/// from callbacks that have no context of their own (`unlink2`, `copy2`).
+pub static TIMER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+/// How often the timer has fired (`lock_timer_runs` in `INFO lock`), to
+/// show that an idle node's timer is idle too.
+pub static TIMER_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// What a firing runs.
+static HANDLER: OnceLock<fn(Ctx)> = OnceLock::new();
+
+/// How often a name with waiters that holds a value of another type is
+/// looked at again.
+const FOREIGN_RECHECK_MS: u64 = 100;
+/// How often the lease sweep takes a slice while it runs.
+const SWEEP_INTERVAL_MS: u64 = 2;
+/// The longest a timer is armed for; a later deadline is armed again then.
+/// (Redis computes a timer's end in microseconds: a huge delay overflows.)
+const MAX_TIMER_MS: u64 = 60_000;
+
+/// Makes sure the timer fires by the earliest deadline (now if grants wait).
+pub fn arm(state: &mut ModuleState) {
+    arm_not_before(state, 0);
+}
+
+/// Arms for the earliest of: the next lease end and pending grants (not
+/// before `writes_not_before`), and the next wait timeout.
+pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
+    let leases = state
+        .deadlines
+        .next_deadline()
+        .map(|deadline| deadline.max(writes_not_before));
+    let waits = state.wait_deadlines.next_deadline();
+    // Pending grants: at once (0 is in the past of any monotonic reading).
+    let grants = (!state.pending_grants.is_empty() || !state.undelivered.is_empty())
+        .then_some(writes_not_before);
+    // `ms` from now (the clock is read only for what is pending).
+    let soon = |ms: u64| {
+        CLOCK
+            .monotonic_ms()
+            .saturating_add(ms)
+            .max(writes_not_before)
+    };
+    let foreign = (!state.behind_foreign.is_empty()).then(|| soon(FOREIGN_RECHECK_MS));
+    let recovered = state
+        .waits_for_recovery
+        .then(|| recovery::ends_at().max(writes_not_before));
+    let sweep = sweep::wanted(state).then(|| soon(SWEEP_INTERVAL_MS));
+    let Some(fire_at) = [leases, waits, grants, foreign, recovered, sweep]
+        .into_iter()
+        .flatten()
+        .min()
+    else {
+        return;
+    };
+    let ctx = TIMER_CTX.load(Ordering::Relaxed);
+    if ctx.is_null() {
+        return;
+    }
+    if let Some((timer, at)) = state.timer {
+        if at <= fire_at {
+            return;
+        }
+        rm!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()));
+        state.timer = None;
+    }
+    // The clock is read only when a timer is (re)armed: most commands find
+    // one armed early enough and return above.
+    let now = CLOCK.monotonic_ms();
+    let delay = fire_at.saturating_sub(now).min(MAX_TIMER_MS);
+    if let Some(timer) = rm!(RedisModule_CreateTimer(
+        ctx,
+        i64::try_from(delay).unwrap_or(0),
+        Some(on_timer),
+        std::ptr::null_mut()
+    )) {
+        state.timer = Some((timer, now.saturating_add(delay)));
+    }
+}
+
+extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
+    guard::callback(ctx, "expiry timer", (), || {
+        TIMER_RUNS.fetch_add(1, Ordering::Relaxed);
+        if let Some(handler) = HANDLER.get() {
+            handler(ctx);
+        }
+    });
+}
+
+/// Makes the timer context at load; `handler` is what a firing runs (the
+/// expiry and hand-off of `expiry.rs`, a layer above this one).
+pub fn init(ctx: Ctx, handler: fn(Ctx)) -> bool {
+    let _ = HANDLER.set(handler);
+    let detached =
+        rm!(RedisModule_GetDetachedThreadSafeContext(ctx)).unwrap_or(std::ptr::null_mut());
+    TIMER_CTX.store(detached, Ordering::Relaxed);
+    !detached.is_null()
+}

@@ -1,0 +1,29 @@
+//! What the module state keeps about blocked clients: a waiter in a queue,
+//! and a grant on its way to a waiter's reply. Plain data, below the state
+//! (`waiting.rs` blocks, grants and answers).
+
+use std::cell::Cell;
+
+use redis_module::raw;
+
+use redis_lock_core::KeyId;
+
+/// One blocked `LOCK.ACQUIRE … WAIT`.
+pub struct Waiter {
+    pub client: *mut raw::RedisModuleBlockedClient,
+    pub owner: Box<[u8]>,
+    pub ttl_ms: u64,
+    /// Its entry in the wait-timeout index; none for `WAIT 0`.
+    pub timeout: Option<u64>,
+}
+
+/// A lock granted to a waiter, carried to its reply. Redis completes an
+/// unblock only in `beforeSleep`; a client freed before then (killed,
+/// `CLIENT UNBLOCK … ERROR`, demotion) never gets the reply, and the grant
+/// must be taken back, or the lock stays held by nobody until its lease ends.
+pub struct Grant {
+    pub key: KeyId,
+    pub owner: Box<[u8]>,
+    pub token: i64,
+    pub delivered: Cell<bool>,
+}
