@@ -17,6 +17,8 @@ pub mod lock;
 pub mod ops;
 pub mod record;
 pub mod stats;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod token;
 pub mod waiters;
 

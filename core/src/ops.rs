@@ -391,20 +391,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::token::MAX_TOKEN;
 
-    #[derive(Default)]
-    struct MemorySlot(Option<Lock>);
-
-    impl Slot for MemorySlot {
-        fn lock(&mut self) -> Option<&mut Lock> {
-            self.0.as_mut()
-        }
-        fn store(&mut self, lock: Lock) {
-            self.0 = Some(lock);
-        }
-        fn delete(&mut self) {
-            self.0 = None;
-        }
-    }
+    use crate::testing::MemorySlot;
 
     const WALL: i64 = 1_700_000_000_000;
 

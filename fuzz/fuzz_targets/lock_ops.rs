@@ -18,22 +18,9 @@ use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::MAX_WAIT_MS;
 use redis_lock_core::ops::{self, Acquired, Change, OpError};
 use redis_lock_core::token::MAX_TOKEN;
-use redis_lock_core::{Clock, Lock, ManualClock, Node, Slot};
+use redis_lock_core::testing::MemorySlot;
+use redis_lock_core::{Clock, Lock, ManualClock, Node};
 
-#[derive(Clone, Default)]
-struct MemorySlot(Option<Lock>);
-
-impl Slot for MemorySlot {
-    fn lock(&mut self) -> Option<&mut Lock> {
-        self.0.as_mut()
-    }
-    fn store(&mut self, lock: Lock) {
-        self.0 = Some(lock);
-    }
-    fn delete(&mut self) {
-        self.0 = None;
-    }
-}
 
 /// Reads the input; past its end every read is 0.
 struct Input<'a>(&'a [u8]);

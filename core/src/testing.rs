@@ -1,0 +1,23 @@
+//! Test support shared by the core's unit tests, the fuzz targets and the
+//! benches (feature `testing`): a slot that keeps its lock in memory. The
+//! manual clock is [`crate::ManualClock`].
+
+use crate::lock::Lock;
+use crate::ops::Slot;
+
+/// A key's slot in memory: the lock it holds, if any (public, so that a
+/// test can look at it or plant one).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemorySlot(pub Option<Lock>);
+
+impl Slot for MemorySlot {
+    fn lock(&mut self) -> Option<&mut Lock> {
+        self.0.as_mut()
+    }
+    fn store(&mut self, lock: Lock) {
+        self.0 = Some(lock);
+    }
+    fn delete(&mut self) {
+        self.0 = None;
+    }
+}
