@@ -317,3 +317,78 @@ fn blocked_client_reads_its_own_reply_after_grant() {
         .unwrap();
     assert_eq!(held_token(&mut conn, "job"), Some(token));
 }
+
+/// What the fuzzer found, reduced: a `WAIT` whose lock frees (its lease
+/// ends) in the same event-loop turn as the wait times out. Every such call
+/// must get exactly one answer, and the answer must agree with the lock: a
+/// token if and only if the waiter now holds it.
+///
+/// Found by the command fuzzer (`tests/fuzz_commands/`). A regression
+/// test: when waits used Redis-side timeouts, the lease-end
+/// timer could grant the lock to the waiter (`RedisModule_UnblockClient`
+/// with the token) and Redis then time the same client out before running
+/// the reply callback, find it already unblocked, skip the timeout callback
+/// and clear the client's handle: the waiter got NO reply while it held the
+/// lock, and after a few of these redis-server 7.0 died with SIGBUS in
+/// `moduleTimerHandler -> moduleReleaseTempClient -> unwatchAllKeys`. The
+/// module now ends waits with its own timer, so only it unblocks a waiter.
+#[test]
+fn a_wait_that_times_out_as_its_lock_frees_gets_one_consistent_answer() {
+    let mut server = RedisServer::start();
+    let mut holder = server.conn();
+    let mut wrong = Vec::new();
+    for round in 0..200u64 {
+        let key = format!("race:{round}");
+        let (ttl, wait) = (1 + round % 5, 1 + (round / 5) % 5);
+        let Ok(_token) = redis::cmd("LOCK.ACQUIRE")
+            .arg(&key)
+            .arg("alice")
+            .arg(ttl)
+            .query::<i64>(&mut holder)
+        else {
+            break; // the server is gone: see below
+        };
+        let mut waiter = server.conn();
+        waiter
+            .set_read_timeout(Some(std::time::Duration::from_secs(3)))
+            .unwrap();
+        let answer: redis::RedisResult<Option<i64>> = redis::cmd("LOCK.ACQUIRE")
+            .arg(&key)
+            .arg("bob")
+            .arg(60_000)
+            .arg("WAIT")
+            .arg(wait)
+            .query(&mut waiter);
+        let Ok(info) = redis::cmd("LOCK.INFO")
+            .arg(&key)
+            .query::<Value>(&mut holder)
+        else {
+            break;
+        };
+        let bob_holds =
+            matches!(&info, Value::Array(f) if f[1] == Value::BulkString(b"bob".to_vec()));
+        let problem = match answer {
+            Ok(Some(_)) if !bob_holds => "a token, but bob does not hold the lock",
+            Ok(None) if bob_holds => "nil, but bob holds the lock",
+            Err(_) if bob_holds => "no answer at all, and bob holds the lock",
+            Err(_) => "no answer at all",
+            Ok(_) => continue,
+        };
+        wrong.push(format!(
+            "round {round} (lease {ttl} ms, WAIT {wait} ms): {problem}"
+        ));
+    }
+    let crashed = !server.is_running() || server.log().contains("BUG REPORT");
+    assert!(
+        wrong.is_empty() && !crashed,
+        "{} wrong answers{}:\n{}\n{}",
+        wrong.len(),
+        if crashed {
+            ", then redis-server crashed"
+        } else {
+            ""
+        },
+        wrong.join("\n"),
+        if crashed { server.log() } else { String::new() }
+    );
+}
