@@ -30,6 +30,14 @@ pub(crate) struct State {
     pub fence: Option<u64>,
 }
 
+/// A fresh grant (Redlock or single-node), not yet recorded in the
+/// handle's state (`acquire.rs` records it, or undoes it).
+pub(crate) struct Grant {
+    pub ledger: Ledger,
+    pub max_granted: Option<u64>,
+    pub acquired: crate::outcome::Acquired,
+}
+
 pub(crate) struct LockCore {
     client: Arc<Quorum>,
     resource: String,

@@ -210,7 +210,9 @@ mod outcome;
 mod owner;
 mod protocol;
 mod quorum;
+mod redlock;
 mod scoped;
+mod single;
 mod timing;
 mod watchdog;
 

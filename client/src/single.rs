@@ -1,0 +1,210 @@
+//! Single-node acquisition: one plain attempt, then a server-side wait
+//! (`LOCK.ACQUIRE … WAIT`) on a connection of its own, ended by the acquire
+//! deadline, undone on that connection when it times out or its caller is
+//! gone.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::error::{Error, Result};
+use crate::handle::{answers, Grant, LockCore, OpGuard};
+use crate::outcome::{Acquired, NodeOutcome, Reply};
+use crate::protocol;
+
+impl LockCore {
+    /// Single-node mode: one plain attempt, then (if the lock is busy and
+    /// the caller is patient) a server-side wait with `WAIT`, which is
+    /// granted in arrival order the moment the lock is free. There is no
+    /// quorum to protect, so the node's failure is returned as such.
+    ///
+    /// The wait ends by the acquire deadline: the server waits for the time
+    /// left minus one per-node timeout (the allowance for the reply). A wait
+    /// whose reply does not come in time, or whose caller is gone, is undone
+    /// on its own connection, after the wait there, so the undo can never
+    /// reach the node before a late grant.
+    ///
+    /// Returns the operation lock unless an undo in the background took it.
+    pub(crate) async fn acquire_single(
+        &self,
+        patient: bool,
+        gone: oneshot::Receiver<()>,
+        op: OpGuard,
+    ) -> (Result<Grant>, Option<OpGuard>) {
+        let mut op = Some(op);
+        let result = self.acquire_single_with(patient, gone, &mut op).await;
+        (result, op)
+    }
+
+    async fn acquire_single_with(
+        &self,
+        patient: bool,
+        mut gone: oneshot::Receiver<()>,
+        op: &mut Option<OpGuard>,
+    ) -> Result<Grant> {
+        let config = self.client().config();
+        let started = Instant::now();
+        let round = match self.attempt().await {
+            Ok(grant) => return Ok(grant),
+            Err(round) => round,
+        };
+        let busy = round.count(|r| matches!(r, Reply::Busy)) == 1;
+        if !busy {
+            return Err(single_node_failure(round.outcomes));
+        }
+        let deadline = started
+            + config
+                .acquire_timeout
+                .unwrap_or_else(|| config.retry_budget());
+        let not_acquired = |attempts, outcomes| Error::NotAcquired {
+            attempts,
+            elapsed: started.elapsed(),
+            outcomes,
+        };
+        let Some(node) = self.client().nodes().first() else {
+            return Err(Error::InvalidConfig("no nodes".into()));
+        };
+        let room = deadline.saturating_duration_since(Instant::now());
+        if !patient || room <= config.node_timeout {
+            return Err(not_acquired(1, round.outcomes));
+        }
+        let outcome = |result| NodeOutcome {
+            node: node.name().to_string(),
+            result,
+        };
+        let mut conn = match node
+            .open_waiting(config.node_timeout.min(room - config.node_timeout))
+            .await
+        {
+            Ok(conn) => conn,
+            Err(error) => return Err(single_node_failure(vec![outcome(Err(error))])),
+        };
+        // The timer starts once the connection is there.
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(config.node_timeout);
+        if wait.is_zero() {
+            return Err(not_acquired(1, round.outcomes));
+        }
+        let cmd = protocol::acquire(self.resource(), self.owner(), self.ttl(), Some(wait));
+        let sent = Instant::now();
+        let reply = tokio::select! {
+            reply = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), conn.send(&cmd)) => match reply {
+                Ok(reply) => Some(reply.and_then(protocol::parse_acquire)),
+                Err(_) => None,
+            },
+            _ = &mut gone => None,
+        };
+        match reply {
+            Some(Ok(Reply::Granted { token })) => {
+                let grant = self
+                    .granted_after_wait(
+                        outcome(Ok(Reply::Granted { token })),
+                        token,
+                        sent,
+                        deadline,
+                    )
+                    .await;
+                if grant.is_err() {
+                    self.release_everywhere().await;
+                }
+                grant
+            }
+            Some(Ok(reply)) => Err(not_acquired(2, vec![outcome(Ok(reply))])),
+            other => {
+                // No answer in time (or the caller left): the wait may
+                // still be granted. End it on the server and undo after it,
+                // in the background, so that this returns by the deadline.
+                // The undo keeps the operation lock until it is done.
+                let unblock = conn.unblock_command();
+                let release = protocol::release(self.resource(), self.owner(), true);
+                let timeout = config.node_timeout;
+                let op = op.take();
+                let mut shared = node.shared();
+                tokio::spawn(async move {
+                    if let Some(unblock) = unblock {
+                        let _ = tokio::time::timeout(timeout, shared.send(&unblock)).await;
+                    }
+                    let undone = tokio::time::timeout(timeout, conn.send(&release)).await;
+                    if !matches!(undone, Ok(Ok(_))) {
+                        // The waiting connection broke: its wait ended with
+                        // it, and a grant made before that is released here.
+                        let _ = tokio::time::timeout(timeout, shared.send(&release)).await;
+                    }
+                    drop(op);
+                });
+                let error = match other {
+                    Some(Err(error)) => error,
+                    _ => crate::error::NodeError::Timeout(sent.elapsed()),
+                };
+                Err(single_node_failure(vec![outcome(Err(error))]))
+            }
+        }
+    }
+
+    /// A grant after waiting started somewhere between sending and the
+    /// reply. Sending time is a safe lower bound for the lease start; when
+    /// the wait was long that bound is poor, so the lease is renewed once
+    /// to measure it again from now, if that round fits before the deadline.
+    async fn granted_after_wait(
+        &self,
+        outcome: NodeOutcome,
+        token: u64,
+        sent: Instant,
+        deadline: Instant,
+    ) -> Result<Grant> {
+        let config = self.client().config();
+        let drift = self.drift(self.ttl());
+        let mut ledger = self.new_ledger();
+        ledger.apply(
+            sent,
+            self.ttl(),
+            drift,
+            &[crate::ledger::Answer::Holds(Some(token))],
+        );
+        let mut outcomes = vec![outcome];
+        if sent.elapsed() > config.node_timeout && Instant::now() + config.node_timeout <= deadline
+        {
+            let cmd = protocol::extend(self.resource(), self.owner(), self.ttl());
+            let round = self.round(&cmd, protocol::parse_extend).await;
+            ledger.apply(round.started, self.ttl(), drift, &answers(&round));
+            outcomes = round.outcomes;
+        }
+        let validity = ledger
+            .valid_until(1)
+            .and_then(|until| until.checked_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero());
+        let Some(validity) = validity else {
+            return Err(Error::NotAcquired {
+                attempts: 2,
+                elapsed: sent.elapsed(),
+                outcomes,
+            });
+        };
+        Ok(Grant {
+            ledger,
+            max_granted: Some(token),
+            acquired: Acquired {
+                validity,
+                holds: 1,
+                attempts: 2,
+                outcomes,
+            },
+        })
+    }
+}
+
+fn single_node_failure(outcomes: Vec<NodeOutcome>) -> Error {
+    match outcomes.into_iter().next() {
+        Some(NodeOutcome {
+            node,
+            result: Err(error),
+        }) => Error::Node { node, error },
+        Some(outcome) => Error::NotAcquired {
+            attempts: 1,
+            elapsed: Duration::ZERO,
+            outcomes: vec![outcome],
+        },
+        None => Error::InvalidConfig("no nodes".into()),
+    }
+}
