@@ -165,6 +165,49 @@ impl std::fmt::Debug for Watchdog {
     }
 }
 
+/// What a watchdog keeps alive: a lease held on a quorum of nodes, renewed
+/// by one round, that can say until when it is certainly held. A lock is
+/// one; the shared locks and permits of the same command family are others.
+pub(crate) trait Renewable: Send + Sync + 'static {
+    /// Until when the lease is certainly held; `None` once released.
+    fn valid_until(&self) -> Option<std::time::Instant>;
+    /// One renewal round: `Err(QuorumLost)` when fewer than a majority
+    /// confirmed, `Err(Expired)` when the validity ended first.
+    fn renew(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send;
+    /// The renewal period, the per-node timeout, the loss margin and the
+    /// quorum.
+    fn timing(&self) -> Timing;
+}
+
+/// See [`Renewable::timing`].
+pub(crate) struct Timing {
+    pub interval: Duration,
+    pub node_timeout: Duration,
+    pub margin: Duration,
+    pub quorum: usize,
+}
+
+impl Renewable for LockCore {
+    fn valid_until(&self) -> Option<std::time::Instant> {
+        LockCore::valid_until(self)
+    }
+
+    fn renew(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send {
+        let core = Arc::clone(self);
+        async move { core.extend(core.ttl()).await.map(|_| ()) }
+    }
+
+    fn timing(&self) -> Timing {
+        let config = self.client().config();
+        Timing {
+            interval: config.watchdog_interval_for(self.ttl()),
+            node_timeout: config.node_timeout,
+            margin: config.watchdog_margin,
+            quorum: self.quorum(),
+        }
+    }
+}
+
 /// The renewal loop. Each renewal starts at the earlier of `interval`
 /// after the last success and the last moment from which a renewal (one
 /// per-node timeout) can still finish before the loss signal; after a
@@ -173,11 +216,13 @@ impl std::fmt::Debug for Watchdog {
 /// the lock is still certainly held, and at once when so many nodes deny
 /// holding the lock that no majority is left to confirm it. However little
 /// validity is left, a renewal is tried before a loss is reported.
-async fn renew(core: Arc<LockCore>, status: watch::Sender<LockStatus>) {
-    let config = core.client().config();
-    let interval = config.watchdog_interval_for(core.ttl());
-    let node_timeout = config.node_timeout;
-    let margin = config.watchdog_margin;
+async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
+    let Timing {
+        interval,
+        node_timeout,
+        margin,
+        quorum,
+    } = core.timing();
     let retry_pause = (interval / 4).max(Duration::from_millis(1));
     let mut next = Instant::now() + interval;
     let mut last_outcomes = Vec::new();
@@ -196,13 +241,13 @@ async fn renew(core: Arc<LockCore>, status: watch::Sender<LockStatus>) {
             return;
         }
         tokio::select! {
-            result = core.extend(core.ttl()) => match result {
+            result = core.renew() => match result {
                 Ok(_) => {
                     next = Instant::now() + interval;
                     last_outcomes.clear();
                 }
                 Err(Error::QuorumLost { outcomes, .. }) => {
-                    if majority_denies(&outcomes, core.client().quorum()) {
+                    if majority_denies(&outcomes, quorum) {
                         let _ = status.send(LockStatus::Lost { outcomes });
                         return;
                     }
