@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
-use crate::ffi::{self, rm, Ctx};
+use crate::ffi::{self, Ctx};
 use crate::guard;
 use crate::state::with_state;
 
@@ -50,12 +50,7 @@ pub fn write_if_owed(ctx: Ctx) {
         return;
     };
     if last > 0 && ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_AOF) {
-        rm!(RedisModule_Replicate(
-            ctx,
-            c"LOCK.COUNTER".as_ptr(),
-            c"l".as_ptr(),
-            last
-        ));
+        ffi::replicate_counter(ctx, last);
     }
     OWED.store(false, Ordering::Relaxed);
 }

@@ -150,18 +150,13 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
 extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, value: *mut c_void) {
     guard::callback(null_ctx(), "aof_rewrite", (), || {
         let Some(lock) = lock_ref(value) else { return };
-        let owner = lock.owner();
-        rm!(RedisModule_EmitAOF(
-            aof,
-            c"LOCK.APPLY".as_ptr(),
-            c"sblll".as_ptr(),
-            key,
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-            i64::from(lock.holds()),
-            lock.token(),
-            lease::to_wall_ms(&CLOCK, lock.deadline()),
-        ));
+        let effect = ffi::ApplyEffect {
+            owner: lock.owner(),
+            holds: lock.holds(),
+            token: lock.token(),
+            wall_end_ms: lease::to_wall_ms(&CLOCK, lock.deadline()),
+        };
+        ffi::emit_aof_apply(aof, key, &effect);
     });
 }
 

@@ -3,7 +3,7 @@
 //! and the expiry index. One place, so every path (commands, waiter grants,
 //! the expiry timer) propagates the same way.
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_int, CStr};
 
 use redis_lock_core::{lease, Change, Lock, Now};
 use redis_module::raw;
@@ -94,17 +94,13 @@ impl Facts {
 pub fn stored(target: &Target, owner: &[u8], facts: Facts, event: &CStr) -> u64 {
     replicate(target, || {
         let wall_end = lease::to_wall_ms(&target.now, facts.deadline);
-        rm!(RedisModule_Replicate(
-            target.ctx,
-            c"LOCK.APPLY".as_ptr(),
-            c"sblll".as_ptr(),
-            target.name,
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-            i64::from(facts.holds),
-            facts.token,
-            wall_end,
-        ));
+        let effect = ffi::ApplyEffect {
+            owner,
+            holds: facts.holds,
+            token: facts.token,
+            wall_end_ms: wall_end,
+        };
+        ffi::replicate_apply(target.ctx, target.name, &effect);
     });
     let id = index(target, facts);
     notify(target, raw::REDISMODULE_NOTIFY_MODULE, event);
@@ -155,12 +151,7 @@ pub fn expired(target: &Target) {
 
 fn replicate_del(target: &Target) {
     replicate(target, || {
-        rm!(RedisModule_Replicate(
-            target.ctx,
-            c"DEL".as_ptr(),
-            c"s".as_ptr(),
-            target.name
-        ));
+        ffi::replicate_del(target.ctx, target.name);
     });
 }
 

@@ -299,6 +299,65 @@ pub fn select_db(ctx: Ctx, db: i32) -> bool {
     rm!(RedisModule_SelectDb(ctx, db)) == Some(raw::REDISMODULE_OK as c_int)
 }
 
+/// The fields of a `LOCK.APPLY key owner holds token wall-end-ms` effect.
+pub struct ApplyEffect<'a> {
+    pub owner: &'a [u8],
+    pub holds: u32,
+    pub token: i64,
+    pub wall_end_ms: i64,
+}
+
+/// Replicates `LOCK.APPLY name …` (to replicas and the AOF). The format
+/// string and its arguments are kept together here, typed.
+pub fn replicate_apply(ctx: Ctx, name: RString, effect: &ApplyEffect<'_>) {
+    rm!(RedisModule_Replicate(
+        ctx,
+        c"LOCK.APPLY".as_ptr(),
+        c"sblll".as_ptr(),
+        name,
+        effect.owner.as_ptr().cast::<c_char>(),
+        effect.owner.len(),
+        i64::from(effect.holds),
+        effect.token,
+        effect.wall_end_ms,
+    ));
+}
+
+/// Writes `LOCK.APPLY key …` into an AOF rewrite.
+pub fn emit_aof_apply(aof: *mut raw::RedisModuleIO, key: RString, effect: &ApplyEffect<'_>) {
+    rm!(RedisModule_EmitAOF(
+        aof,
+        c"LOCK.APPLY".as_ptr(),
+        c"sblll".as_ptr(),
+        key,
+        effect.owner.as_ptr().cast::<c_char>(),
+        effect.owner.len(),
+        i64::from(effect.holds),
+        effect.token,
+        effect.wall_end_ms,
+    ));
+}
+
+/// Replicates `DEL name`.
+pub fn replicate_del(ctx: Ctx, name: RString) {
+    rm!(RedisModule_Replicate(
+        ctx,
+        c"DEL".as_ptr(),
+        c"s".as_ptr(),
+        name
+    ));
+}
+
+/// Replicates `LOCK.COUNTER last`.
+pub fn replicate_counter(ctx: Ctx, last: i64) {
+    rm!(RedisModule_Replicate(
+        ctx,
+        c"LOCK.COUNTER".as_ptr(),
+        c"l".as_ptr(),
+        last
+    ));
+}
+
 pub type ServerEventCallback = extern "C" fn(Ctx, raw::RedisModuleEvent, u64, *mut c_void);
 
 /// Subscribes `callback` to server event `id` (version 1 of its data).

@@ -66,18 +66,25 @@ type Item = Reverse<(u64, u32, u32)>;
 #[derive(Debug)]
 pub struct DeadlineIndex<K> {
     slots: Vec<Slot<K>>,
-    free: Vec<u32>,
+    /// Free slots, lowest first: new entries fill the bottom of the slab,
+    /// so that after a spike the top empties and is given back. Entries at
+    /// or above `slots.len()` are left over from a shrink and skipped.
+    free: BinaryHeap<Reverse<u32>>,
     heap: BinaryHeap<Item>,
     live: usize,
+    /// The generation a slot made again after a shrink starts at: above
+    /// every generation a given-back slot had, so no old id matches it.
+    generation_floor: u32,
 }
 
 impl<K> Default for DeadlineIndex<K> {
     fn default() -> Self {
         DeadlineIndex {
             slots: Vec::new(),
-            free: Vec::new(),
+            free: BinaryHeap::new(),
             heap: BinaryHeap::new(),
             live: 0,
+            generation_floor: 1,
         }
     }
 }
@@ -100,7 +107,7 @@ impl<K> DeadlineIndex<K> {
     /// Records that `key`'s lease ends at `deadline`; returns the entry's id
     /// (never 0, which locks use for "not indexed").
     pub fn insert(&mut self, deadline: u64, key: K) -> u64 {
-        let slot = match self.free.pop() {
+        let slot = match self.take_free() {
             Some(slot) => slot,
             None => {
                 let Ok(slot) = u32::try_from(self.slots.len()) else {
@@ -109,7 +116,7 @@ impl<K> DeadlineIndex<K> {
                 };
                 self.slots.push(Slot {
                     key: None,
-                    generation: 1,
+                    generation: self.generation_floor,
                     items: 0,
                 });
                 slot
@@ -154,12 +161,61 @@ impl<K> DeadlineIndex<K> {
         let entry = self.slot_mut(id)?;
         let key = entry.key.take();
         entry.generation = entry.generation.checked_add(1).unwrap_or(1);
-        self.free.push(slot);
+        self.free.push(Reverse(slot));
         self.live -= 1;
         if self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuild_heap();
         }
+        self.shrink_top();
         key
+    }
+
+    /// The lowest free slot, skipping those a shrink gave back.
+    fn take_free(&mut self) -> Option<u32> {
+        while let Some(Reverse(slot)) = self.free.pop() {
+            if (slot as usize) < self.slots.len() {
+                return Some(slot);
+            }
+        }
+        None
+    }
+
+    /// Gives back the free slots at the top of the slab (and the memory of
+    /// the slab, the free list and the heap once they are mostly empty).
+    /// Each slot given back was freed once, so this is amortised O(1).
+    fn shrink_top(&mut self) {
+        let mut shrunk = false;
+        while let Some(top) = self.slots.last() {
+            if top.key.is_some() {
+                break;
+            }
+            self.generation_floor = self.generation_floor.max(top.generation);
+            self.slots.pop();
+            shrunk = true;
+        }
+        if !shrunk {
+            return;
+        }
+        if self.slots.capacity() > 2 * self.slots.len() + STALE_SLACK {
+            self.slots
+                .shrink_to(self.slots.len() + self.slots.len() / 2);
+            // Drop the free entries the shrink left behind (the remaining
+            // ones are all below the top), and the heap's spare room.
+            let len = self.slots.len();
+            self.free.retain(|Reverse(slot)| (*slot as usize) < len);
+            self.free.shrink_to_fit();
+            if self.heap.capacity() > 2 * self.heap.len() + STALE_SLACK {
+                self.heap.shrink_to(self.heap.len() + self.heap.len() / 2);
+            }
+        }
+    }
+
+    /// Bytes the index holds (slab, free list, heap), for tests of the
+    /// shrink.
+    pub fn capacity_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot<K>>()
+            + self.free.capacity() * std::mem::size_of::<u32>()
+            + self.heap.capacity() * std::mem::size_of::<Item>()
     }
 
     /// Entry `id`'s lease now ends at `deadline`, earlier than it did: an
@@ -232,12 +288,13 @@ impl<K> DeadlineIndex<K> {
             if entry.key.is_none() {
                 entry.generation = entry.generation.checked_add(1).unwrap_or(1);
                 if let Ok(slot) = u32::try_from(slot) {
-                    self.free.push(slot);
+                    self.free.push(Reverse(slot));
                 }
                 self.live -= 1;
             }
         }
         self.rebuild_heap();
+        self.shrink_top();
     }
 
     /// The heap again without stale items: for each live entry, only its
@@ -305,6 +362,58 @@ mod tests {
         assert!(!index.has_due(30));
         assert_eq!(index.next_deadline(), Some(40));
         assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn the_index_gives_memory_back_after_a_spike() {
+        let mut index = DeadlineIndex::new();
+        let small = index.capacity_bytes();
+        let ids: Vec<u64> = (0..100_000u64).map(|i| index.insert(i, i)).collect();
+        let spike = index.capacity_bytes();
+        assert!(spike > 100_000 * 32);
+        for id in &ids {
+            index.remove(*id);
+        }
+        assert!(index.is_empty());
+        assert!(
+            index.capacity_bytes() <= small + 64 * 1024,
+            "{} bytes kept after the spike (at its top {spike})",
+            index.capacity_bytes()
+        );
+        // A flush (remap dropping everything) gives it back too.
+        let ids: Vec<u64> = (0..100_000u64).map(|i| index.insert(i, i)).collect();
+        index.remap(|_| None);
+        assert!(index.capacity_bytes() <= small + 64 * 1024);
+        // No id of the spike matches anything made since.
+        let fresh: Vec<u64> = (0..10u64).map(|i| index.insert(5, 1_000_000 + i)).collect();
+        for id in &ids {
+            assert!(!index.contains(*id), "an old id matches a new entry");
+            assert_eq!(index.remove(*id), None);
+        }
+        assert_eq!(index.len(), 10);
+        assert_eq!(index.pop_due(5, usize::MAX).len(), fresh.len());
+    }
+
+    #[test]
+    fn new_entries_fill_the_bottom_so_the_top_can_be_given_back() {
+        let mut index = DeadlineIndex::new();
+        let ids: Vec<u64> = (0..10_000u64).map(|i| index.insert(i, i)).collect();
+        // Everything but the top entry ends; new entries take low slots.
+        for id in &ids[..9_999] {
+            index.remove(*id);
+        }
+        let low: Vec<u64> = (0..100u64).map(|i| index.insert(20_000 + i, i)).collect();
+        for id in &low {
+            assert!(
+                parts_of(*id).0 < 100,
+                "slot {} for a new entry",
+                parts_of(*id).0
+            );
+        }
+        // The top entry ends: the slab shrinks to the live bottom.
+        index.remove(ids[9_999]);
+        assert!(index.capacity_bytes() < 10_000 * 32 / 2);
+        assert_eq!(index.len(), 100);
     }
 
     #[test]
