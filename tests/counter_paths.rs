@@ -34,17 +34,6 @@ fn assert_above(c: &mut redis::Connection, what: &str) {
     );
 }
 
-fn aof(preamble: &str) -> ServerOptions {
-    ServerOptions::default().args([
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        preamble,
-    ])
-}
-
 fn bgrewriteaof(c: &mut redis::Connection) {
     // A replica rewrites its AOF after its sync: let that one finish first.
     assert!(wait_until(Duration::from_secs(30), || {
@@ -94,18 +83,18 @@ fn rdb_save() {
 
 #[test]
 fn aof_without_preamble() {
-    survives(aof("no"), "AOF (no preamble), kill -9", |_| {});
+    survives(aof_options("no"), "AOF (no preamble), kill -9", |_| {});
 }
 
 #[test]
 fn aof_with_preamble() {
-    survives(aof("yes"), "AOF (RDB preamble), kill -9", |_| {});
+    survives(aof_options("yes"), "AOF (RDB preamble), kill -9", |_| {});
 }
 
 #[test]
 fn aof_rewrite_without_preamble() {
     survives(
-        aof("no"),
+        aof_options("no"),
         "BGREWRITEAOF (no preamble), kill -9",
         bgrewriteaof,
     );
@@ -114,7 +103,7 @@ fn aof_rewrite_without_preamble() {
 #[test]
 fn aof_rewrite_with_preamble() {
     survives(
-        aof("yes"),
+        aof_options("yes"),
         "BGREWRITEAOF (RDB preamble), kill -9",
         bgrewriteaof,
     );
@@ -124,7 +113,7 @@ fn aof_rewrite_with_preamble() {
 fn aof_rewrite_without_preamble_then_more_writes() {
     // The rewrite's base file and the incremental file after it together.
     survives(
-        aof("no"),
+        aof_options("no"),
         "BGREWRITEAOF (no preamble), a later lock released, kill -9",
         |c| {
             bgrewriteaof(c);
@@ -138,10 +127,14 @@ fn aof_rewrite_without_preamble_then_more_writes() {
 fn two_aof_rewrites_without_preamble() {
     // The second rewrite drops the incremental file that carried the first
     // rewrite's record: the record is written again.
-    survives(aof("no"), "two BGREWRITEAOFs (no preamble), kill -9", |c| {
-        bgrewriteaof(c);
-        bgrewriteaof(c);
-    });
+    survives(
+        aof_options("no"),
+        "two BGREWRITEAOFs (no preamble), kill -9",
+        |c| {
+            bgrewriteaof(c);
+            bgrewriteaof(c);
+        },
+    );
 }
 
 #[test]
@@ -168,7 +161,7 @@ fn aof_turned_on_at_run_time_without_preamble() {
         info_section(&mut c, "persistence")["aof_enabled"] == "1"
     }));
     server.kill9();
-    server.restart_with(aof("no"));
+    server.restart_with(aof_options("no"));
     let mut c = server.conn();
     assert_above(&mut c, "CONFIG SET appendonly yes (no preamble), kill -9");
 }
@@ -226,7 +219,7 @@ fn replica_aof_rewrite_without_preamble_then_promotion() {
     // The replica keeps its own AOF, rewritten without a preamble after the
     // raise; it is killed with its primary and restarted from that AOF.
     let mut primary = RedisServer::start();
-    let mut replica = RedisServer::start_with(aof("no"));
+    let mut replica = RedisServer::start_with(aof_options("no"));
     replica.replicate_from(&primary);
     let mut c = primary.conn();
     raise_and_release(&mut c);
@@ -252,7 +245,7 @@ fn aof_rewrite_while_clients_are_paused() {
     // Writing while writes are paused would trip the server's assertion:
     // the record waits for the pause to end.
     survives(
-        aof("no"),
+        aof_options("no"),
         "BGREWRITEAOF during CLIENT PAUSE WRITE, kill -9",
         |c| {
             let _: String = redis::cmd("CLIENT")

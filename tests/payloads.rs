@@ -60,37 +60,16 @@ impl Dump {
     }
 }
 
-/// RDB length encoding, as the module API writes numbers.
-fn rdb_len(n: u64) -> Vec<u8> {
-    if n < 64 {
-        vec![n as u8]
-    } else if n < 16_384 {
-        vec![0x40 | (n >> 8) as u8, n as u8]
-    } else if let Ok(n) = u32::try_from(n) {
-        let mut out = vec![0x80];
-        out.extend_from_slice(&n.to_be_bytes());
-        out
-    } else {
-        let mut out = vec![0x81];
-        out.extend_from_slice(&n.to_be_bytes());
-        out
-    }
-}
-
-/// A lock value as the module saves it: owner, holds, token, wall end.
+/// A lock value as the module saves it (owner, holds, token, wall end),
+/// after the type header, with fields that need not be valid.
 fn lock_value(header: &[u8], owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) -> Vec<u8> {
     let mut value = header.to_vec();
-    value.push(5); // string
-    value.extend(rdb_len(owner.len() as u64));
-    value.extend_from_slice(owner);
-    value.push(2); // unsigned
-    value.extend(rdb_len(holds));
-    // Signed numbers are saved as their two's complement, as unsigned.
-    value.push(2);
-    value.extend(rdb_len(token as u64));
-    value.push(2);
-    value.extend(rdb_len(wall_end_ms as u64));
-    value.push(0); // EOF
+    value.extend(redis_lock_core::record::encode_fields(
+        owner,
+        holds,
+        token,
+        wall_end_ms,
+    ));
     value
 }
 

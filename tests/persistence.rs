@@ -184,19 +184,6 @@ fn downtime_counts_against_a_saved_lease() {
     assert!(next > short);
 }
 
-/// Options for a node persisting through an AOF without RDB preamble,
-/// fsynced on every write so that `kill -9` loses nothing.
-fn aof_options(preamble: &str) -> ServerOptions {
-    ServerOptions::default().args([
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "always",
-        "--aof-use-rdb-preamble",
-        preamble,
-    ])
-}
-
 fn aof_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("appendonlydir"))
         .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())

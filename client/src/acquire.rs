@@ -5,7 +5,6 @@
 //! caller that is gone is released in the background (`Won`).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use tokio::sync::oneshot;
 
@@ -133,11 +132,7 @@ impl LockCore {
         }
         let tokens = round.outcomes.iter().filter_map(NodeOutcome::granted_token);
         state.max_granted = state.max_granted.into_iter().chain(tokens).max();
-        let validity = state
-            .ledger
-            .valid_until(quorum)
-            .and_then(|until| until.checked_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero());
+        let validity = state.ledger.validity(quorum);
         match validity {
             Some(validity) if granted >= quorum => Ok(Acquired {
                 validity,

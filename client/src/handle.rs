@@ -120,9 +120,11 @@ impl LockCore {
 
     /// Time left in which the lock is certainly held, if any.
     pub fn validity(&self) -> Option<Duration> {
-        self.valid_until()?
-            .checked_duration_since(Instant::now())
-            .filter(|left| !left.is_zero())
+        let state = self.state();
+        if state.holds == 0 {
+            return None;
+        }
+        state.ledger.validity(self.quorum())
     }
 
     /// `cmd` to every node of this lock's client at once, each bounded by

@@ -53,11 +53,7 @@ impl LockCore {
             }
             let before = state.ledger.clone();
             state.ledger.apply(round.started, ttl, drift, &answers);
-            let validity = state
-                .ledger
-                .valid_until(quorum)
-                .and_then(|until| until.checked_duration_since(Instant::now()))
-                .filter(|left| !left.is_zero());
+            let validity = state.ledger.validity(quorum);
             match validity {
                 Some(validity) if confirmed >= quorum && in_time => Ok(Extended {
                     validity,

@@ -90,6 +90,14 @@ impl Ledger {
         }
     }
 
+    /// How long from now at least `quorum` nodes certainly hold the lock
+    /// for us; `None` when that time has passed (or never came).
+    pub fn validity(&self, quorum: usize) -> Option<Duration> {
+        self.valid_until(quorum)?
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+    }
+
     /// Until when at least `quorum` nodes certainly hold the lock for us.
     pub fn valid_until(&self, quorum: usize) -> Option<Instant> {
         let mut ends: Vec<Instant> = self.leases.iter().flatten().copied().collect();

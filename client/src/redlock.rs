@@ -30,10 +30,7 @@ impl LockCore {
             self.drift(self.ttl()),
             &answers(&round),
         );
-        let validity = ledger
-            .valid_until(self.quorum())
-            .and_then(|until| until.checked_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero());
+        let validity = ledger.validity(self.quorum());
         match validity {
             Some(validity) if granted >= self.quorum() => Ok(self.grant(round, ledger, validity)),
             _ => {

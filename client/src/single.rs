@@ -170,10 +170,7 @@ impl LockCore {
             ledger.apply(round.started, self.ttl(), drift, &answers(&round));
             outcomes = round.outcomes;
         }
-        let validity = ledger
-            .valid_until(1)
-            .and_then(|until| until.checked_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero());
+        let validity = ledger.validity(1);
         let Some(validity) = validity else {
             return Err(Error::NotAcquired {
                 attempts: 2,

@@ -7,20 +7,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{holder, info_int, test_config, Cluster};
+use common::{eventually, holder, info_int, test_config, Cluster};
 use redis_lock_client::{Config, Error, Redlock};
-
-/// Polls `check` every 5 ms for up to `limit`.
-async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    check()
-}
 
 fn nobody_holds(cluster: &Cluster, key: &str, nodes: &[usize]) -> bool {
     nodes

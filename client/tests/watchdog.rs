@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{holder, test_config, Cluster};
+use common::{eventually, holder, test_config, Cluster};
 use redis_lock_client::{Config, Error, LockStatus};
 
 fn short_lease_config() -> Config {
@@ -191,23 +191,14 @@ async fn a_watchdog_started_late_renews_before_it_reports_anything() {
     let lock = redlock.acquire("late", ttl).await.unwrap();
     // Less validity is left than the renewal interval (a third of the TTL):
     // the watchdog must renew at once, not sleep to the end and give up.
-    let shorter_than_interval = wait_for(|| lock.validity().is_some_and(|v| v < ttl / 4)).await;
+    let shorter_than_interval = eventually(Duration::from_secs(10), || {
+        lock.validity().is_some_and(|v| v < ttl / 4)
+    })
+    .await;
     assert!(shorter_than_interval, "validity {:?}", lock.validity());
     let guard = lock.watchdog().unwrap();
     tokio::time::sleep(ttl * 2).await;
     assert!(!guard.is_lost(), "the watchdog gave up without renewing");
     assert!(guard.is_held(), "validity {:?}", guard.validity());
     guard.release().await.unwrap();
-}
-
-/// Polls `check` every millisecond for up to ten seconds.
-async fn wait_for(mut check: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < until {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    false
 }

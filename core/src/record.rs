@@ -82,6 +82,53 @@ pub fn decode(
     })
 }
 
+/// The RDB module encoding of a lock value with these fields, as the
+/// module's `rdb_save` writes it (a string, three unsigned numbers, signed
+/// ones as their two's complement, the end-of-value opcode). The fields are
+/// not checked: tests and fuzzers build hostile values with it.
+pub fn encode_fields(owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) -> Vec<u8> {
+    let mut out = vec![5];
+    out.extend(rdb_length(owner.len() as u64));
+    out.extend_from_slice(owner);
+    for n in [
+        holds,
+        u64::from_ne_bytes(token.to_ne_bytes()),
+        u64::from_ne_bytes(wall_end_ms.to_ne_bytes()),
+    ] {
+        out.push(2);
+        out.extend(rdb_length(n));
+    }
+    out.push(0);
+    out
+}
+
+/// [`encode_fields`] of a record.
+pub fn encode(record: &LockRecord) -> Vec<u8> {
+    encode_fields(
+        &record.owner,
+        u64::from(record.holds),
+        record.token,
+        record.wall_end_ms,
+    )
+}
+
+/// An RDB length (`rdbSaveLen`).
+pub fn rdb_length(n: u64) -> Vec<u8> {
+    if n < 64 {
+        vec![n as u8]
+    } else if n < 16_384 {
+        vec![0x40 | (n >> 8) as u8, n as u8]
+    } else if let Ok(n) = u32::try_from(n) {
+        let mut out = vec![0x80];
+        out.extend_from_slice(&n.to_be_bytes());
+        out
+    } else {
+        let mut out = vec![0x81];
+        out.extend_from_slice(&n.to_be_bytes());
+        out
+    }
+}
+
 /// The module-value opcodes of the RDB format (`RDB_MODULE_OPCODE_*`).
 const OPCODE_EOF: u64 = 0;
 const OPCODE_UINT: u64 = 2;
@@ -263,31 +310,11 @@ mod tests {
     }
 
     fn len(n: u64) -> Vec<u8> {
-        if n < 64 {
-            vec![n as u8]
-        } else if n < 16_384 {
-            vec![0x40 | (n >> 8) as u8, n as u8]
-        } else if let Ok(n) = u32::try_from(n) {
-            let mut out = vec![0x80];
-            out.extend_from_slice(&n.to_be_bytes());
-            out
-        } else {
-            let mut out = vec![0x81];
-            out.extend_from_slice(&n.to_be_bytes());
-            out
-        }
+        rdb_length(n)
     }
 
     fn value(owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) -> Vec<u8> {
-        let mut out = vec![5];
-        out.extend(len(owner.len() as u64));
-        out.extend_from_slice(owner);
-        for n in [holds, token as u64, wall_end_ms as u64] {
-            out.push(2);
-            out.extend(len(n));
-        }
-        out.push(0);
-        out
+        encode_fields(owner, holds, token, wall_end_ms)
     }
 
     fn read(bytes: &[u8]) -> Result<LockRecord, Refused> {

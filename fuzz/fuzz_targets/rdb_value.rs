@@ -13,43 +13,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::lease::plausible_wall_end;
-use redis_lock_core::record::{decode, LockRecord, RdbFields};
+use redis_lock_core::record::{decode, encode, RdbFields};
 use redis_lock_core::token::MAX_TOKEN;
 use redis_lock_core::ManualClock;
-
-fn len(n: u64) -> Vec<u8> {
-    if n < 64 {
-        vec![n as u8]
-    } else if n < 16_384 {
-        vec![0x40 | (n >> 8) as u8, n as u8]
-    } else if let Ok(n) = u32::try_from(n) {
-        let mut out = vec![0x80];
-        out.extend_from_slice(&n.to_be_bytes());
-        out
-    } else {
-        let mut out = vec![0x81];
-        out.extend_from_slice(&n.to_be_bytes());
-        out
-    }
-}
-
-/// The module's `rdb_save`: a string, then three unsigned numbers (signed
-/// ones as their two's complement), then the end-of-value opcode.
-fn encode(record: &LockRecord) -> Vec<u8> {
-    let mut out = vec![5];
-    out.extend(len(record.owner.len() as u64));
-    out.extend_from_slice(&record.owner);
-    for n in [
-        u64::from(record.holds),
-        record.token as u64,
-        record.wall_end_ms as u64,
-    ] {
-        out.push(2);
-        out.extend(len(n));
-    }
-    out.push(0);
-    out
-}
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 3 {

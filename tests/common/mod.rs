@@ -458,3 +458,16 @@ impl Rng {
         self.below(one_in) == 0
     }
 }
+
+/// A node persisting through the AOF, fsynced on every write so that
+/// `kill -9` loses nothing, with the RDB preamble `"yes"` or `"no"`.
+pub fn aof_options(preamble: &str) -> ServerOptions {
+    ServerOptions::default().args([
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ])
+}

@@ -104,3 +104,15 @@ fn field(server: &RedisServer, key: &str, name: &str) -> Option<Value> {
         .find(|(f, _)| matches!(f, Value::BulkString(b) if b == name.as_bytes()))
         .map(|(_, v)| v)
 }
+
+/// Polls `check` every 5 ms for up to `limit`; whether it came true.
+pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < until {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    check()
+}
