@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Fails when the files of a crate import each other in a cycle.
 
-Reads every `crate::name` path in each .rs file of the given source
-folders (test modules at the end of a file are skipped) and reports every
-strongly connected group of more than one file. `make test` runs it on the
+Reads every `crate::name` path in each module of the given source folders
+(a file, or a folder with a mod.rs whose files count together; test
+modules at the end of a file are skipped) and reports every strongly
+connected group of more than one module. `make test` runs it on the
 module (src/) and the client (client/src/); ARCHITECTURE.md gives the
 layers it keeps.
 """
@@ -12,14 +13,35 @@ import re
 import sys
 
 
+def sources(folder):
+    """Each module of the crate root's folder: a file, or a folder with a
+    mod.rs (all its files count as that module)."""
+    modules = {}
+    for entry in os.listdir(folder):
+        path = os.path.join(folder, entry)
+        if entry.endswith(".rs"):
+            modules[entry[:-3]] = [path]
+        elif os.path.isfile(os.path.join(path, "mod.rs")):
+            modules[entry] = [
+                os.path.join(root, f)
+                for root, _, files in os.walk(path)
+                for f in files
+                if f.endswith(".rs")
+            ]
+    return modules
+
+
+def strip_tests(text):
+    cut = text.find("#[cfg(test)]\nmod tests")
+    return text[:cut] if cut >= 0 else text
+
+
 def graph(folder):
-    names = {f[:-3] for f in os.listdir(folder) if f.endswith(".rs")}
+    modules = sources(folder)
+    names = set(modules)
     edges = {}
-    for name in names:
-        text = open(os.path.join(folder, name + ".rs"), encoding="utf-8").read()
-        cut = text.find("#[cfg(test)]\nmod tests")
-        if cut >= 0:
-            text = text[:cut]
+    for name, paths in modules.items():
+        text = "\n".join(strip_tests(open(p, encoding="utf-8").read()) for p in paths)
         used = set(re.findall(r"crate::([a-z_]+)", text))
         for group in re.findall(r"crate::\{([^}]*)\}", text):
             used.update(re.findall(r"\b([a-z_]+)\b", group))

@@ -12,9 +12,9 @@ use std::ffi::c_void;
 use redis_lock_core::deadlines::DeadlineIndex;
 use redis_module::raw;
 
+use crate::ffi::key::LockKey;
 use crate::ffi::{self, Ctx};
 use crate::guard;
-use crate::key::LockKey;
 use crate::state::{with_state, KeyId};
 use crate::timer;
 

@@ -11,8 +11,8 @@ use redis_module::raw;
 
 use crate::config::{self, DEBUG};
 use crate::effects::{self, Facts, Target};
+use crate::ffi::key::{LockKey, WrongType};
 use crate::ffi::{self, Ctx, RString};
-use crate::key::{LockKey, WrongType};
 use crate::recovery;
 use crate::state::{with_state, CLOCK};
 use crate::waiting;

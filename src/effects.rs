@@ -8,7 +8,7 @@ use std::ffi::{c_int, CStr};
 use redis_lock_core::{lease, Change, Lock, Now};
 use redis_module::raw;
 
-use crate::ffi::{self, rm, Ctx, RString};
+use crate::ffi::{self, Ctx, RString};
 use crate::propagation;
 use crate::state::{with_state, KeyId, CLOCK};
 use crate::timer;
@@ -162,17 +162,12 @@ fn replicate_del(target: &Target) {
 fn replicate(target: &Target, build: impl FnOnce()) {
     match target.flags {
         Some(flags) if !propagation::redis_propagates(flags) => {
-            rm!(RedisModule_ReplicateVerbatim(target.ctx));
+            ffi::replicate_verbatim(target.ctx);
         }
         _ => build(),
     }
 }
 
 fn notify(target: &Target, class: c_int, event: &CStr) {
-    rm!(RedisModule_NotifyKeyspaceEvent(
-        target.ctx,
-        class,
-        event.as_ptr(),
-        target.name
-    ));
+    ffi::notify_keyspace_event(target.ctx, class, event, target.name);
 }

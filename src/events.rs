@@ -5,7 +5,7 @@
 //! leaves a name calls `unlink2`, and one that arrives under a new name
 //! (`RENAME`, `MOVE`, `RESTORE`) is found by the lease sweep (`sweep`).
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void};
 
 use redis_lock_core::Slot;
 use redis_module::raw;
@@ -13,22 +13,18 @@ use redis_module::raw;
 use crate::async_load;
 use crate::caller_db;
 use crate::eviction;
-use crate::ffi::{self, rm, Ctx, RString};
+use crate::ffi::key::LockKey;
+use crate::ffi::{self, Ctx, RString};
 use crate::guard;
-use crate::key::LockKey;
 use crate::state::{with_state, KeyId};
 use crate::timer;
 
 pub fn subscribe(ctx: Ctx) -> bool {
     let classes = raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS;
-    let keyspace = rm!(RedisModule_SubscribeToKeyspaceEvents(
-        ctx,
-        classes,
-        Some(on_keyspace_event)
-    ));
+    let keyspace = ffi::subscribe_keyspace_events(ctx, classes, on_keyspace_event);
     let flush = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
     let swap = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
-    keyspace == Some(raw::REDISMODULE_OK as c_int) && flush && swap
+    keyspace && flush && swap
 }
 
 extern "C" fn on_keyspace_event(
@@ -38,20 +34,16 @@ extern "C" fn on_keyspace_event(
     key: RString,
 ) -> c_int {
     guard::callback(ctx, "keyspace event", raw::REDISMODULE_OK as c_int, || {
-        if event.is_null() {
-            return raw::REDISMODULE_OK as c_int;
-        }
-        // SAFETY: Redis passes a NUL-terminated event name.
-        let event = unsafe { CStr::from_ptr(event) };
-        if event == c"loaded" {
+        let event = ffi::event_name(event);
+        if event == b"loaded" {
             // Keys loaded in the background are indexed when the load ends.
             if !async_load::in_progress(ctx) {
                 index_arrival(ctx, key);
             }
-        } else if event == c"evicted" {
+        } else if event == b"evicted" {
             eviction::evicted(ffi::selected_db(ctx), ffi::bytes(key));
         }
-        if event == c"loaded" {
+        if event == b"loaded" {
             caller_db::after_loaded(ctx);
         }
         raw::REDISMODULE_OK as c_int
@@ -95,8 +87,7 @@ extern "C" fn on_flush(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, d
         if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
             return;
         }
-        // SAFETY: for this event Redis passes a RedisModuleFlushInfo.
-        let Some(info) = (unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }) else {
+        let Some(info) = ffi::event_data::<raw::RedisModuleFlushInfo>(data) else {
             return;
         };
         let flushed = info.dbnum;
@@ -127,8 +118,7 @@ extern "C" fn on_swapdb(
     data: *mut c_void,
 ) {
     guard::callback(ctx, "swapdb event", (), || {
-        // SAFETY: for this event Redis passes a RedisModuleSwapDbInfo.
-        let Some(info) = (unsafe { data.cast::<SwapDbInfo>().as_ref() }) else {
+        let Some(info) = ffi::event_data::<SwapDbInfo>(data) else {
             return;
         };
         let (first, second) = (info.first, info.second);

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use redis_module::raw;
 
-use crate::ffi::rm;
+use crate::ffi;
 use crate::guard;
 use crate::recovery;
 use crate::state::with_state;
@@ -67,9 +67,6 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
                 crate::state::CLOCK.wall_offset_ms(),
             ),
         ];
-        rm!(RedisModule_InfoAddSection(ctx, c"".as_ptr()));
-        for (name, value) in fields {
-            rm!(RedisModule_InfoAddFieldLongLong(ctx, name.as_ptr(), value));
-        }
+        ffi::info_section(ctx, &fields);
     });
 }

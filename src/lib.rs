@@ -24,7 +24,6 @@ mod ffi;
 mod guard;
 mod hints;
 mod info;
-mod key;
 mod propagation;
 mod recovery;
 mod state;
@@ -45,7 +44,7 @@ mod module {
     use crate::ffi::{self, rm, Ctx, RString};
     use crate::{
         async_load, commands, config, counter_record, docs, events, eviction, expiry, guard, info,
-        key, propagation, recovery, timer,
+        propagation, recovery, timer,
     };
 
     /// Wraps a command handler in an `extern "C"` entry point that catches
@@ -145,7 +144,7 @@ mod module {
         }
         match LOCK_TYPE.raw_type.try_borrow() {
             Ok(raw_type) if !raw_type.is_null() => {
-                key::LOCK_TYPE_PTR.store(*raw_type, Ordering::Relaxed)
+                ffi::key::LOCK_TYPE_PTR.store(*raw_type, Ordering::Relaxed)
             }
             _ => return fail(ctx, "the data type was not created"),
         }

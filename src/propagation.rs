@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
-use crate::ffi::{self, rm, Ctx};
+use crate::ffi::{self, Ctx};
 use crate::guard;
 
 /// False only while `INFO replication` has shown no backlog and no replica
@@ -58,8 +58,7 @@ fn starts_a_sync(name: &[u8]) -> bool {
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     guard::callback(std::ptr::null_mut(), "command filter", (), || {
-        let name = rm!(RedisModule_CommandFilterArgGet(fctx, 0)).unwrap_or(std::ptr::null_mut());
-        let name = ffi::bytes(name);
+        let name = ffi::filter_arg(fctx, 0);
         if starts_a_sync(name) {
             BACKLOG_MAY_EXIST.store(true, Ordering::Relaxed);
         }
@@ -89,37 +88,17 @@ extern "C" fn on_cron(ctx: Ctx, _event: raw::RedisModuleEvent, _subevent: u64, _
 
 /// What `INFO replication` says; true (the safe answer) if it cannot be read.
 fn backlog_or_replicas(ctx: Ctx) -> bool {
-    let info = rm!(RedisModule_GetServerInfo(ctx, c"replication".as_ptr()))
-        .unwrap_or(std::ptr::null_mut());
-    if info.is_null() {
-        return true;
-    }
-    let field = |name: &std::ffi::CStr| {
-        let mut error: c_int = 0;
-        let value = rm!(RedisModule_ServerInfoGetFieldSigned(
-            info,
-            name.as_ptr(),
-            &mut error
-        ));
-        match value {
-            Some(value) if error == 0 => value,
-            _ => 1,
-        }
-    };
-    let found = field(c"repl_backlog_active") != 0 || field(c"connected_slaves") != 0;
-    rm!(RedisModule_FreeServerInfo(ctx, info));
-    found
+    let [backlog, replicas] = ffi::server_info_signed(
+        ctx,
+        c"replication",
+        [c"repl_backlog_active", c"connected_slaves"],
+    );
+    backlog.unwrap_or(1) != 0 || replicas.unwrap_or(1) != 0
 }
 
 /// Registers the filter and the events at load.
 pub fn init(ctx: Ctx) -> bool {
-    let filter = rm!(RedisModule_RegisterCommandFilter(
-        ctx,
-        Some(on_command),
-        raw::REDISMODULE_CMDFILTER_NOSELF as c_int
-    ))
-    .unwrap_or(std::ptr::null_mut());
-    !filter.is_null()
+    ffi::register_command_filter(ctx, on_command)
         && ffi::subscribe_server_event(
             ctx,
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,

@@ -14,9 +14,9 @@ use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::ffi::key::LockKey;
 use crate::ffi::{self, Ctx, ScanCursor};
 use crate::hints;
-use crate::key::LockKey;
 use crate::state::{with_state, KeyId, ModuleState};
 use crate::stats::LIVE_LOCKS;
 

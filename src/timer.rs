@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use redis_lock_core::Clock;
 use redis_module::raw;
 
-use crate::ffi::{rm, Ctx};
+use crate::ffi::{self, Ctx};
 use crate::guard;
 use crate::recovery;
 use crate::state::{ModuleState, CLOCK};
@@ -81,19 +81,14 @@ pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
         if at <= fire_at {
             return;
         }
-        rm!(RedisModule_StopTimer(ctx, timer, std::ptr::null_mut()));
+        ffi::stop_timer(ctx, timer);
         state.timer = None;
     }
     // The clock is read only when a timer is (re)armed: most commands find
     // one armed early enough and return above.
     let now = CLOCK.monotonic_ms();
     let delay = fire_at.saturating_sub(now).min(MAX_TIMER_MS);
-    if let Some(timer) = rm!(RedisModule_CreateTimer(
-        ctx,
-        i64::try_from(delay).unwrap_or(0),
-        Some(on_timer),
-        std::ptr::null_mut()
-    )) {
+    if let Some(timer) = ffi::create_timer(ctx, delay, on_timer) {
         state.timer = Some((timer, now.saturating_add(delay)));
     }
 }
@@ -111,8 +106,7 @@ extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
 /// expiry and hand-off of `expiry.rs`, a layer above this one).
 pub fn init(ctx: Ctx, handler: fn(Ctx)) -> bool {
     let _ = HANDLER.set(handler);
-    let detached =
-        rm!(RedisModule_GetDetachedThreadSafeContext(ctx)).unwrap_or(std::ptr::null_mut());
+    let detached = ffi::detached_context(ctx);
     TIMER_CTX.store(detached, Ordering::Relaxed);
     !detached.is_null()
 }

@@ -21,9 +21,9 @@ use redis_module::raw;
 
 use crate::config;
 use crate::effects::{self, Facts, Target};
+use crate::ffi::key::LockKey;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
-use crate::key::LockKey;
 use crate::recovery;
 use crate::state::{with_state, KeyId, ModuleState, CLOCK};
 use crate::timer;

@@ -6,6 +6,8 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use redis_module::raw;
 
+pub mod key;
+
 pub type Ctx = *mut raw::RedisModuleCtx;
 pub type RString = *mut raw::RedisModuleString;
 
@@ -356,6 +358,128 @@ pub fn replicate_counter(ctx: Ctx, last: i64) {
         c"l".as_ptr(),
         last
     ));
+}
+
+/// A timer callback.
+pub type TimerCallback = extern "C" fn(Ctx, *mut c_void);
+
+/// A context detached from any client, for timers made from callbacks that
+/// have none; null if the server cannot make one.
+pub fn detached_context(ctx: Ctx) -> Ctx {
+    rm!(RedisModule_GetDetachedThreadSafeContext(ctx)).unwrap_or(std::ptr::null_mut())
+}
+
+/// Creates a timer that calls `callback` after `delay_ms`; its id.
+pub fn create_timer(ctx: Ctx, delay_ms: u64, callback: TimerCallback) -> Option<u64> {
+    rm!(RedisModule_CreateTimer(
+        ctx,
+        i64::try_from(delay_ms).unwrap_or(i64::MAX),
+        Some(callback),
+        std::ptr::null_mut()
+    ))
+}
+
+/// Stops timer `id` (nothing if it already fired).
+pub fn stop_timer(ctx: Ctx, id: u64) {
+    rm!(RedisModule_StopTimer(ctx, id, std::ptr::null_mut()));
+}
+
+/// Propagates the calling command as it is (what Redis does with a change
+/// that replicates nothing else: it counts it).
+pub fn replicate_verbatim(ctx: Ctx) {
+    rm!(RedisModule_ReplicateVerbatim(ctx));
+}
+
+/// A keyspace event `event` of `class` on key `name`.
+pub fn notify_keyspace_event(ctx: Ctx, class: c_int, event: &CStr, name: RString) {
+    rm!(RedisModule_NotifyKeyspaceEvent(
+        ctx,
+        class,
+        event.as_ptr(),
+        name
+    ));
+}
+
+/// Adds the module's `INFO` section with these integer fields.
+pub fn info_section(ctx: *mut raw::RedisModuleInfoCtx, fields: &[(&CStr, i64)]) {
+    rm!(RedisModule_InfoAddSection(ctx, c"".as_ptr()));
+    for (name, value) in fields {
+        rm!(RedisModule_InfoAddFieldLongLong(ctx, name.as_ptr(), *value));
+    }
+}
+
+/// Integer fields of an `INFO` section; `None` for a field that cannot be
+/// read, and for all of them if the section cannot.
+pub fn server_info_signed<const N: usize>(
+    ctx: Ctx,
+    section: &CStr,
+    fields: [&CStr; N],
+) -> [Option<i64>; N] {
+    let info =
+        rm!(RedisModule_GetServerInfo(ctx, section.as_ptr())).unwrap_or(std::ptr::null_mut());
+    if info.is_null() {
+        return [None; N];
+    }
+    let values = fields.map(|name| {
+        let mut error: c_int = 0;
+        rm!(RedisModule_ServerInfoGetFieldSigned(
+            info,
+            name.as_ptr(),
+            &mut error
+        ))
+        .filter(|_| error == 0)
+    });
+    rm!(RedisModule_FreeServerInfo(ctx, info));
+    values
+}
+
+/// A keyspace event callback.
+pub type KeyspaceCallback = extern "C" fn(Ctx, c_int, *const c_char, RString) -> c_int;
+
+/// Subscribes `callback` to the keyspace events of `classes`.
+pub fn subscribe_keyspace_events(ctx: Ctx, classes: c_int, callback: KeyspaceCallback) -> bool {
+    rm!(RedisModule_SubscribeToKeyspaceEvents(
+        ctx,
+        classes,
+        Some(callback)
+    )) == Some(raw::REDISMODULE_OK as c_int)
+}
+
+/// A command filter callback.
+pub type FilterCallback = extern "C" fn(*mut raw::RedisModuleCommandFilterCtx);
+
+/// Registers a command filter that does not see the module's own calls.
+pub fn register_command_filter(ctx: Ctx, callback: FilterCallback) -> bool {
+    let filter = rm!(RedisModule_RegisterCommandFilter(
+        ctx,
+        Some(callback),
+        raw::REDISMODULE_CMDFILTER_NOSELF as c_int
+    ))
+    .unwrap_or(std::ptr::null_mut());
+    !filter.is_null()
+}
+
+/// Argument `index` of the command a filter sees, as bytes (empty if
+/// there is none).
+pub fn filter_arg<'a>(fctx: *mut raw::RedisModuleCommandFilterCtx, index: c_int) -> &'a [u8] {
+    bytes(rm!(RedisModule_CommandFilterArgGet(fctx, index)).unwrap_or(std::ptr::null_mut()))
+}
+
+/// A C string a server event hands over, as bytes (empty for null).
+pub fn event_name<'a>(event: *const c_char) -> &'a [u8] {
+    if event.is_null() {
+        return &[];
+    }
+    // SAFETY: a NUL-terminated string Redis keeps alive for the callback.
+    unsafe { CStr::from_ptr(event) }.to_bytes()
+}
+
+/// The data of a server event, as the type its event id documents; `None`
+/// for null.
+pub fn event_data<'a, T>(data: *mut c_void) -> Option<&'a T> {
+    // SAFETY: Redis passes the documented struct for the subscribed event
+    // (the caller names it), alive for the callback.
+    unsafe { data.cast::<T>().as_ref() }
 }
 
 pub type ServerEventCallback = extern "C" fn(Ctx, raw::RedisModuleEvent, u64, *mut c_void);
