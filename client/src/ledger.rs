@@ -220,9 +220,9 @@ mod tests {
 
     /// The property: for random sequences of lease-setting rounds (acquire,
     /// extend with random TTLs, re-entry, renewals) with random per-node
-    /// outcomes, the validity the ledger reports never exceeds the earliest
-    /// lease end among any majority... precisely: at the reported instant, at
-    /// least a quorum of nodes still hold a lease set by one of our rounds.
+    /// outcomes, the validity the ledger reports never outlasts the leases
+    /// that guarantee it: at the reported end, at least a quorum of nodes
+    /// still hold a lease set by one of our rounds.
     /// The nodes' true lease ends are simulated: a node that ran a command
     /// at some moment inside the round sets its lease to that moment + ttl,
     /// seen on a clock that runs fast against the client's by up to `drift`.
@@ -249,8 +249,8 @@ mod tests {
                     // how fast its clock ran against ours (the lease ends
                     // earlier on our clock by at most the drift).
                     let ran_at = started + length.mul_f64(rng.random_range(0.0..=1.0));
-                    let slow = drift.mul_f64(rng.random_range(0.0..=1.0));
-                    let ran_end = ran_at + ttl - slow.min(ttl);
+                    let fast = drift.mul_f64(rng.random_range(0.0..=1.0));
+                    let ran_end = ran_at + ttl - fast.min(ttl);
                     let answer = match rng.random_range(0..6) {
                         // Ran, and we heard it: only a node that still held
                         // our lock (or granted afresh) sets it.
