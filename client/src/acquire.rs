@@ -120,7 +120,12 @@ impl LockCore {
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));
         let quorum = self.quorum();
         let mut state = self.state();
-        let before = state.ledger.clone();
+        // The negative control's old rule needs the ledger of before.
+        let before = self
+            .client()
+            .config()
+            .unsafe_keep_validity_on_failure
+            .then(|| state.ledger.clone());
         let fresh = state.ledger.apply(
             round.started,
             self.ttl(),
@@ -141,7 +146,7 @@ impl LockCore {
                 outcomes: round.outcomes,
             }),
             _ => {
-                if self.client().config().unsafe_keep_validity_on_failure {
+                if let Some(before) = before {
                     state.ledger = before;
                 }
                 Err(Error::QuorumLost {

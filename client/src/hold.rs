@@ -51,7 +51,12 @@ impl LockCore {
                     }
                 }
             }
-            let before = state.ledger.clone();
+            // The negative control's old rule needs the ledger of before.
+            let before = core
+                .client()
+                .config()
+                .unsafe_keep_validity_on_failure
+                .then(|| state.ledger.clone());
             state.ledger.apply(round.started, ttl, drift, &answers);
             let validity = state.ledger.validity(quorum);
             match validity {
@@ -64,7 +69,7 @@ impl LockCore {
                 }),
                 _ if !in_time => Err(Error::Expired),
                 _ => {
-                    if core.client().config().unsafe_keep_validity_on_failure {
+                    if let Some(before) = before {
                         state.ledger = before;
                     }
                     Err(Error::QuorumLost {
