@@ -10,6 +10,7 @@
 use std::ffi::c_void;
 
 use redis_lock_core::deadlines::DeadlineIndex;
+use redis_lock_core::filing::{self, Arrival};
 use redis_module::raw;
 
 use crate::ffi::key::LockKey;
@@ -40,12 +41,11 @@ fn reindex(ctx: Ctx) {
     while ffi::select_db(ctx, db) {
         ffi::scan_keys(ctx, |name, key| {
             LockKey::scanned(key, |lock| {
-                let (ends_at, token) = (lock.ends_at(), lock.token());
-                let id = with_state(|state| {
-                    state.node.tokens.raise(token);
-                    state.deadlines.insert(ends_at, KeyId::new(db, name))
+                with_state(|state| {
+                    let key = KeyId::new(db, name);
+                    let (tokens, index) = (&mut state.node.tokens, &mut state.deadlines);
+                    filing::on_arrival(tokens, index, lock, &key, Arrival::All);
                 });
-                lock.set_expiry_id(id.unwrap_or(0));
             });
         });
         db += 1;

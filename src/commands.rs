@@ -10,7 +10,7 @@ use redis_lock_core::Slot;
 use redis_module::raw;
 
 use crate::config::{self, DEBUG};
-use crate::effects::{self, Facts, Target};
+use crate::effects::{self, Target};
 use crate::ffi::key::{LockKey, WrongType};
 use crate::ffi::{self, Ctx, RString};
 use crate::recovery;
@@ -51,19 +51,14 @@ fn reply_arg_error(ctx: Ctx, error: &ArgError) -> c_int {
 
 /// Commits what the operation changed and propagates it.
 fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CStr) {
-    let facts = opened
-        .key
-        .lock()
-        .map(|lock| Facts::of(lock, outcome.change));
     opened.key.commit();
-    match (outcome.change, facts) {
-        (Change::Stored { .. }, Some(facts)) => {
-            let id = effects::stored(&opened.target, owner, facts, event);
-            if let Some(lock) = opened.key.lock() {
-                lock.set_expiry_id(id);
+    match outcome.change {
+        Change::Stored { .. } => {
+            if let Some(holder) = opened.key.holder(owner) {
+                effects::stored(&opened.target, holder, outcome.change, event);
             }
         }
-        (Change::Deleted { .. }, _) => {
+        Change::Deleted { .. } => {
             effects::deleted(&opened.target, event);
             waiting::grant_waiters(&opened.target, &mut opened.key);
         }
@@ -275,13 +270,11 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     }) else {
         return ffi::reply_error(ctx, "ERR internal error: state busy");
     };
-    let facts = key.lock().map(|lock| Facts::of(lock, outcome.change));
     key.commit();
-    if let (Change::Stored { .. }, Some(facts)) = (outcome.change, facts) {
-        let id = effects::index(&target, facts);
-        if let Some(lock) = key.lock() {
-            lock.set_expiry_id(id);
-        }
+    if let (Change::Stored { previous_deadline }, Some(holder)) =
+        (outcome.change, key.holder(parsed.owner))
+    {
+        effects::index(&target, holder, previous_deadline);
     }
     ffi::reply_ok(ctx)
 }

@@ -8,8 +8,8 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use redis_lock_core::record::{self, FieldReader};
-use redis_lock_core::{lease, Lock};
+use redis_lock_core::record::{self, Bounds, FieldReader};
+use redis_lock_core::{lease, Holder, Lock, Mode};
 use redis_module::{native_types::RedisType, raw};
 
 use crate::config::MAX_OWNER_LIMIT;
@@ -19,8 +19,12 @@ use crate::state::{with_state, KeyId, CLOCK};
 use crate::stats::LIVE_LOCKS;
 use crate::timer;
 
-/// Bump when the RDB layout changes; loading checks it.
-const ENCODING_VERSION: c_int = 1;
+/// The RDB layout written (`record::VERSION`); loading reads it and every
+/// earlier one (`record::decode`).
+const ENCODING_VERSION: c_int = record::VERSION as c_int;
+
+/// The most holders a saved shared lock may have.
+const MAX_SAVED_HOLDERS: u32 = 1 << 20;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -90,20 +94,29 @@ impl FieldReader for IoFields {
 /// Reads a lock, bounded like command arguments (`record::decode`): a
 /// hostile or corrupt payload is refused whole, never stored.
 fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
-    if encver != ENCODING_VERSION {
+    let bounds = Bounds {
+        max_owner: usize::try_from(MAX_OWNER_LIMIT).unwrap_or(usize::MAX),
+        max_holders: MAX_SAVED_HOLDERS,
+    };
+    let version = u32::try_from(encver).ok()?;
+    let record = record::decode(&mut IoFields(rdb), version, &CLOCK, bounds).ok()?;
+    // No command makes a shared lock yet, nor can its holders be
+    // replicated: one is refused until the shared family lands.
+    if record.mode != Mode::Exclusive {
         return None;
     }
-    let max_owner = usize::try_from(MAX_OWNER_LIMIT).unwrap_or(usize::MAX);
-    let record = record::decode(&mut IoFields(rdb), &CLOCK, max_owner).ok()?;
     // The node's counter is raised when the lock is really in the keyspace
     // (the `loaded` and `restore` events): a RESTORE whose ABSTTL is past
     // loads a value that Redis then throws away.
-    Some(Lock::new(
-        &record.owner,
-        record.holds,
-        record.token,
-        lease::from_wall_ms(&CLOCK, record.wall_end_ms),
-    ))
+    let holders = record
+        .holders
+        .iter()
+        .map(|h| {
+            let deadline = lease::from_wall_ms(&CLOCK, h.wall_end_ms);
+            Holder::new(&h.owner, h.holds, h.token, deadline)
+        })
+        .collect();
+    Lock::with_holders(record.mode, record.limit, holders)
 }
 
 /// A read from the stream failed (truncated or corrupt): with
@@ -132,31 +145,46 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::callback(null_ctx(), "rdb_save", (), || {
         let Some(lock) = lock_ref(value) else { return };
-        let owner = lock.owner();
-        rm!(RedisModule_SaveStringBuffer(
-            rdb,
-            owner.as_ptr().cast::<c_char>(),
-            owner.len()
-        ));
-        rm!(RedisModule_SaveUnsigned(rdb, u64::from(lock.holds())));
-        rm!(RedisModule_SaveSigned(rdb, lock.token()));
-        rm!(RedisModule_SaveSigned(
-            rdb,
-            lease::to_wall_ms(&CLOCK, lock.deadline())
-        ));
+        let mode = match lock.mode() {
+            Mode::Exclusive => 0,
+            Mode::Shared => 1,
+        };
+        let limit = lock.limit().map_or(0, |n| u64::from(n.get()));
+        let count = lock.holders().len() as u64;
+        for n in [mode, limit, count] {
+            rm!(RedisModule_SaveUnsigned(rdb, n));
+        }
+        for holder in lock.holders() {
+            let owner = holder.owner();
+            rm!(RedisModule_SaveStringBuffer(
+                rdb,
+                owner.as_ptr().cast::<c_char>(),
+                owner.len()
+            ));
+            rm!(RedisModule_SaveUnsigned(rdb, u64::from(holder.holds())));
+            rm!(RedisModule_SaveSigned(rdb, holder.token()));
+            rm!(RedisModule_SaveSigned(
+                rdb,
+                lease::to_wall_ms(&CLOCK, holder.deadline())
+            ));
+        }
     });
 }
 
 extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, value: *mut c_void) {
     guard::callback(null_ctx(), "aof_rewrite", (), || {
         let Some(lock) = lock_ref(value) else { return };
-        let effect = ffi::ApplyEffect {
-            owner: lock.owner(),
-            holds: lock.holds(),
-            token: lock.token(),
-            wall_end_ms: lease::to_wall_ms(&CLOCK, lock.deadline()),
-        };
-        ffi::emit_aof_apply(aof, key, &effect);
+        // An exclusive lock: its one holder (shared locks are not loaded
+        // or made yet, see `load_lock`).
+        for holder in lock.holders() {
+            let effect = ffi::ApplyEffect {
+                owner: holder.owner(),
+                holds: holder.holds(),
+                token: holder.token(),
+                wall_end_ms: lease::to_wall_ms(&CLOCK, holder.deadline()),
+            };
+            ffi::emit_aof_apply(aof, key, &effect);
+        }
     });
 }
 
@@ -166,20 +194,27 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     })
 }
 
-/// Owner, holds and token: what a replica or a reload must reproduce
-/// exactly. The lease is left out: it lives on each process's own
-/// monotonic clock, so it cannot be equal to the millisecond across them.
+/// Each holder's owner, holds and token, in grant order (and the mode and
+/// limit of a shared lock): what a replica or a reload must reproduce
+/// exactly. Leases are left out: they live on each process's own monotonic
+/// clock, so they cannot be equal to the millisecond across them.
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard::callback(null_ctx(), "digest", (), || {
         let Some(lock) = lock_ref(value) else { return };
-        let owner = lock.owner();
-        rm!(RedisModule_DigestAddStringBuffer(
-            md,
-            owner.as_ptr().cast::<c_char>(),
-            owner.len()
-        ));
-        rm!(RedisModule_DigestAddLongLong(md, i64::from(lock.holds())));
-        rm!(RedisModule_DigestAddLongLong(md, lock.token()));
+        if lock.mode() == Mode::Shared {
+            let limit = lock.limit().map_or(0, |n| i64::from(n.get()));
+            rm!(RedisModule_DigestAddLongLong(md, -1 - limit));
+        }
+        for holder in lock.holders() {
+            let owner = holder.owner();
+            rm!(RedisModule_DigestAddStringBuffer(
+                md,
+                owner.as_ptr().cast::<c_char>(),
+                owner.len()
+            ));
+            rm!(RedisModule_DigestAddLongLong(md, i64::from(holder.holds())));
+            rm!(RedisModule_DigestAddLongLong(md, holder.token()));
+        }
         rm!(RedisModule_DigestEndSequence(md));
     });
 }
@@ -217,7 +252,10 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
         "aux_load",
         raw::REDISMODULE_ERR as c_int,
         || {
-            if encver != ENCODING_VERSION || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            // The counter's layout is the same in every encoding version.
+            if !(1..=ENCODING_VERSION).contains(&encver)
+                || when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int
+            {
                 return raw::REDISMODULE_ERR as c_int;
             }
             let Some(last) = rm!(RedisModule_LoadSigned(rdb)) else {
@@ -251,7 +289,9 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         // finds it there.
         crate::hints::hint();
         with_state(|state| {
-            state.deadlines.remove(lock.expiry_id());
+            for holder in lock.holders() {
+                state.deadlines.remove(holder.expiry_id());
+            }
             // The key's name is copied only when someone waits at all.
             if state.waiters.is_empty() {
                 return;

@@ -5,7 +5,7 @@
 
 use std::ffi::{c_int, CStr};
 
-use redis_lock_core::{lease, Change, Lock, Now};
+use redis_lock_core::{filing, lease, Change, Holder, Now};
 use redis_module::raw;
 
 use crate::ffi::{self, Ctx, RString};
@@ -59,81 +59,41 @@ impl<'a> Target<'a> {
     }
 }
 
-/// The fields of a stored lock that its effect carries.
-#[derive(Clone, Copy, Debug)]
-pub struct Facts {
-    pub holds: u32,
-    pub token: i64,
-    pub deadline: u64,
-    pub expiry_id: u64,
-    /// The lease end the lock had before this change, if it was held.
-    pub previous_deadline: Option<u64>,
-}
-
-impl Facts {
-    /// `lock` as stored by `change` (see [`Change::Stored`]).
-    pub fn of(lock: &Lock, change: Change) -> Facts {
-        let previous_deadline = match change {
-            Change::Stored { previous_deadline } => previous_deadline,
-            _ => None,
-        };
-        Facts {
-            holds: lock.holds(),
-            token: lock.token(),
-            deadline: lock.deadline(),
-            expiry_id: lock.expiry_id(),
-            previous_deadline,
-        }
-    }
-}
-
-/// `target` now holds `owner`'s lock as `facts`: replicate `LOCK.APPLY` with
-/// the absolute lease end, file the lease, announce `event`. Returns the
-/// expiry entry id the lock must carry from now on.
-#[must_use]
-pub fn stored(target: &Target, owner: &[u8], facts: Facts, event: &CStr) -> u64 {
+/// `target` now holds `holder`, stored by `change` (see
+/// [`Change::Stored`]; anything else does nothing): file its lease, then
+/// replicate `LOCK.APPLY` with the absolute lease end and announce `event`.
+/// The holder is not used past the filing: the event may run other
+/// modules' code that changes the key.
+pub fn stored(target: &Target, holder: &mut Holder, change: Change, event: &CStr) {
+    let Change::Stored { previous_deadline } = change else {
+        return;
+    };
+    index(target, holder, previous_deadline);
+    let wall_end_ms = lease::to_wall_ms(&target.now, holder.deadline());
+    let (holds, token) = (holder.holds(), holder.token());
     replicate(target, || {
-        let wall_end = lease::to_wall_ms(&target.now, facts.deadline);
         let effect = ffi::ApplyEffect {
-            owner,
-            holds: facts.holds,
-            token: facts.token,
-            wall_end_ms: wall_end,
+            owner: holder.owner(),
+            holds,
+            token,
+            wall_end_ms,
         };
         ffi::replicate_apply(target.ctx, target.name, &effect);
     });
-    let id = index(target, facts);
     notify(target, raw::REDISMODULE_NOTIFY_MODULE, event);
-    id
 }
 
-/// Only the expiry index changes (a replicated effect being applied: the
-/// primary's stream already carries it onwards). A new lock (id 0) gets an
-/// entry. A lock changed in place keeps its entry: a lease that grew is
-/// found still running when its old deadline surfaces and filed again then
-/// (so a re-entry or a renewal costs the index nothing); one that shrank
-/// gets an earlier item. Returns the entry id the lock must carry.
-#[must_use]
-pub fn index(target: &Target, facts: Facts) -> u64 {
-    let shrank = facts
-        .previous_deadline
-        .map_or(true, |previous| facts.deadline < previous);
-    if facts.expiry_id != 0 && !shrank {
-        return facts.expiry_id;
-    }
-    // Filed at the first millisecond the lease is over (`Lock::ends_at`).
-    let ends_at = facts.deadline.saturating_add(1);
+/// Only the lease index changes (a replicated effect being applied: the
+/// primary's stream already carries it onwards), by the rules of
+/// `redis_lock_core::filing`.
+pub fn index(target: &Target, holder: &mut Holder, previous_deadline: Option<u64>) {
     with_state(|state| {
-        let id = if facts.expiry_id == 0 {
-            state.deadlines.insert(ends_at, target.id())
-        } else {
-            state.deadlines.file_earlier(facts.expiry_id, ends_at);
-            facts.expiry_id
-        };
-        timer::arm(state);
-        id
-    })
-    .unwrap_or(0)
+        if filing::on_change(&mut state.deadlines, holder, previous_deadline, || {
+            target.id()
+        }) {
+            timer::arm(state);
+        }
+    });
 }
 
 /// The lock was released and its key removed.

@@ -7,6 +7,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+use redis_lock_core::filing::{self, Arrival};
 use redis_lock_core::Slot;
 use redis_module::raw;
 
@@ -66,17 +67,12 @@ fn index_arrival(ctx: Ctx, key: RString) {
         return;
     };
     let key_id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
-    let token = lock.token();
-    let id = with_state(|state| {
-        // Every later token here exceeds the one that arrived.
-        state.node.tokens.raise(token);
-        let id = state.deadlines.insert(lock.ends_at(), key_id);
+    with_state(|state| {
+        // Every later token here exceeds the ones that arrived.
+        let (tokens, index) = (&mut state.node.tokens, &mut state.deadlines);
+        filing::on_arrival(tokens, index, lock, &key_id, Arrival::All);
         timer::arm(state);
-        id
     });
-    if let Some(id) = id {
-        lock.set_expiry_id(id);
-    }
 }
 
 /// `FLUSHDB`/`FLUSHALL` (and the flush before a full sync or `DEBUG RELOAD`):

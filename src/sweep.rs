@@ -14,6 +14,8 @@ use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use redis_lock_core::filing::{self, Arrival};
+
 use crate::ffi::key::LockKey;
 use crate::ffi::{self, Ctx, ScanCursor};
 use crate::hints;
@@ -99,17 +101,10 @@ fn finish(hints: Option<u64>) {
 
 fn file_if_unindexed(db: i32, name: &[u8], key: *mut redis_module::raw::RedisModuleKey) {
     LockKey::scanned(key, |lock| {
-        let (id, ends_at, token) = (lock.expiry_id(), lock.ends_at(), lock.token());
-        let filed = with_state(|state| {
-            if state.deadlines.contains(id) {
-                return None;
-            }
-            state.node.tokens.raise(token);
-            Some(state.deadlines.insert(ends_at, KeyId::new(db, name)))
-        })
-        .flatten();
-        if let Some(id) = filed {
-            lock.set_expiry_id(id);
-        }
+        with_state(|state| {
+            let key = KeyId::new(db, name);
+            let (tokens, index) = (&mut state.node.tokens, &mut state.deadlines);
+            filing::on_arrival(tokens, index, lock, &key, Arrival::Unfiled);
+        });
     });
 }

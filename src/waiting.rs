@@ -15,12 +15,13 @@ use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
 use redis_lock_core::args::ArgError;
+use redis_lock_core::filing::{self, Surfaced};
 use redis_lock_core::ops;
 use redis_lock_core::{Clock, Slot};
 use redis_module::raw;
 
 use crate::config;
-use crate::effects::{self, Facts, Target};
+use crate::effects::{self, Target};
 use crate::ffi::key::LockKey;
 use crate::ffi::{self, rm, Ctx, RString};
 use crate::guard;
@@ -121,13 +122,9 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         });
         match granted {
             Some(Ok(Some(outcome))) => {
-                let facts = key.lock().map(|lock| Facts::of(lock, outcome.change));
                 key.commit();
-                if let (Some(facts), ops::Change::Stored { .. }) = (facts, outcome.change) {
-                    let id = effects::stored(target, &waiter.owner, facts, c"lock.acquire");
-                    if let Some(lock) = key.lock() {
-                        lock.set_expiry_id(id);
-                    }
+                if let Some(holder) = key.holder(&waiter.owner) {
+                    effects::stored(target, holder, outcome.change, c"lock.acquire");
                 }
                 answer(
                     &waiter,
@@ -210,8 +207,24 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
         });
         return;
     };
-    if entry.is_some() && lock_key.lock().map(|lock| lock.expiry_id()) != entry {
-        return;
+    // Only an entry whose lease is over settles the key: a stale one is
+    // dropped, and a lease that grew since it was filed is filed again
+    // (`filing::on_surfaced`), before anything else can return early.
+    if let Some(entry) = entry {
+        let now = CLOCK.monotonic_ms();
+        let surfaced = with_state(|state| {
+            let lock = lock_key.lock()?;
+            let surfaced =
+                filing::on_surfaced(&mut state.deadlines, lock, entry, now, || id.clone());
+            if surfaced == Surfaced::Refiled {
+                timer::arm(state);
+            }
+            Some(surfaced)
+        })
+        .flatten();
+        if surfaced != Some(Surfaced::Ended) {
+            return;
+        }
     }
     // A grant from a timer bypasses the cluster's MOVED/ASK checks: in a
     // slot this node does not serve now (migrated away, or the key already
@@ -224,19 +237,6 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
     }
     let target = Target::new(ctx, name.as_ptr(), db, key);
     settle(&target, &mut lock_key);
-    // Popped, yet its lease has not ended: it grew since it was filed (see
-    // the lease index). A lock must never be left without an entry, or it
-    // would never end: file it again at its current end.
-    if let (Some(entry), Some(lock)) = (entry, lock_key.lock()) {
-        if lock.expiry_id() == entry {
-            let id = with_state(|state| {
-                let id = state.deadlines.insert(lock.ends_at(), target.id());
-                timer::arm(state);
-                id
-            });
-            lock.set_expiry_id(id.unwrap_or(0));
-        }
-    }
 }
 
 /// Ends a lock whose lease is over (announcing it), then serves the queue.
@@ -425,19 +425,17 @@ pub fn revoke_undelivered(ctx: Ctx, grant: &Grant) {
     }) else {
         return;
     };
-    let facts = lock_key.lock().map(|lock| Facts::of(lock, outcome.change));
     lock_key.commit();
-    match (outcome.change, facts) {
-        (ops::Change::Deleted { .. }, _) => {
+    match outcome.change {
+        ops::Change::Deleted { .. } => {
             effects::deleted(&target, c"lock.release");
             settle(&target, &mut lock_key);
         }
-        (ops::Change::Stored { .. }, Some(facts)) => {
-            let id = effects::stored(&target, &grant.owner, facts, c"lock.release");
-            if let Some(lock) = lock_key.lock() {
-                lock.set_expiry_id(id);
+        ops::Change::Stored { .. } => {
+            if let Some(holder) = lock_key.holder(&grant.owner) {
+                effects::stored(&target, holder, outcome.change, c"lock.release");
             }
         }
-        _ => {}
+        ops::Change::None => {}
     }
 }

@@ -73,6 +73,20 @@ fn lock_value(header: &[u8], owner: &[u8], holds: u64, token: i64, wall_end_ms: 
     value
 }
 
+/// The encoding version in a value's type header: the low 10 bits of the
+/// module type id.
+fn encoding_version(header: &[u8]) -> u64 {
+    u64::from_be_bytes(header[2..10].try_into().unwrap()) & 0x3ff
+}
+
+/// `header` with its encoding version set to `version`.
+fn with_encoding_version(header: &[u8], version: u64) -> Vec<u8> {
+    let id = u64::from_be_bytes(header[2..10].try_into().unwrap());
+    let mut out = header.to_vec();
+    out[2..10].copy_from_slice(&((id & !0x3ff) | version).to_be_bytes());
+    out
+}
+
 fn now_ms() -> i64 {
     i64::try_from(
         SystemTime::now()
@@ -187,6 +201,50 @@ fn restored_values_are_bounded_like_arguments_and_raise_no_counter_when_refused(
     assert!(!server.log().contains("panicked"));
 }
 
+/// A value saved by the module before the lock family's data model grew
+/// several holders (encoding version 1: one holder's four fields) still
+/// restores, with its owner, holds and token, and the node's counter
+/// continues above its token; an unknown version is refused.
+#[test]
+fn a_version_1_value_still_restores() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let (dump, header) = lock_dump(&mut c);
+    assert_eq!(encoding_version(&header), 2);
+    let token = MAX_ATLEAST - 100;
+    let mut value = with_encoding_version(&header, 1);
+    value.extend(redis_lock_core::record::encode_v1_fields(
+        b"old-owner",
+        3,
+        token,
+        now_ms() + 60_000,
+    ));
+    restore(&mut c, "old", &dump.payload(&value), &[]).unwrap();
+    let info = held(&mut c, "old");
+    assert_eq!(info.identity(), (b"old-owner".to_vec(), 3, token));
+    assert!(info.pttl > 50_000, "pttl {}", info.pttl);
+    // The lease sweep finds a restored lock (on the timer, which the next
+    // lease filed arms) and raises the counter above it.
+    acquire(&mut c, "arm", "o", 10_000).unwrap();
+    assert!(wait_until(SOON, || lock_stat(&mut c, "lock_last_token") >= token));
+    let fresh = acquire(&mut c, "new", "o", 10_000).unwrap();
+    assert!(fresh > token, "fresh token {fresh} not above {token}");
+    // A version-2 value read as version 1, and an unknown version: refused.
+    let mut misread = with_encoding_version(&header, 1);
+    misread.extend(lock_value(&[], b"o", 1, 5, now_ms() + 60_000));
+    let mut unknown = with_encoding_version(&header, 3);
+    unknown.extend(lock_value(&[], b"o", 1, 5, now_ms() + 60_000));
+    for (what, value) in [("misread", misread), ("version 3", unknown)] {
+        assert!(
+            restore(&mut c, "bad", &dump.payload(&value), &[]).is_err(),
+            "{what}"
+        );
+        alive(&mut c);
+        assert!(!exists(&mut c, "bad"), "{what}");
+    }
+    assert!(!server.log().contains("panicked"));
+}
+
 #[test]
 fn a_discarded_restore_does_not_raise_the_counter() {
     let server = RedisServer::start();
@@ -253,7 +311,7 @@ fn an_aof_effect_with_a_lease_end_beyond_any_ttl_does_not_hang_the_restart() {
 /// long owners it compresses with LZF.
 #[test]
 fn the_pure_decoder_reads_real_dump_payloads() {
-    use redis_lock_core::record::{decode, RdbFields};
+    use redis_lock_core::record::{decode, Bounds, RdbFields, VERSION};
     use redis_lock_core::SystemClock;
 
     let server = RedisServer::start();
@@ -263,8 +321,10 @@ fn the_pure_decoder_reads_real_dump_payloads() {
         let token = acquire(&mut c, "decoded", owner, 600_000).unwrap();
         acquire(&mut c, "decoded", owner, 600_000).unwrap();
         let dump = Dump::of(&mut c, "decoded");
-        // The string opcode (5), then how Redis encoded the owner.
-        assert_eq!(dump.value[10], 5);
+        // Mode 0, limit 0, one holder (three unsigned fields), then the
+        // string opcode (5) and how Redis encoded the owner.
+        assert_eq!(dump.value[10..16], [2, 0, 2, 0, 2, 1]);
+        assert_eq!(dump.value[16], 5);
         let expected = match owner {
             "12345" => Some(0xc1), // a 16-bit integer
             "-7" => Some(0xc0),    // an 8-bit integer
@@ -272,12 +332,19 @@ fn the_pure_decoder_reads_real_dump_payloads() {
             _ => Some(0xc3),       // LZF
         };
         if let Some(encoding) = expected {
-            assert_eq!(dump.value[11], encoding, "owner {owner:?}");
+            assert_eq!(dump.value[17], encoding, "owner {owner:?}");
         }
+        assert_eq!(encoding_version(&dump.value[..10]), u64::from(VERSION));
         // After the type byte and the module type id (0x81 + 8 bytes).
         let mut fields = RdbFields::new(&dump.value[10..]);
-        let record = decode(&mut fields, &SystemClock::new(), 1 << 20)
+        let bounds = Bounds {
+            max_owner: 1 << 20,
+            max_holders: 1,
+        };
+        let record = decode(&mut fields, VERSION, &SystemClock::new(), bounds)
             .unwrap_or_else(|refused| panic!("owner {owner:?}: {refused:?}"));
+        assert_eq!(record.holders.len(), 1);
+        let record = &record.holders[0];
         assert_eq!(record.owner, owner.as_bytes());
         assert_eq!((record.holds, record.token), (2, token));
         let left = record.wall_end_ms - now_ms();

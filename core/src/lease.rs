@@ -101,9 +101,9 @@ mod tests {
         let after = ManualClock::new(7, 2_000);
         let ended = from_wall_ms(&after, 1_000);
         assert_eq!(ended, 6);
-        assert!(crate::Lock::new(b"o", 1, 1, ended).has_expired(7));
+        assert!(crate::lock::Holder::new(b"o", 1, 1, ended).has_expired(7));
         // An end of exactly now leaves the lease this millisecond.
-        assert!(!crate::Lock::new(b"o", 1, 1, from_wall_ms(&after, 2_000)).has_expired(7));
+        assert!(!crate::lock::Holder::new(b"o", 1, 1, from_wall_ms(&after, 2_000)).has_expired(7));
         assert_eq!(remaining_ms(&after, from_wall_ms(&after, i64::MIN)), 0);
         assert_eq!(
             remaining_ms(&after, from_wall_ms(&after, i64::MAX)),

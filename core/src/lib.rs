@@ -10,6 +10,8 @@
 pub mod args;
 pub mod clock;
 pub mod deadlines;
+pub mod filing;
+pub mod handoff;
 mod inline;
 pub mod key_id;
 pub mod lease;
@@ -24,5 +26,5 @@ pub mod waiters;
 
 pub use clock::{Clock, ManualClock, Now, SystemClock};
 pub use key_id::KeyId;
-pub use lock::Lock;
+pub use lock::{Holder, Lock, Mode};
 pub use ops::{Change, Node, Outcome, Slot};

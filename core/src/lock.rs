@@ -1,5 +1,9 @@
-//! The state of one lock: who holds it, how many times, under which fencing
-//! token, and until when.
+//! The state of one lock key: its mode, and its holders, each with its own
+//! holds count, fencing token and lease. An exclusive lock has one holder;
+//! a shared lock (the next primitive) has any number up to its limit. A key
+//! exists only while it has a holder: the last one leaving removes it.
+
+use std::num::NonZeroU32;
 
 use crate::inline;
 
@@ -8,7 +12,7 @@ use crate::inline;
 /// every command reads the cache line the lock is already in.
 const INLINE_OWNER: usize = 38;
 
-/// A lock's owner, inline when short.
+/// A holder's owner, inline when short.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Owner {
     Inline { len: u8, bytes: [u8; INLINE_OWNER] },
@@ -30,7 +34,7 @@ impl Owner {
         }
     }
 
-    /// Bytes held outside the lock.
+    /// Bytes held outside the holder.
     fn heap_len(&self) -> usize {
         match self {
             Owner::Inline { .. } => 0,
@@ -39,22 +43,41 @@ impl Owner {
     }
 }
 
-/// One held lock. It exists only while held: releasing the last hold, or the
-/// end of the lease, removes it (and its key).
+/// How a lock is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One holder at a time.
+    Exclusive,
+    /// Any number of holders, up to the lock's limit when it has one.
+    Shared,
+}
+
+impl Mode {
+    /// The name `LOCK.INFO` and the saved form use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+        }
+    }
+}
+
+/// One owner's hold on a lock: how many times it holds it, under which
+/// fencing token, and until when.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lock {
+pub struct Holder {
     owner: Owner,
     holds: u32,
     token: i64,
     /// Monotonic milliseconds at which the lease ends.
     deadline: u64,
-    /// This lock's entry in the expiry index (0: not indexed yet).
+    /// This holder's entry in the lease index (0: not indexed yet).
     expiry_id: u64,
 }
 
-impl Lock {
+impl Holder {
     pub fn new(owner: &[u8], holds: u32, token: i64, deadline: u64) -> Self {
-        Lock {
+        Holder {
             owner: Owner::new(owner),
             holds,
             token,
@@ -83,12 +106,12 @@ impl Lock {
         self.expiry_id
     }
 
-    /// Records the lock's entry in the expiry index.
+    /// Records the holder's entry in the lease index.
     pub fn set_expiry_id(&mut self, id: u64) {
         self.expiry_id = id;
     }
 
-    pub fn is_held_by(&self, owner: &[u8]) -> bool {
+    pub fn is(&self, owner: &[u8]) -> bool {
         self.owner.as_bytes() == owner
     }
 
@@ -117,10 +140,124 @@ impl Lock {
     pub(crate) fn set_deadline(&mut self, deadline: u64) {
         self.deadline = deadline;
     }
+}
+
+/// A lock's holders: one inline (every exclusive lock, and a shared lock
+/// with one holder), or a list. An exclusive lock costs one allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Holders {
+    One(Holder),
+    Many(Vec<Holder>),
+}
+
+/// One lock key's value. It always has at least one holder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lock {
+    mode: Mode,
+    /// Shared mode: the most holders at once, fixed by the first one.
+    limit: Option<NonZeroU32>,
+    holders: Holders,
+}
+
+impl Lock {
+    /// An exclusive lock held by `owner`.
+    pub fn exclusive(owner: &[u8], holds: u32, token: i64, deadline: u64) -> Self {
+        Lock {
+            mode: Mode::Exclusive,
+            limit: None,
+            holders: Holders::One(Holder::new(owner, holds, token, deadline)),
+        }
+    }
+
+    /// A lock of `mode` with these holders, in grant order; `None` when
+    /// there are none, or more than one in exclusive mode, or more than
+    /// the limit, or an owner twice (the saved form is checked with this).
+    pub fn with_holders(
+        mode: Mode,
+        limit: Option<NonZeroU32>,
+        mut holders: Vec<Holder>,
+    ) -> Option<Self> {
+        let count = holders.len();
+        let fits = match mode {
+            Mode::Exclusive => count == 1 && limit.is_none(),
+            Mode::Shared => {
+                count >= 1
+                    && limit.map_or(true, |n| usize::try_from(n.get()).is_ok_and(|n| count <= n))
+            }
+        };
+        let unique = holders.iter().enumerate().all(|(i, h)| {
+            holders
+                .iter()
+                .skip(i + 1)
+                .all(|other| other.owner() != h.owner())
+        });
+        if !fits || !unique {
+            return None;
+        }
+        let holders = if count == 1 {
+            Holders::One(holders.pop()?)
+        } else {
+            Holders::Many(holders)
+        };
+        Some(Lock {
+            mode,
+            limit,
+            holders,
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn limit(&self) -> Option<NonZeroU32> {
+        self.limit
+    }
+
+    /// The holders, in grant order.
+    pub fn holders(&self) -> &[Holder] {
+        match &self.holders {
+            Holders::One(holder) => std::slice::from_ref(holder),
+            Holders::Many(holders) => holders,
+        }
+    }
+
+    pub fn holders_mut(&mut self) -> &mut [Holder] {
+        match &mut self.holders {
+            Holders::One(holder) => std::slice::from_mut(holder),
+            Holders::Many(holders) => holders,
+        }
+    }
+
+    /// `owner`'s hold, whether or not its lease has ended.
+    pub fn holder(&self, owner: &[u8]) -> Option<&Holder> {
+        self.holders().iter().find(|h| h.is(owner))
+    }
+
+    pub fn holder_mut(&mut self, owner: &[u8]) -> Option<&mut Holder> {
+        self.holders_mut().iter_mut().find(|h| h.is(owner))
+    }
+
+    /// The holder filed under lease-index entry `entry`.
+    pub fn holder_by_entry(&mut self, entry: u64) -> Option<&mut Holder> {
+        self.holders_mut()
+            .iter_mut()
+            .find(|h| h.expiry_id() == entry)
+    }
+
+    /// Whether every holder's lease has ended at `now`.
+    pub fn all_expired(&self, now: u64) -> bool {
+        self.holders().iter().all(|h| h.has_expired(now))
+    }
 
     /// Bytes this lock owns, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.owner.heap_len()
+        let owners: usize = self.holders().iter().map(|h| h.owner.heap_len()).sum();
+        let list = match &self.holders {
+            Holders::One(_) => 0,
+            Holders::Many(holders) => holders.capacity() * std::mem::size_of::<Holder>(),
+        };
+        std::mem::size_of::<Self>() + list + owners
     }
 }
 
@@ -131,13 +268,13 @@ mod tests {
     #[test]
     fn short_owners_live_inside_the_lock_long_ones_outside() {
         let uuid = b"0123456789abcdef0123456789abcdef0123";
-        let lock = Lock::new(uuid, 1, 7, 100);
-        assert_eq!(lock.owner(), uuid);
-        assert!(lock.is_held_by(uuid));
+        let lock = Lock::exclusive(uuid, 1, 7, 100);
+        assert_eq!(lock.holders()[0].owner(), uuid);
+        assert!(lock.holder(uuid).is_some());
         assert_eq!(lock.heap_bytes(), std::mem::size_of::<Lock>());
         let long = [b'x'; INLINE_OWNER + 1];
-        let lock = Lock::new(&long, 1, 7, 100);
-        assert_eq!(lock.owner(), &long[..]);
+        let lock = Lock::exclusive(&long, 1, 7, 100);
+        assert_eq!(lock.holders()[0].owner(), &long[..]);
         assert_eq!(
             lock.heap_bytes(),
             std::mem::size_of::<Lock>() + INLINE_OWNER + 1
@@ -146,23 +283,58 @@ mod tests {
 
     #[test]
     fn an_owner_is_compared_whole() {
-        let lock = Lock::new(b"abc", 1, 7, 100);
-        assert!(!lock.is_held_by(b"ab"));
-        assert!(!lock.is_held_by(b"abc\0"));
-        assert!(!lock.is_held_by(b""));
+        let lock = Lock::exclusive(b"abc", 1, 7, 100);
+        assert!(lock.holder(b"ab").is_none());
+        assert!(lock.holder(b"abc\0").is_none());
+        assert!(lock.holder(b"").is_none());
         let edge = [b'y'; INLINE_OWNER];
-        let lock = Lock::new(&edge, 1, 7, 100);
-        assert!(lock.is_held_by(&edge));
-        assert!(!lock.is_held_by(&edge[1..]));
+        let lock = Lock::exclusive(&edge, 1, 7, 100);
+        assert!(lock.holder(&edge).is_some());
+        assert!(lock.holder(&edge[1..]).is_none());
     }
 
     #[test]
-    fn one_allocation_for_a_uuid_owned_lock() {
+    fn one_allocation_for_a_uuid_owned_exclusive_lock() {
         // 80 bytes in jemalloc's size classes: a header and a 36-byte owner.
         assert!(
             std::mem::size_of::<Lock>() <= 80,
             "{}",
             std::mem::size_of::<Lock>()
         );
+    }
+
+    #[test]
+    fn holders_are_checked_against_the_mode_and_the_limit() {
+        let holder = |owner: &[u8]| Holder::new(owner, 1, 5, 100);
+        let limit = NonZeroU32::new(2);
+        assert!(Lock::with_holders(Mode::Exclusive, None, vec![holder(b"a")]).is_some());
+        assert!(Lock::with_holders(Mode::Exclusive, None, vec![]).is_none());
+        assert!(
+            Lock::with_holders(Mode::Exclusive, None, vec![holder(b"a"), holder(b"b")]).is_none()
+        );
+        assert!(Lock::with_holders(Mode::Exclusive, limit, vec![holder(b"a")]).is_none());
+        let two = Lock::with_holders(Mode::Shared, limit, vec![holder(b"a"), holder(b"b")]);
+        assert_eq!(two.map(|lock| lock.holders().len()), Some(2));
+        assert!(Lock::with_holders(
+            Mode::Shared,
+            limit,
+            vec![holder(b"a"), holder(b"b"), holder(b"c")]
+        )
+        .is_none());
+        assert!(
+            Lock::with_holders(Mode::Shared, None, vec![holder(b"a"), holder(b"a")]).is_none(),
+            "an owner holds once, with a count"
+        );
+        let mut shared =
+            Lock::with_holders(Mode::Shared, None, vec![holder(b"a"), holder(b"b")]).unwrap();
+        shared.holders_mut()[1].set_expiry_id(9);
+        assert_eq!(
+            shared.holder_by_entry(9).map(|h| h.owner().to_vec()),
+            Some(b"b".to_vec())
+        );
+        assert!(
+            shared.heap_bytes() >= std::mem::size_of::<Lock>() + 2 * std::mem::size_of::<Holder>()
+        );
+        assert!(!shared.all_expired(100) && shared.all_expired(101));
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::clock::Clock;
 use crate::lease;
-use crate::lock::Lock;
+use crate::lock::{Holder, Lock};
 use crate::stats::Stats;
 use crate::token::{TokenCounter, TokensExhausted};
 
@@ -23,6 +23,11 @@ pub trait Slot {
     fn store(&mut self, lock: Lock);
     /// Removes the lock and its key.
     fn delete(&mut self);
+    /// `owner`'s hold on the lock stored here (whether or not its lease
+    /// has ended).
+    fn holder(&mut self, owner: &[u8]) -> Option<&mut Holder> {
+        self.lock()?.holder_mut(owner)
+    }
 }
 
 /// Node-wide state: the fencing-token counter and the statistics.
@@ -105,7 +110,8 @@ pub struct Snapshot {
 /// The adapter calls it before every write command and from the expiry timer.
 pub fn expire_if_due(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) -> Option<u64> {
     let now = clock.monotonic_ms();
-    let deadline = slot.lock().filter(|lock| lock.has_expired(now))?.deadline();
+    let lock = slot.lock().filter(|lock| lock.all_expired(now))?;
+    let deadline = lock.holders().iter().map(Holder::deadline).max()?;
     slot.delete();
     node.stats.expired += 1;
     Some(deadline)
@@ -118,17 +124,37 @@ pub fn expire_if_due(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) 
 fn fresh_token(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) -> Result<i64, OpError> {
     let mut tokens = node.tokens;
     if let Some(previous) = slot.lock() {
-        tokens.raise(previous.token());
+        for holder in previous.holders() {
+            tokens.raise(holder.token());
+        }
     }
     let token = tokens.issue(clock.wall_us())?;
     node.tokens = tokens;
     Ok(token)
 }
 
-/// The lock in `slot` if its lease has not ended.
+/// The lock in `slot` if a lease on it has not ended.
 fn live<'a>(slot: &'a mut impl Slot, clock: &impl Clock) -> Option<&'a mut Lock> {
     let now = clock.monotonic_ms();
-    slot.lock().filter(|lock| !lock.has_expired(now))
+    slot.lock().filter(|lock| !lock.all_expired(now))
+}
+
+/// `owner`'s hold on the lock in `slot`, if its lease has not ended.
+fn live_holder<'a>(
+    slot: &'a mut impl Slot,
+    clock: &impl Clock,
+    owner: &[u8],
+) -> Option<&'a mut Holder> {
+    let now = clock.monotonic_ms();
+    live(slot, clock)?
+        .holder_mut(owner)
+        .filter(|holder| !holder.has_expired(now))
+}
+
+/// The latest lease end among the lock's holders (the slot held a lock
+/// whose leases have all ended, or none).
+fn previous_deadline(slot: &mut impl Slot) -> Option<u64> {
+    slot.lock()?.holders().iter().map(Holder::deadline).max()
 }
 
 /// `LOCK.ACQUIRE`: a fresh lock with one hold, or one more hold for the
@@ -149,14 +175,15 @@ pub fn acquire(
     recovering: Option<u64>,
 ) -> Result<Outcome<Acquired>, OpError> {
     let deadline = lease::deadline_after(clock, ttl_ms);
-    let (reply, change) = match live(slot, clock) {
-        None => {
+    let held = live(slot, clock).is_some();
+    let (reply, change) = match live_holder(slot, clock, owner) {
+        None if !held => {
             if let Some(left_ms) = recovering {
                 return Err(OpError::Recovering { left_ms });
             }
             let token = fresh_token(node, slot, clock)?;
-            let previous_deadline = slot.lock().map(|ended| ended.deadline());
-            slot.store(Lock::new(owner, 1, token, deadline));
+            let previous_deadline = previous_deadline(slot);
+            slot.store(Lock::exclusive(owner, 1, token, deadline));
             node.stats.acquired += 1;
             (
                 Acquired::Granted {
@@ -166,7 +193,7 @@ pub fn acquire(
                 Change::Stored { previous_deadline },
             )
         }
-        Some(lock) if lock.is_held_by(owner) => {
+        Some(lock) => {
             if let Some(left_ms) = recovering {
                 return Err(OpError::Recovering { left_ms });
             }
@@ -183,7 +210,7 @@ pub fn acquire(
                 Change::Stored { previous_deadline },
             )
         }
-        Some(_) => {
+        None => {
             node.stats.contended += 1;
             (Acquired::Busy, Change::None)
         }
@@ -204,8 +231,8 @@ pub fn grant(
     ttl_ms: u64,
     recovering: Option<u64>,
 ) -> Result<Option<Outcome<i64>>, OpError> {
-    if let Some(lock) = live(slot, clock) {
-        if !lock.is_held_by(owner) {
+    if live(slot, clock).is_some() {
+        if live_holder(slot, clock, owner).is_none() {
             return Ok(None);
         }
         let outcome = acquire(node, slot, clock, owner, ttl_ms, recovering)?;
@@ -221,8 +248,8 @@ pub fn grant(
         return Err(OpError::Recovering { left_ms });
     }
     let token = fresh_token(node, slot, clock)?;
-    let previous_deadline = slot.lock().map(|ended| ended.deadline());
-    slot.store(Lock::new(
+    let previous_deadline = previous_deadline(slot);
+    slot.store(Lock::exclusive(
         owner,
         1,
         token,
@@ -245,8 +272,8 @@ pub fn release(
     owner: &[u8],
     all: bool,
 ) -> Outcome<Option<u32>> {
-    let (reply, change) = match live(slot, clock) {
-        Some(lock) if lock.is_held_by(owner) => {
+    let (reply, change) = match live_holder(slot, clock, owner) {
+        Some(lock) => {
             let left = if all {
                 0
             } else {
@@ -284,8 +311,7 @@ pub fn revoke(
     owner: &[u8],
     token: i64,
 ) -> Outcome<bool> {
-    let same_grant =
-        live(slot, clock).is_some_and(|lock| lock.is_held_by(owner) && lock.token() == token);
+    let same_grant = live_holder(slot, clock, owner).is_some_and(|held| held.token() == token);
     if !same_grant {
         return Outcome {
             reply: false,
@@ -308,8 +334,8 @@ pub fn extend(
     owner: &[u8],
     ttl_ms: u64,
 ) -> Outcome<bool> {
-    let (reply, change) = match live(slot, clock) {
-        Some(lock) if lock.is_held_by(owner) => {
+    let (reply, change) = match live_holder(slot, clock, owner) {
+        Some(lock) => {
             let previous_deadline = Some(lock.deadline());
             lock.set_deadline(lease::deadline_after(clock, ttl_ms));
             node.stats.extended += 1;
@@ -329,8 +355,8 @@ pub fn fence(
     owner: &[u8],
     at_least: Option<i64>,
 ) -> Outcome<Option<i64>> {
-    let (reply, change) = match live(slot, clock) {
-        Some(lock) if lock.is_held_by(owner) => {
+    let (reply, change) = match live_holder(slot, clock, owner) {
+        Some(lock) => {
             let mut change = Change::None;
             if let Some(floor) = at_least {
                 node.tokens.raise(floor);
@@ -349,9 +375,14 @@ pub fn fence(
     Outcome { reply, change }
 }
 
-/// `LOCK.INFO`: the held lock, or `None` if there is none or its lease ended.
+/// `LOCK.INFO`: the held lock (its first holder whose lease runs), or
+/// `None` if there is none or its leases ended.
 pub fn info(slot: &mut impl Slot, clock: &impl Clock) -> Option<Snapshot> {
-    let lock = live(slot, clock)?;
+    let now = clock.monotonic_ms();
+    let lock = live(slot, clock)?
+        .holders()
+        .iter()
+        .find(|holder| !holder.has_expired(now))?;
     Some(Snapshot {
         owner: lock.owner().to_vec(),
         holds: lock.holds(),
@@ -371,9 +402,9 @@ pub fn apply(
     token: i64,
     wall_end_ms: i64,
 ) -> Outcome<()> {
-    let previous_deadline = slot.lock().map(|lock| lock.deadline());
+    let previous_deadline = previous_deadline(slot);
     node.tokens.raise(token);
-    slot.store(Lock::new(
+    slot.store(Lock::exclusive(
         owner,
         holds,
         token,
@@ -414,13 +445,13 @@ mod tests {
     fn a_fresh_token_is_above_the_token_of_the_lock_the_slot_held() {
         let (mut node, mut slot, clock) = setup();
         // A lock that arrived from elsewhere with a token above the counter.
-        slot.0 = Some(Lock::new(b"a", 1, WALL * 1000 + 5_000, 50));
+        slot.0 = Some(Lock::exclusive(b"a", 1, WALL * 1000 + 5_000, 50));
         let (token, reentered) = granted(acquire(&mut node, &mut slot, &clock, b"b", 1_000, None));
         assert!(!reentered);
         assert_eq!(token, WALL * 1000 + 5_001);
         // A refusal raises nothing.
         let mut node = Node::default();
-        slot.0 = Some(Lock::new(b"a", 1, MAX_TOKEN, 50));
+        slot.0 = Some(Lock::exclusive(b"a", 1, MAX_TOKEN, 50));
         assert_eq!(
             acquire(&mut node, &mut slot, &clock, b"b", 1_000, None),
             Err(OpError::TokensExhausted)
@@ -439,7 +470,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(second.reply, first.reply, "a re-entry keeps the token");
-        let lock = slot.0.clone().unwrap();
+        let lock = slot.sole().unwrap().clone();
         assert_eq!((lock.holds(), lock.deadline()), (2, 100 + 10 + 2_000));
         assert_eq!(node.stats.reentered, 1);
         // Another owner still waits.
@@ -469,7 +500,7 @@ mod tests {
         granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
         let outcome = revoke(&mut node, &mut slot, &clock, b"a", token);
         assert!(outcome.reply);
-        assert_eq!(slot.0.as_ref().map(Lock::holds), Some(1));
+        assert_eq!(slot.sole().map(Holder::holds), Some(1));
         let outcome = revoke(&mut node, &mut slot, &clock, b"a", token);
         assert_eq!(outcome.change, Change::Deleted { deadline: 1_100 });
         assert!(slot.0.is_none());
@@ -490,7 +521,7 @@ mod tests {
                 previous_deadline: None
             })
         );
-        let lock = slot.0.clone().unwrap();
+        let lock = slot.sole().unwrap().clone();
         assert_eq!(
             (lock.owner(), lock.holds(), lock.deadline()),
             (&b"a"[..], 1, 1_100)
@@ -511,7 +542,7 @@ mod tests {
                 previous_deadline: Some(1_100)
             })
         );
-        let lock = slot.0.clone().unwrap();
+        let lock = slot.sole().unwrap().clone();
         assert_eq!(
             (lock.token(), lock.holds(), lock.deadline()),
             (first, 2, 1_000)
@@ -678,7 +709,7 @@ mod tests {
     fn apply_reproduces_the_primary_lock_and_raises_the_counter() {
         let (mut node, mut slot, clock) = setup();
         apply(&mut node, &mut slot, &clock, b"a", 3, 42, WALL + 2_500);
-        let lock = slot.0.clone().unwrap();
+        let lock = slot.sole().unwrap().clone();
         assert_eq!(
             (lock.holds(), lock.token(), lock.deadline()),
             (3, 42, 2_600)
@@ -698,8 +729,8 @@ mod tests {
         let outcome = grant(&mut node, &mut slot, &clock, b"w", 500, None)
             .unwrap()
             .unwrap();
-        assert!(slot.0.as_ref().unwrap().is_held_by(b"w"));
-        assert_eq!(outcome.reply, slot.0.as_ref().unwrap().token());
+        assert!(slot.0.as_ref().unwrap().holder(b"w").is_some());
+        assert_eq!(outcome.reply, slot.sole().unwrap().token());
         assert_eq!(node.stats.wait_grants, 1);
     }
 

@@ -1,19 +1,32 @@
 //! A lock as it is serialized (RDB files, `DUMP`/`RESTORE`, `MIGRATE`, full
-//! syncs): its four fields, read in order, and the bounds every loaded value
+//! syncs): its fields, read in order, and the bounds every loaded value
 //! must meet. A value outside them is refused whole.
+//!
+//! Two encodings exist. Version 1 (the module until the lock family grew
+//! several holders) saved one exclusive holder: owner, holds, token, lease
+//! end. Version 2 saves the mode, the limit (0: none), the number of
+//! holders, then each holder's four fields in grant order. Values are
+//! written as version 2; both are read (the module type's encoding version
+//! travels with every saved value).
 //!
 //! The server reads the fields through Redis's module IO; [`RdbFields`]
 //! reads them from the bytes of the RDB module encoding itself (opcode,
 //! then an RDB length or string), so that the decoding and its bounds can be
 //! unit tested against real `DUMP` payloads and fuzzed without a server.
 
+use std::num::NonZeroU32;
+
 use crate::clock::Clock;
 use crate::lease;
+use crate::lock::Mode;
 use crate::token::MAX_TOKEN;
 
-/// The fields of a saved lock, in the order they are saved.
+/// The encoding written now.
+pub const VERSION: u32 = 2;
+
+/// One holder's saved fields, in the order they are saved.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LockRecord {
+pub struct HolderRecord {
     pub owner: Vec<u8>,
     pub holds: u32,
     pub token: i64,
@@ -21,16 +34,52 @@ pub struct LockRecord {
     pub wall_end_ms: i64,
 }
 
+/// A saved lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockRecord {
+    pub mode: Mode,
+    pub limit: Option<NonZeroU32>,
+    /// In grant order.
+    pub holders: Vec<HolderRecord>,
+}
+
+impl LockRecord {
+    /// An exclusive lock with one holder.
+    pub fn exclusive(holder: HolderRecord) -> Self {
+        LockRecord {
+            mode: Mode::Exclusive,
+            limit: None,
+            holders: vec![holder],
+        }
+    }
+}
+
 /// Why a saved value was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refused {
     /// The input ended or a field had the wrong type.
     Truncated,
+    /// An encoding version this module does not know.
+    Version,
     EmptyOwner,
     OwnerTooLong,
     Holds,
     Token,
     LeaseEnd,
+    /// A mode other than exclusive (0) or shared (1).
+    Mode,
+    /// A limit on an exclusive lock, or above the largest allowed.
+    Limit,
+    /// No holder, more than one in exclusive mode, more than the limit or
+    /// the largest number allowed, or an owner twice.
+    Holders,
+}
+
+/// How large a loaded value may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bounds {
+    pub max_owner: usize,
+    pub max_holders: u32,
 }
 
 /// A source of saved fields.
@@ -42,16 +91,73 @@ pub trait FieldReader {
     fn unsigned(&mut self) -> Option<u64>;
 }
 
-/// Reads a lock's fields and checks them like command arguments: an owner
-/// of 1..=`max_owner` bytes, at least one hold (at most `u32::MAX`), a
-/// token in 1..=[`MAX_TOKEN`], and a lease end no node could have granted
-/// beyond now + the longest TTL + the largest clock skew
-/// ([`lease::plausible_wall_end`]).
+/// Reads a lock saved with encoding `version` and checks it like command
+/// arguments: each holder an owner of 1..=`max_owner` bytes, at least one
+/// hold (at most `u32::MAX`), a token in 1..=[`MAX_TOKEN`], and a lease end
+/// no node could have granted beyond now + the longest TTL + the largest
+/// clock skew ([`lease::plausible_wall_end`]); one holder when exclusive,
+/// 1..=`max_holders` (and no more than the limit) when shared, each owner
+/// once.
 pub fn decode(
     fields: &mut impl FieldReader,
+    version: u32,
     clock: &impl Clock,
-    max_owner: usize,
+    bounds: Bounds,
 ) -> Result<LockRecord, Refused> {
+    match version {
+        1 => Ok(LockRecord::exclusive(decode_holder(fields, clock, bounds)?)),
+        2 => decode_v2(fields, clock, bounds),
+        _ => Err(Refused::Version),
+    }
+}
+
+fn decode_v2(
+    fields: &mut impl FieldReader,
+    clock: &impl Clock,
+    bounds: Bounds,
+) -> Result<LockRecord, Refused> {
+    let mode = fields.unsigned().ok_or(Refused::Truncated)?;
+    let limit = fields.unsigned().ok_or(Refused::Truncated)?;
+    let count = fields.unsigned().ok_or(Refused::Truncated)?;
+    let mode = match mode {
+        0 => Mode::Exclusive,
+        1 => Mode::Shared,
+        _ => return Err(Refused::Mode),
+    };
+    let limit = match (mode, limit) {
+        (_, 0) => None,
+        (Mode::Shared, n) if n <= u64::from(bounds.max_holders) => {
+            NonZeroU32::new(u32::try_from(n).map_err(|_| Refused::Limit)?)
+        }
+        _ => return Err(Refused::Limit),
+    };
+    let most = match mode {
+        Mode::Exclusive => 1,
+        Mode::Shared => limit.map_or(bounds.max_holders, NonZeroU32::get),
+    };
+    if count == 0 || count > u64::from(most) {
+        return Err(Refused::Holders);
+    }
+    let mut holders: Vec<HolderRecord> = Vec::new();
+    for _ in 0..count {
+        let holder = decode_holder(fields, clock, bounds)?;
+        if holders.iter().any(|h| h.owner == holder.owner) {
+            return Err(Refused::Holders);
+        }
+        holders.push(holder);
+    }
+    Ok(LockRecord {
+        mode,
+        limit,
+        holders,
+    })
+}
+
+fn decode_holder(
+    fields: &mut impl FieldReader,
+    clock: &impl Clock,
+    bounds: Bounds,
+) -> Result<HolderRecord, Refused> {
     let owner = fields.string().ok_or(Refused::Truncated)?;
     let holds = fields.unsigned().ok_or(Refused::Truncated)?;
     let token = fields.unsigned().ok_or(Refused::Truncated)?;
@@ -59,7 +165,7 @@ pub fn decode(
     if owner.is_empty() {
         return Err(Refused::EmptyOwner);
     }
-    if owner.len() > max_owner {
+    if owner.len() > bounds.max_owner {
         return Err(Refused::OwnerTooLong);
     }
     let holds = u32::try_from(holds)
@@ -74,7 +180,7 @@ pub fn decode(
     if !lease::plausible_wall_end(clock, wall_end_ms) {
         return Err(Refused::LeaseEnd);
     }
-    Ok(LockRecord {
+    Ok(HolderRecord {
         owner,
         holds,
         token,
@@ -82,34 +188,71 @@ pub fn decode(
     })
 }
 
-/// The RDB module encoding of a lock value with these fields, as the
-/// module's `rdb_save` writes it (a string, three unsigned numbers, signed
-/// ones as their two's complement, the end-of-value opcode). The fields are
-/// not checked: tests and fuzzers build hostile values with it.
-pub fn encode_fields(owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) -> Vec<u8> {
-    let mut out = vec![5];
+/// The module-value opcodes of the RDB format (`RDB_MODULE_OPCODE_*`).
+const OPCODE_EOF: u64 = 0;
+const OPCODE_UINT: u64 = 2;
+const OPCODE_STRING: u64 = 5;
+
+fn push_unsigned(out: &mut Vec<u8>, n: u64) {
+    out.push(OPCODE_UINT as u8);
+    out.extend(rdb_length(n));
+}
+
+fn push_holder(out: &mut Vec<u8>, owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) {
+    out.push(OPCODE_STRING as u8);
     out.extend(rdb_length(owner.len() as u64));
     out.extend_from_slice(owner);
-    for n in [
-        holds,
-        u64::from_ne_bytes(token.to_ne_bytes()),
-        u64::from_ne_bytes(wall_end_ms.to_ne_bytes()),
-    ] {
-        out.push(2);
-        out.extend(rdb_length(n));
-    }
-    out.push(0);
+    push_unsigned(out, holds);
+    push_unsigned(out, u64::from_ne_bytes(token.to_ne_bytes()));
+    push_unsigned(out, u64::from_ne_bytes(wall_end_ms.to_ne_bytes()));
+}
+
+/// The version-1 RDB module encoding of an exclusive lock with these
+/// fields (a string, three unsigned numbers, signed ones as their two's
+/// complement, the end-of-value opcode), as the module saved it before
+/// version 2. The fields are not checked: tests build hostile values.
+pub fn encode_v1_fields(owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) -> Vec<u8> {
+    let mut out = Vec::new();
+    push_holder(&mut out, owner, holds, token, wall_end_ms);
+    out.push(OPCODE_EOF as u8);
     out
 }
 
-/// [`encode_fields`] of a record.
+/// The RDB module encoding (version 2) of an exclusive lock with these
+/// fields, as the module's `rdb_save` writes it. The fields are not
+/// checked: tests and fuzzers build hostile values with it.
+pub fn encode_fields(owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) -> Vec<u8> {
+    let mut out = Vec::new();
+    for n in [0, 0, 1] {
+        push_unsigned(&mut out, n);
+    }
+    push_holder(&mut out, owner, holds, token, wall_end_ms);
+    out.push(OPCODE_EOF as u8);
+    out
+}
+
+/// The RDB module encoding (version 2) of a record.
 pub fn encode(record: &LockRecord) -> Vec<u8> {
-    encode_fields(
-        &record.owner,
-        u64::from(record.holds),
-        record.token,
-        record.wall_end_ms,
-    )
+    let mut out = Vec::new();
+    let mode = match record.mode {
+        Mode::Exclusive => 0,
+        Mode::Shared => 1,
+    };
+    let limit = record.limit.map_or(0, |n| u64::from(n.get()));
+    for n in [mode, limit, record.holders.len() as u64] {
+        push_unsigned(&mut out, n);
+    }
+    for h in &record.holders {
+        push_holder(
+            &mut out,
+            &h.owner,
+            u64::from(h.holds),
+            h.token,
+            h.wall_end_ms,
+        );
+    }
+    out.push(OPCODE_EOF as u8);
+    out
 }
 
 /// An RDB length (`rdbSaveLen`).
@@ -128,11 +271,6 @@ pub fn rdb_length(n: u64) -> Vec<u8> {
         out
     }
 }
-
-/// The module-value opcodes of the RDB format (`RDB_MODULE_OPCODE_*`).
-const OPCODE_EOF: u64 = 0;
-const OPCODE_UINT: u64 = 2;
-const OPCODE_STRING: u64 = 5;
 
 /// Fields read from the RDB module encoding of a value (what follows the
 /// type byte and the module type id in a `DUMP` payload).
@@ -313,22 +451,140 @@ mod tests {
         rdb_length(n)
     }
 
+    const BOUNDS: Bounds = Bounds {
+        max_owner: 1 << 20,
+        max_holders: 10_000,
+    };
+
+    /// A version-1 value (the holder checks are the same in version 2).
     fn value(owner: &[u8], holds: u64, token: i64, wall_end_ms: i64) -> Vec<u8> {
-        encode_fields(owner, holds, token, wall_end_ms)
+        encode_v1_fields(owner, holds, token, wall_end_ms)
     }
 
-    fn read(bytes: &[u8]) -> Result<LockRecord, Refused> {
-        decode(&mut RdbFields::new(bytes), &clock(), 1 << 20)
+    fn read(bytes: &[u8]) -> Result<HolderRecord, Refused> {
+        let record = decode(&mut RdbFields::new(bytes), 1, &clock(), BOUNDS)?;
+        assert_eq!(
+            (record.mode, record.limit, record.holders.len()),
+            (Mode::Exclusive, None, 1)
+        );
+        Ok(record.holders[0].clone())
+    }
+
+    fn read_v2(bytes: &[u8], max_holders: u32) -> Result<LockRecord, Refused> {
+        let bounds = Bounds {
+            max_holders,
+            ..BOUNDS
+        };
+        decode(&mut RdbFields::new(bytes), 2, &clock(), bounds)
+    }
+
+    fn holder(owner: &[u8]) -> HolderRecord {
+        HolderRecord {
+            owner: owner.to_vec(),
+            holds: 1,
+            token: 7,
+            wall_end_ms: NOW_MS,
+        }
+    }
+
+    #[test]
+    fn version_2_reads_back_every_mode_and_holder() {
+        let exclusive = LockRecord::exclusive(holder(b"a"));
+        let bytes = encode(&exclusive);
+        assert_eq!(bytes, encode_fields(b"a", 1, 7, NOW_MS));
+        let mut fields = RdbFields::new(&bytes);
+        assert_eq!(decode(&mut fields, 2, &clock(), BOUNDS), Ok(exclusive));
+        assert!(fields.at_end_of_value());
+        let shared = LockRecord {
+            mode: Mode::Shared,
+            limit: NonZeroU32::new(3),
+            holders: vec![holder(b"a"), holder(b"b"), holder(b"c")],
+        };
+        assert_eq!(read_v2(&encode(&shared), 10), Ok(shared.clone()));
+        let unlimited = LockRecord {
+            limit: None,
+            ..shared
+        };
+        assert_eq!(read_v2(&encode(&unlimited), 3), Ok(unlimited.clone()));
+        assert_eq!(read_v2(&encode(&unlimited), 2), Err(Refused::Holders));
+        assert_eq!(
+            decode(
+                &mut RdbFields::new(&encode(&unlimited)),
+                3,
+                &clock(),
+                BOUNDS
+            ),
+            Err(Refused::Version)
+        );
+    }
+
+    #[test]
+    fn version_2_bounds_the_mode_the_limit_and_the_holders() {
+        let header = |mode: u64, limit: u64, count: u64| {
+            let mut out = Vec::new();
+            for n in [mode, limit, count] {
+                push_unsigned(&mut out, n);
+            }
+            out
+        };
+        let with = |head: Vec<u8>, owners: &[&[u8]]| {
+            let mut out = head;
+            for owner in owners {
+                push_holder(&mut out, owner, 1, 7, NOW_MS);
+            }
+            out.push(0);
+            out
+        };
+        assert_eq!(
+            read_v2(&with(header(2, 0, 1), &[b"a"]), 10),
+            Err(Refused::Mode)
+        );
+        assert_eq!(
+            read_v2(&with(header(0, 1, 1), &[b"a"]), 10),
+            Err(Refused::Limit)
+        );
+        assert_eq!(
+            read_v2(&with(header(1, 11, 1), &[b"a"]), 10),
+            Err(Refused::Limit)
+        );
+        assert_eq!(
+            read_v2(&with(header(1, 1 << 40, 1), &[b"a"]), u32::MAX),
+            Err(Refused::Limit)
+        );
+        assert_eq!(
+            read_v2(&with(header(0, 0, 0), &[]), 10),
+            Err(Refused::Holders)
+        );
+        assert_eq!(
+            read_v2(&with(header(0, 0, 2), &[b"a", b"b"]), 10),
+            Err(Refused::Holders)
+        );
+        assert_eq!(
+            read_v2(&with(header(1, 1, 2), &[b"a", b"b"]), 10),
+            Err(Refused::Holders)
+        );
+        assert_eq!(
+            read_v2(&with(header(1, 0, 2), &[b"a", b"a"]), 10),
+            Err(Refused::Holders),
+            "an owner twice"
+        );
+        // A count the input cannot hold is refused when the input ends,
+        // not allocated up front.
+        assert_eq!(
+            read_v2(&with(header(1, 0, 10_000), &[b"a"]), 10_000),
+            Err(Refused::Truncated)
+        );
+        assert!(read_v2(&with(header(1, 0, 2), &[b"a", b"b"]), 10).is_ok());
     }
 
     #[test]
     fn a_saved_lock_reads_back_exactly() {
         let bytes = value(b"worker-7", 3, 1_795_000_000_000_000, NOW_MS + 5_000);
         let mut fields = RdbFields::new(&bytes);
-        let record = decode(&mut fields, &clock(), 1 << 20).unwrap();
+        let record = decode(&mut fields, 1, &clock(), BOUNDS).unwrap();
         assert_eq!(
-            record,
-            LockRecord {
+            record.holders[0],
+            HolderRecord {
                 owner: b"worker-7".to_vec(),
                 holds: 3,
                 token: 1_795_000_000_000_000,
@@ -345,9 +601,14 @@ mod tests {
         assert_eq!(
             decode(
                 &mut RdbFields::new(&value(b"toolong", 1, 5, end)),
+                1,
                 &clock(),
-                6
-            ),
+                Bounds {
+                    max_owner: 6,
+                    ..BOUNDS
+                }
+            )
+            .map(|_| ()),
             Err(Refused::OwnerTooLong)
         );
         assert_eq!(read(&value(b"o", 0, 5, end)), Err(Refused::Holds));

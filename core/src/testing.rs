@@ -2,7 +2,7 @@
 //! benches (feature `testing`): a slot that keeps its lock in memory. The
 //! manual clock is [`crate::ManualClock`].
 
-use crate::lock::Lock;
+use crate::lock::{Holder, Lock};
 use crate::ops::Slot;
 
 /// A key's slot in memory: the lock it holds, if any (public, so that a
@@ -19,5 +19,13 @@ impl Slot for MemorySlot {
     }
     fn delete(&mut self) {
         self.0 = None;
+    }
+}
+
+impl MemorySlot {
+    /// The first holder of the lock stored here (an exclusive lock's only
+    /// one).
+    pub fn sole(&self) -> Option<&Holder> {
+        self.0.as_ref()?.holders().first()
     }
 }

@@ -75,6 +75,15 @@ impl<K: Eq + Hash + Clone, W> WaitQueues<K, W> {
         Some(waiter)
     }
 
+    /// The first waiter of `key`'s queue, left in place.
+    pub fn front(&self, key: &K) -> Option<&W> {
+        self.queues
+            .get(key)?
+            .waiters
+            .first_key_value()
+            .map(|(_, w)| w)
+    }
+
     /// Removes the waiter at `place` in `key`'s queue.
     pub fn remove(&mut self, key: &K, place: Place) -> Option<W> {
         let waiter = self.queues.get_mut(key)?.waiters.remove(&place.0)?;

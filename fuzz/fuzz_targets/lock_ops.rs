@@ -17,10 +17,9 @@
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::MAX_WAIT_MS;
 use redis_lock_core::ops::{self, Acquired, Change, OpError};
-use redis_lock_core::token::MAX_TOKEN;
 use redis_lock_core::testing::MemorySlot;
-use redis_lock_core::{Clock, Lock, ManualClock, Node};
-
+use redis_lock_core::token::MAX_TOKEN;
+use redis_lock_core::{Clock, Holder, ManualClock, Node};
 
 /// Reads the input; past its end every read is 0.
 struct Input<'a>(&'a [u8]);
@@ -67,7 +66,9 @@ struct World {
 impl World {
     fn check_slots(&self) {
         for slot in &self.slots {
-            if let Some(lock) = &slot.0 {
+            if let Some(lock) = slot.sole() {
+                let whole = slot.0.as_ref().map(|l| l.holders().len());
+                assert_eq!(whole, Some(1), "an exclusive lock has one holder");
                 assert!(lock.holds() >= 1, "a stored lock with no hold");
                 assert!(lock.token() >= 1, "token {}", lock.token());
                 assert!(
@@ -80,26 +81,26 @@ impl World {
         }
     }
 
-    fn live(&self, slot: usize) -> Option<&Lock> {
+    fn live(&self, slot: usize) -> Option<&Holder> {
         let now = self.clock.monotonic_ms();
-        self.slots[slot].0.as_ref().filter(|l| !l.has_expired(now))
+        self.slots[slot].sole().filter(|l| !l.has_expired(now))
     }
 }
 
 /// `change` says what happened to a slot that went from `before` to `after`.
-fn check_change(change: Change, before: &Option<Lock>, after: &Option<Lock>) {
+fn check_change(change: Change, before: &Option<Holder>, after: &Option<Holder>) {
     match change {
         Change::None => assert_eq!(before, after, "Change::None, but the slot changed"),
         Change::Stored { previous_deadline } => {
             assert!(after.is_some(), "Change::Stored, but the slot is empty");
-            assert_eq!(previous_deadline, before.as_ref().map(Lock::deadline));
+            assert_eq!(previous_deadline, before.as_ref().map(Holder::deadline));
         }
         Change::Deleted { deadline } => {
             assert!(
                 after.is_none(),
                 "Change::Deleted, but the slot holds a lock"
             );
-            assert_eq!(Some(deadline), before.as_ref().map(Lock::deadline));
+            assert_eq!(Some(deadline), before.as_ref().map(Holder::deadline));
         }
     }
 }
@@ -122,14 +123,14 @@ fuzz_target!(|data: &[u8]| {
         let op = input.u8();
         let s = usize::from(input.u8()) % SLOTS;
         let owner = OWNERS[usize::from(input.u8()) % OWNERS.len()];
-        let before = world.slots[s].0.clone();
+        let before = world.slots[s].sole().cloned();
         let tokens_before = world.node.tokens;
         let last_before = tokens_before.last();
         let now = world.clock.monotonic_ms();
         let live_before = world.live(s).cloned();
-        let others_before: Vec<Option<Lock>> = (0..SLOTS)
+        let others_before: Vec<Option<Holder>> = (0..SLOTS)
             .filter(|i| *i != s)
-            .map(|i| world.slots[i].0.clone())
+            .map(|i| world.slots[i].sole().cloned())
             .collect();
 
         match op % 10 {
@@ -142,7 +143,7 @@ fuzz_target!(|data: &[u8]| {
                     node, slots, clock, ..
                 } = &mut world;
                 // A waiter whose owner holds the lock by now re-enters it.
-                let reenters = live_before.as_ref().is_some_and(|l| l.is_held_by(owner));
+                let reenters = live_before.as_ref().is_some_and(|l| l.is(owner));
                 let result = if grant {
                     ops::grant(node, &mut slots[s], clock, owner, ttl, recovering).map(|o| {
                         o.map(|o| {
@@ -160,7 +161,7 @@ fuzz_target!(|data: &[u8]| {
                     ops::acquire(node, &mut slots[s], clock, owner, ttl, recovering)
                         .map(|o| (o.reply, o.change))
                 };
-                let after = world.slots[s].0.clone();
+                let after = world.slots[s].sole().cloned();
                 match result {
                     Err(error) => {
                         assert_eq!(before, after, "a refused acquisition changed the slot");
@@ -171,7 +172,7 @@ fuzz_target!(|data: &[u8]| {
                                 // Fresh locks and re-entries alike; another
                                 // owner's live lock answers busy first.
                                 assert!(
-                                    live_before.as_ref().map_or(true, |l| l.is_held_by(owner)),
+                                    live_before.as_ref().map_or(true, |l| l.is(owner)),
                                     "recovery refused an acquisition that was busy"
                                 );
                             }
@@ -184,7 +185,7 @@ fuzz_target!(|data: &[u8]| {
                             }
                             OpError::TooManyHolds => {
                                 let lock = live_before.as_ref().expect("holds of a live lock");
-                                assert!(lock.is_held_by(owner) && lock.holds() == u32::MAX);
+                                assert!(lock.is(owner) && lock.holds() == u32::MAX);
                             }
                         }
                     }
@@ -193,17 +194,17 @@ fuzz_target!(|data: &[u8]| {
                         assert_eq!(before, after, "a busy acquisition changed the slot");
                         assert_eq!(world.node.tokens, tokens_before);
                         let holder = live_before.as_ref().expect("busy means held");
-                        assert!(!holder.is_held_by(owner), "busy for its own holder");
+                        assert!(!holder.is(owner), "busy for its own holder");
                     }
                     Ok((Acquired::Granted { token, reentered }, change)) => {
                         check_change(change, &before, &after);
                         let lock = after.as_ref().expect("granted means stored");
-                        assert!(lock.is_held_by(owner));
+                        assert!(lock.is(owner));
                         assert_eq!(lock.token(), token);
                         assert_eq!(lock.deadline(), now.saturating_add(ttl));
                         if reentered {
                             let was = live_before.as_ref().expect("re-entry of a live lock");
-                            assert!(was.is_held_by(owner));
+                            assert!(was.is(owner));
                             assert_eq!(token, was.token(), "re-entry changed the token");
                             assert_eq!(lock.holds(), was.holds() + 1);
                             assert_eq!(world.node.tokens, tokens_before);
@@ -231,17 +232,17 @@ fuzz_target!(|data: &[u8]| {
                     node, slots, clock, ..
                 } = &mut world;
                 let outcome = ops::release(node, &mut slots[s], clock, owner, all);
-                let after = world.slots[s].0.clone();
+                let after = world.slots[s].sole().cloned();
                 check_change(outcome.change, &before, &after);
                 assert_eq!(world.node.tokens, tokens_before);
                 match outcome.reply {
                     None => {
                         assert_eq!(before, after);
-                        assert!(!live_before.as_ref().is_some_and(|l| l.is_held_by(owner)));
+                        assert!(!live_before.as_ref().is_some_and(|l| l.is(owner)));
                     }
                     Some(left) => {
                         let was = live_before.as_ref().expect("released a live lock");
-                        assert!(was.is_held_by(owner));
+                        assert!(was.is(owner));
                         let expected = if all { 0 } else { was.holds() - 1 };
                         assert_eq!(left, expected);
                         match &after {
@@ -264,13 +265,13 @@ fuzz_target!(|data: &[u8]| {
                     node, slots, clock, ..
                 } = &mut world;
                 let outcome = ops::extend(node, &mut slots[s], clock, owner, ttl);
-                let after = world.slots[s].0.clone();
+                let after = world.slots[s].sole().cloned();
                 check_change(outcome.change, &before, &after);
                 assert_eq!(world.node.tokens, tokens_before);
                 if outcome.reply {
                     let was = live_before.as_ref().expect("extended a live lock");
                     let lock = after.as_ref().expect("still stored");
-                    assert!(was.is_held_by(owner));
+                    assert!(was.is(owner));
                     assert_eq!((lock.holds(), lock.token()), (was.holds(), was.token()));
                     assert_eq!(lock.deadline(), now.saturating_add(ttl));
                 } else {
@@ -284,7 +285,7 @@ fuzz_target!(|data: &[u8]| {
                     node, slots, clock, ..
                 } = &mut world;
                 let outcome = ops::fence(node, &mut slots[s], clock, owner, floor);
-                let after = world.slots[s].0.clone();
+                let after = world.slots[s].sole().cloned();
                 check_change(outcome.change, &before, &after);
                 match outcome.reply {
                     None => {
@@ -294,7 +295,7 @@ fuzz_target!(|data: &[u8]| {
                     Some(token) => {
                         let was = live_before.as_ref().expect("fenced a live lock");
                         let lock = after.as_ref().expect("still stored");
-                        assert!(was.is_held_by(owner));
+                        assert!(was.is(owner));
                         assert_eq!(token, lock.token());
                         assert_eq!(token, was.token().max(floor.unwrap_or(0)));
                         assert_eq!(
@@ -311,7 +312,11 @@ fuzz_target!(|data: &[u8]| {
             // LOCK.INFO
             6 => {
                 let snapshot = ops::info(&mut world.slots[s], &world.clock);
-                assert_eq!(before, world.slots[s].0, "INFO changed the slot");
+                assert_eq!(
+                    before,
+                    world.slots[s].sole().cloned(),
+                    "INFO changed the slot"
+                );
                 match (snapshot, &live_before) {
                     (None, None) => {}
                     (Some(snap), Some(lock)) => {
@@ -334,7 +339,7 @@ fuzz_target!(|data: &[u8]| {
                     node, slots, clock, ..
                 } = &mut world;
                 let outcome = ops::apply(node, &mut slots[s], clock, owner, holds, token, wall_end);
-                let after = world.slots[s].0.clone();
+                let after = world.slots[s].sole().cloned();
                 check_change(outcome.change, &before, &after);
                 let lock = after.as_ref().expect("applied");
                 assert_eq!(
@@ -352,12 +357,12 @@ fuzz_target!(|data: &[u8]| {
                 let expired = ops::expire_if_due(node, &mut slots[s], clock);
                 match expired {
                     Some(deadline) => {
-                        assert_eq!(before.as_ref().map(Lock::deadline), Some(deadline));
+                        assert_eq!(before.as_ref().map(Holder::deadline), Some(deadline));
                         assert!(deadline < now, "a lease ends only past its deadline");
                         assert!(world.slots[s].0.is_none());
                     }
                     None => {
-                        assert_eq!(before, world.slots[s].0);
+                        assert_eq!(before, world.slots[s].sole().cloned());
                         assert!(live_before.is_some() || before.is_none());
                     }
                 }
@@ -376,9 +381,9 @@ fuzz_target!(|data: &[u8]| {
         }
 
         // Nothing touched the other slots.
-        let others_after: Vec<Option<Lock>> = (0..SLOTS)
+        let others_after: Vec<Option<Holder>> = (0..SLOTS)
             .filter(|i| *i != s)
-            .map(|i| world.slots[i].0.clone())
+            .map(|i| world.slots[i].sole().cloned())
             .collect();
         assert_eq!(
             others_before, others_after,
@@ -388,7 +393,7 @@ fuzz_target!(|data: &[u8]| {
             world.node.tokens.last() >= last_before,
             "the token counter went down"
         );
-        if let Some(lock) = &world.slots[s].0 {
+        if let Some(lock) = world.slots[s].sole() {
             world.max_seen = world.max_seen.max(lock.token());
         }
         world.check_slots();

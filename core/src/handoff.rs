@@ -1,0 +1,288 @@
+//! Hand-off: who gets a lock that may have come free (released, its lease
+//! ended, its key deleted), decided in one step over the key's FIFO queue.
+//!
+//! - The head of the queue is served first, never a newcomer: a plain
+//!   `LOCK.ACQUIRE` finds the lock held by the head by the time it runs.
+//! - A head that the lock cannot be granted to (another owner holds it)
+//!   keeps its place, and so does everyone behind it.
+//! - A head whose request is refused now (its ttl is above a `lock.max-ttl`
+//!   lowered while it waited, tokens exhausted) is answered with the error
+//!   its request would get now, and the next one is tried: one bad request
+//!   never blocks the queue.
+//! - In the recovery window nobody is granted anything: the queue keeps its
+//!   order and is served when the window ends.
+//! - Waiters right behind a granted one with the same owner re-enter the
+//!   lock (one more hold each), as that owner's plain `LOCK.ACQUIRE` would.
+
+use crate::clock::Clock;
+use crate::lock::Holder;
+use crate::ops::{self, Change, Node, OpError, Slot};
+use crate::waiters::WaitQueues;
+use std::hash::Hash;
+
+/// What hand-off reads of a waiter.
+pub trait Request {
+    fn owner(&self) -> &[u8];
+    fn ttl_ms(&self) -> u64;
+}
+
+/// What hand-off may not do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// Time left in the node's recovery window, if it is in one.
+    pub recovering: Option<u64>,
+    /// The longest lease a request may get now (`lock.max-ttl`).
+    pub max_ttl_ms: u64,
+}
+
+/// The answer to one waiter taken off the queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// It holds the lock: `holder` is its hold as the grant left it (the
+    /// effect to propagate), `change` what the grant did to the slot.
+    Granted { holder: Holder, change: Change },
+    /// Its request is refused now, with this error.
+    Refused(String),
+}
+
+/// Why hand-off stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// Nobody is left waiting.
+    Empty,
+    /// The lock is held by someone other than the head.
+    Held,
+    /// The node is in its recovery window: serve the queue when it ends.
+    Recovering,
+}
+
+/// The outcome of one hand-off: the waiters taken off the queue, in order,
+/// with their answers, and why it stopped.
+#[derive(Debug)]
+pub struct HandOff<W> {
+    pub answered: Vec<(W, Answer)>,
+    pub stopped: Stopped,
+}
+
+impl<W> HandOff<W> {
+    /// The lease end the holder granted first had before this hand-off
+    /// (`None`: new), and the owner granted; what the lease index files.
+    pub fn first_grant(&self) -> Option<(&W, Option<u64>)> {
+        self.answered
+            .iter()
+            .find_map(|(waiter, answer)| match answer {
+                Answer::Granted {
+                    change: Change::Stored { previous_deadline },
+                    ..
+                } => Some((waiter, *previous_deadline)),
+                _ => None,
+            })
+    }
+}
+
+/// Serves `key`'s queue against the lock in `slot`.
+pub fn serve<K, W>(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    queues: &mut WaitQueues<K, W>,
+    key: &K,
+    rules: Rules,
+) -> HandOff<W>
+where
+    K: Eq + Hash + Clone,
+    W: Request,
+{
+    let mut answered = Vec::new();
+    let stopped = loop {
+        let Some(head) = queues.front(key) else {
+            break Stopped::Empty;
+        };
+        let answer = if head.ttl_ms() > rules.max_ttl_ms {
+            Answer::Refused(
+                crate::args::ArgError::Ttl {
+                    max: rules.max_ttl_ms,
+                }
+                .to_string(),
+            )
+        } else {
+            match ops::grant(
+                node,
+                slot,
+                clock,
+                head.owner(),
+                head.ttl_ms(),
+                rules.recovering,
+            ) {
+                Ok(Some(outcome)) => {
+                    let Some(holder) = slot.holder(head.owner()).cloned() else {
+                        break Stopped::Held;
+                    };
+                    Answer::Granted {
+                        holder,
+                        change: outcome.change,
+                    }
+                }
+                Ok(None) => break Stopped::Held,
+                Err(OpError::Recovering { .. }) => break Stopped::Recovering,
+                Err(error) => Answer::Refused(error.message()),
+            }
+        };
+        let Some(waiter) = queues.pop_front(key) else {
+            break Stopped::Empty;
+        };
+        answered.push((waiter, answer));
+    };
+    HandOff { answered, stopped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::testing::MemorySlot;
+    use crate::Lock;
+
+    #[derive(Debug, PartialEq)]
+    struct W(&'static [u8], u64);
+
+    impl Request for W {
+        fn owner(&self) -> &[u8] {
+            self.0
+        }
+        fn ttl_ms(&self) -> u64 {
+            self.1
+        }
+    }
+
+    const RULES: Rules = Rules {
+        recovering: None,
+        max_ttl_ms: 10_000,
+    };
+
+    fn setup(waiters: &[W]) -> (Node, MemorySlot, ManualClock, WaitQueues<&'static str, W>) {
+        let mut queues = WaitQueues::default();
+        for w in waiters {
+            queues.push("k", W(w.0, w.1));
+        }
+        (
+            Node::default(),
+            MemorySlot::default(),
+            ManualClock::new(100, 1_700_000_000_000),
+            queues,
+        )
+    }
+
+    fn owners(handed: &HandOff<W>) -> Vec<(&[u8], bool)> {
+        handed
+            .answered
+            .iter()
+            .map(|(w, a)| (w.0, matches!(a, Answer::Granted { .. })))
+            .collect()
+    }
+
+    #[test]
+    fn the_head_gets_a_free_lock_and_the_next_owner_keeps_its_place() {
+        let (mut node, mut slot, clock, mut queues) = setup(&[W(b"a", 500), W(b"b", 500)]);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(owners(&handed), vec![(&b"a"[..], true)]);
+        assert_eq!(handed.stopped, Stopped::Held);
+        assert_eq!(queues.front(&"k"), Some(&W(b"b", 500)));
+        let Answer::Granted { holder, change } = &handed.answered[0].1 else {
+            panic!("not granted");
+        };
+        assert_eq!((holder.holds(), holder.deadline()), (1, 600));
+        assert_eq!(
+            *change,
+            Change::Stored {
+                previous_deadline: None
+            }
+        );
+        assert_eq!(slot.sole().map(|h| h.owner().to_vec()), Some(b"a".to_vec()));
+        assert_eq!(node.stats.wait_grants, 1);
+    }
+
+    #[test]
+    fn a_held_lock_leaves_the_queue_as_it_is() {
+        let (mut node, mut slot, clock, mut queues) = setup(&[W(b"a", 500)]);
+        slot.0 = Some(Lock::exclusive(b"x", 1, 5, 1_000));
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert!(handed.answered.is_empty());
+        assert_eq!(handed.stopped, Stopped::Held);
+        assert_eq!(queues.len(&"k"), 1);
+    }
+
+    #[test]
+    fn the_same_owner_behind_the_head_reenters() {
+        let (mut node, mut slot, clock, mut queues) =
+            setup(&[W(b"a", 500), W(b"a", 900), W(b"b", 500), W(b"a", 500)]);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(owners(&handed), vec![(&b"a"[..], true), (b"a", true)]);
+        let Answer::Granted { holder, .. } = &handed.answered[1].1 else {
+            panic!("not granted");
+        };
+        assert_eq!((holder.holds(), holder.deadline()), (2, 1_000));
+        assert_eq!(
+            handed.first_grant().map(|(w, p)| (w.0, p)),
+            Some((&b"a"[..], None))
+        );
+        // b keeps its place ahead of a's third request.
+        assert_eq!(queues.len(&"k"), 2);
+        assert_eq!(queues.front(&"k"), Some(&W(b"b", 500)));
+    }
+
+    #[test]
+    fn a_refused_head_is_answered_and_the_next_one_served() {
+        let (mut node, mut slot, clock, mut queues) = setup(&[W(b"long", 20_000), W(b"a", 500)]);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(owners(&handed), vec![(&b"long"[..], false), (b"a", true)]);
+        assert_eq!(
+            handed.answered[0].1,
+            Answer::Refused(
+                "ERR ttl-ms must be an integer between 1 and 10000 (lock.max-ttl)".into()
+            )
+        );
+        assert_eq!(handed.stopped, Stopped::Empty);
+        // Tokens exhausted: every head is refused, none waits forever.
+        let (mut node, mut slot, clock, mut queues) = setup(&[W(b"a", 500), W(b"b", 500)]);
+        node.tokens.raise(i64::MAX);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(owners(&handed), vec![(&b"a"[..], false), (b"b", false)]);
+        assert!(slot.0.is_none());
+    }
+
+    #[test]
+    fn nothing_is_granted_in_the_recovery_window_and_the_order_stays() {
+        let (mut node, mut slot, clock, mut queues) = setup(&[W(b"a", 500), W(b"b", 500)]);
+        let rules = Rules {
+            recovering: Some(40),
+            ..RULES
+        };
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", rules);
+        assert!(handed.answered.is_empty());
+        assert_eq!(handed.stopped, Stopped::Recovering);
+        assert_eq!(queues.front(&"k"), Some(&W(b"a", 500)));
+        assert!(slot.0.is_none());
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(owners(&handed), vec![(&b"a"[..], true)]);
+    }
+
+    #[test]
+    fn an_ended_lease_is_handed_on_with_a_higher_token() {
+        let (mut node, mut slot, clock, mut queues) = setup(&[W(b"a", 500)]);
+        slot.0 = Some(Lock::exclusive(b"x", 1, 1_700_000_000_000_000, 150));
+        node.tokens.raise(1_700_000_000_000_000);
+        clock.advance_ms(51);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        let Answer::Granted { holder, change } = &handed.answered[0].1 else {
+            panic!("not granted");
+        };
+        assert!(holder.token() > 1_700_000_000_000_000);
+        assert_eq!(
+            *change,
+            Change::Stored {
+                previous_deadline: Some(150)
+            }
+        );
+    }
+}
