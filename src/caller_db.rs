@@ -73,26 +73,27 @@ pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx, name: &[u8]) {
         // A new command outside a transaction: an earlier note is done.
         forget(id);
     }
-    let args = ffi::filter_args(fctx);
-    if is("select") {
-        if in_multi {
-            let selected = args.get(1).and_then(|n| parse_i64(n));
-            if let Some(selected) = selected.and_then(|n| i32::try_from(n).ok()) {
-                with_client(id, |client| client.queued_select = Some(selected));
+    ffi::with_filter_args(fctx, |args| {
+        if is("select") {
+            if in_multi {
+                let selected = args.get(1).and_then(|n| parse_i64(n));
+                if let Some(selected) = selected.and_then(|n| i32::try_from(n).ok()) {
+                    with_client(id, |client| client.queued_select = Some(selected));
+                }
             }
+            return;
         }
-        return;
-    }
-    if is("debug") && args.get(1).is_some_and(|sub| reloads(sub)) {
-        with_client(id, |client| {
-            let caller_db = if in_multi {
-                client.queued_select.unwrap_or(db)
-            } else {
-                db
-            };
-            client.reload_db = Some(caller_db);
-        });
-    }
+        if is("debug") && args.get(1).is_some_and(|sub| reloads(sub)) {
+            with_client(id, |client| {
+                let caller_db = if in_multi {
+                    client.queued_select.unwrap_or(db)
+                } else {
+                    db
+                };
+                client.reload_db = Some(caller_db);
+            });
+        }
+    });
 }
 
 /// `DEBUG` subcommands that load the dataset again.

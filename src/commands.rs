@@ -4,15 +4,16 @@
 
 use std::ffi::{c_int, CStr};
 
-use redis_lock_core::args::{self, ArgError};
+use redis_lock_core::args::{self as parse, ArgError};
 use redis_lock_core::ops::{self, Acquired, Change, Outcome};
-use redis_lock_core::Slot;
+use redis_lock_core::wait::{self, Caller, Then};
+use redis_lock_core::Now;
 use redis_module::raw;
 
 use crate::config::{self, DEBUG};
 use crate::effects::{self, Target};
 use crate::ffi::key::{LockKey, WrongType};
-use crate::ffi::{self, Ctx, RString};
+use crate::ffi::{self, Argv, Ctx};
 use crate::recovery;
 use crate::state::{with_state, CLOCK};
 use crate::waiting;
@@ -24,17 +25,17 @@ struct Opened<'a> {
     key: LockKey,
 }
 
-fn open<'a>(ctx: Ctx, argv: *mut RString, argc: c_int, write: bool) -> Result<Opened<'a>, c_int> {
-    let Some(name) = ffi::arg(argv, argc, 1) else {
+fn open<'a>(ctx: Ctx, args: &Argv<'a>, write: bool) -> Result<Opened<'a>, c_int> {
+    let (Some(name), Some(&bytes)) = (args.string(1), args.bytes().get(1)) else {
         return Err(ffi::reply_wrong_arity(ctx));
     };
     let mut key = LockKey::open(ctx, name, write)
         .map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
     // A read propagates nothing and settles nothing: no flags to read.
     let target = if write {
-        Target::of_command(ctx, name, ffi::bytes(name))
+        Target::of_command(ctx, name, bytes)
     } else {
-        Target::new(ctx, name, ffi::selected_db(ctx), ffi::bytes(name))
+        Target::new(ctx, name, ffi::selected_db(ctx), bytes)
     };
     if write && target.on_primary() {
         waiting::settle(&target, &mut key);
@@ -49,14 +50,38 @@ fn reply_arg_error(ctx: Ctx, error: &ArgError) -> c_int {
     }
 }
 
+/// The answer to a command that found the module state borrowed (a
+/// callback re-entered from inside one of our own steps): nothing ran.
+const STATE_BUSY: &str = "ERR internal error: state busy";
+
+/// Runs a lock operation on the opened key with the module state, and
+/// files the changed hold's lease in the same borrow (`effects::file`).
+/// `None`: the state was busy and nothing ran.
+fn run<R>(
+    opened: &mut Opened,
+    owner: &[u8],
+    op: impl FnOnce(&mut ops::Node, &mut LockKey, &Now) -> Outcome<R>,
+) -> Option<Outcome<R>> {
+    let (key, target) = (&mut opened.key, &opened.target);
+    with_state(|state| {
+        let outcome = op(&mut state.node, key, &target.now);
+        effects::file(state, key, owner, outcome.change, || target.id());
+        outcome
+    })
+}
+
 /// Commits what the operation changed and propagates it.
 fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CStr) {
     opened.key.commit();
     match outcome.change {
         Change::Stored { .. } => {
-            if let Some(holder) = opened.key.holder(owner) {
-                effects::stored(&opened.target, holder, outcome.change, event);
-            }
+            effects::stored(
+                &opened.target,
+                &mut opened.key,
+                owner,
+                outcome.change,
+                event,
+            );
         }
         Change::Deleted { .. } => {
             effects::deleted(&opened.target, event);
@@ -76,92 +101,85 @@ macro_rules! parse_or_reply {
 }
 
 macro_rules! open_or_return {
-    ($ctx:expr, $argv:expr, $argc:expr, $write:expr) => {
-        match open($ctx, $argv, $argc, $write) {
+    ($ctx:expr, $args:expr, $write:expr) => {
+        match open($ctx, $args, $write) {
             Ok(opened) => opened,
             Err(status) => return status,
         }
     };
 }
 
-/// Whether this client may block: not inside MULTI, Lua or a function, and
-/// only on a primary (a replica never grants: its locks change only through
-/// its primary's stream); elsewhere `WAIT` degrades to a plain acquisition.
-fn may_block(ctx: Ctx) -> bool {
+/// What `WAIT` needs to know of the calling context (`redis_lock_core::wait`).
+fn caller(ctx: Ctx) -> Caller {
     let flags = ffi::context_flags(ctx);
     let set = |flag: u32| flags & flag as c_int != 0;
-    set(raw::REDISMODULE_CTX_FLAGS_MASTER)
-        && !set(raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING)
-        && !set(raw::REDISMODULE_CTX_FLAGS_MULTI)
-        && !set(raw::REDISMODULE_CTX_FLAGS_LUA)
+    Caller {
+        primary: set(raw::REDISMODULE_CTX_FLAGS_MASTER),
+        may_block: !set(raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING),
+        in_multi: set(raw::REDISMODULE_CTX_FLAGS_MULTI),
+        in_script: set(raw::REDISMODULE_CTX_FLAGS_LUA),
+    }
 }
 
 /// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
-pub fn acquire(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    let parsed = parse_or_reply!(ctx, args::parse_acquire(&argv_bytes, &config::limits()));
+pub fn acquire(ctx: Ctx, args: &Argv) -> c_int {
+    let argv_bytes = args.bytes();
+    let parsed = parse_or_reply!(ctx, parse::parse_acquire(argv_bytes, &config::limits()));
     // Opening settles the key: a free lock with a queue has gone to its head.
-    let mut opened = open_or_return!(ctx, argv, argc, true);
-    let refusal = recovery::refusal(opened.target.now.monotonic_ms);
+    let mut opened = open_or_return!(ctx, args, true);
+    let window = ops::Window::of(recovery::refusal(opened.target.now.monotonic_ms));
+    let (key, target) = (&mut opened.key, &opened.target);
     let Some(result) = with_state(|state| {
-        ops::acquire(
+        let result = ops::acquire(
             &mut state.node,
-            &mut opened.key,
-            &opened.target.now,
+            key,
+            &target.now,
             parsed.owner,
             parsed.ttl_ms,
-            refusal,
-        )
+            window,
+        );
+        if let Ok(outcome) = &result {
+            effects::file(state, key, parsed.owner, outcome.change, || target.id());
+        }
+        result
     }) else {
-        return ffi::reply_error(ctx, "ERR internal error: state busy");
+        return ffi::reply_error(ctx, STATE_BUSY);
+    };
+    let block = |opened: &Opened, timeout_ms| {
+        let (id, owner, ttl_ms) = (opened.target.id(), parsed.owner, parsed.ttl_ms);
+        waiting::block(ctx, id, owner, ttl_ms, timeout_ms)
     };
     match result {
         // A waiter waits through the recovery window (within its timeout):
         // the timer serves it when the window ends.
-        Err(ops::OpError::Recovering { .. }) if parsed.wait_ms.is_some() && may_block(ctx) => {
-            waiting::block(
-                ctx,
-                opened.target.id(),
-                parsed.owner,
-                parsed.ttl_ms,
-                parsed.wait_ms.unwrap_or(0),
-            )
-        }
-        Err(error) => ffi::reply_error(ctx, &error.message()),
+        Err(error) => match (error, wait::then(parsed.wait_ms, caller(ctx))) {
+            (ops::OpError::Recovering { .. }, Then::Block { timeout_ms }) => {
+                block(&opened, timeout_ms)
+            }
+            _ => ffi::reply_error(ctx, &error.message()),
+        },
         Ok(outcome) => match outcome.reply {
             Acquired::Granted { token, .. } => {
                 finish(&mut opened, parsed.owner, &outcome, c"lock.acquire");
                 ffi::reply_integer(ctx, token)
             }
-            Acquired::Busy => match parsed.wait_ms {
-                Some(timeout_ms) if may_block(ctx) => waiting::block(
-                    ctx,
-                    opened.target.id(),
-                    parsed.owner,
-                    parsed.ttl_ms,
-                    timeout_ms,
-                ),
-                _ => ffi::reply_null(ctx),
+            Acquired::Busy => match wait::then(parsed.wait_ms, caller(ctx)) {
+                Then::Block { timeout_ms } => block(&opened, timeout_ms),
+                Then::Answer => ffi::reply_null(ctx),
             },
         },
     }
 }
 
 /// `LOCK.RELEASE key owner [ALL]`
-pub fn release(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    let parsed = parse_or_reply!(ctx, args::parse_release(&argv_bytes, &config::limits()));
-    let mut opened = open_or_return!(ctx, argv, argc, true);
-    let Some(outcome) = with_state(|state| {
-        ops::release(
-            &mut state.node,
-            &mut opened.key,
-            &opened.target.now,
-            parsed.owner,
-            parsed.all,
-        )
+pub fn release(ctx: Ctx, args: &Argv) -> c_int {
+    let argv_bytes = args.bytes();
+    let parsed = parse_or_reply!(ctx, parse::parse_release(argv_bytes, &config::limits()));
+    let mut opened = open_or_return!(ctx, args, true);
+    let Some(outcome) = run(&mut opened, parsed.owner, |node, key, now| {
+        ops::release(node, key, now, parsed.owner, parsed.all)
     }) else {
-        return ffi::reply_error(ctx, "ERR internal error: state busy");
+        return ffi::reply_error(ctx, STATE_BUSY);
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.release");
     match outcome.reply {
@@ -171,40 +189,28 @@ pub fn release(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
 }
 
 /// `LOCK.EXTEND key owner ttl-ms`
-pub fn extend(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    let parsed = parse_or_reply!(ctx, args::parse_extend(&argv_bytes, &config::limits()));
-    let mut opened = open_or_return!(ctx, argv, argc, true);
-    let Some(outcome) = with_state(|state| {
-        ops::extend(
-            &mut state.node,
-            &mut opened.key,
-            &opened.target.now,
-            parsed.owner,
-            parsed.ttl_ms,
-        )
+pub fn extend(ctx: Ctx, args: &Argv) -> c_int {
+    let argv_bytes = args.bytes();
+    let parsed = parse_or_reply!(ctx, parse::parse_extend(argv_bytes, &config::limits()));
+    let mut opened = open_or_return!(ctx, args, true);
+    let Some(outcome) = run(&mut opened, parsed.owner, |node, key, now| {
+        ops::extend(node, key, now, parsed.owner, parsed.ttl_ms)
     }) else {
-        return ffi::reply_error(ctx, "ERR internal error: state busy");
+        return ffi::reply_error(ctx, STATE_BUSY);
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.extend");
     ffi::reply_integer(ctx, i64::from(outcome.reply))
 }
 
 /// `LOCK.FENCE key owner [ATLEAST n]`
-pub fn fence(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    let parsed = parse_or_reply!(ctx, args::parse_fence(&argv_bytes, &config::limits()));
-    let mut opened = open_or_return!(ctx, argv, argc, true);
-    let Some(outcome) = with_state(|state| {
-        ops::fence(
-            &mut state.node,
-            &mut opened.key,
-            &opened.target.now,
-            parsed.owner,
-            parsed.at_least,
-        )
+pub fn fence(ctx: Ctx, args: &Argv) -> c_int {
+    let argv_bytes = args.bytes();
+    let parsed = parse_or_reply!(ctx, parse::parse_fence(argv_bytes, &config::limits()));
+    let mut opened = open_or_return!(ctx, args, true);
+    let Some(outcome) = run(&mut opened, parsed.owner, |node, key, now| {
+        ops::fence(node, key, now, parsed.owner, parsed.at_least)
     }) else {
-        return ffi::reply_error(ctx, "ERR internal error: state busy");
+        return ffi::reply_error(ctx, STATE_BUSY);
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.fence");
     match outcome.reply {
@@ -214,10 +220,10 @@ pub fn fence(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
 }
 
 /// `LOCK.INFO key`
-pub fn info(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    parse_or_reply!(ctx, args::parse_info(&argv_bytes));
-    let mut opened = open_or_return!(ctx, argv, argc, false);
+pub fn info(ctx: Ctx, args: &Argv) -> c_int {
+    let argv_bytes = args.bytes();
+    parse_or_reply!(ctx, parse::parse_info(argv_bytes));
+    let mut opened = open_or_return!(ctx, args, false);
     let Some(snapshot) = ops::info(&mut opened.key, &opened.target.now) else {
         return ffi::reply_null(ctx);
     };
@@ -238,27 +244,27 @@ pub fn info(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
 /// `LOCK.APPLY key owner holds token wall-end-ms`: the effect a primary
 /// replicates and the AOF logs. Accepted only from the replication link or
 /// while loading the AOF; a user calling it could forge any lock.
-pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+pub fn apply(ctx: Ctx, args: &Argv) -> c_int {
     if !trusted(ctx) {
         return ffi::reply_error(
             ctx,
             "ERR LOCK.APPLY is internal: it is accepted only from a primary or while loading the AOF",
         );
     }
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    let parsed = parse_or_reply!(ctx, args::parse_apply(&argv_bytes));
+    let argv_bytes = args.bytes();
+    let parsed = parse_or_reply!(ctx, parse::parse_apply(argv_bytes));
     if !redis_lock_core::lease::plausible_wall_end(&CLOCK, parsed.wall_end_ms) {
         return reply_arg_error(ctx, &ArgError::Effect("lease end"));
     }
-    let Some(name) = ffi::arg(argv, argc, 1) else {
+    let (Some(name), Some(&bytes)) = (args.string(1), args.bytes().get(1)) else {
         return ffi::reply_wrong_arity(ctx);
     };
     let Ok(mut key) = LockKey::open(ctx, name, true) else {
         return ffi::reply_error(ctx, ffi::WRONGTYPE);
     };
-    let target = Target::of_command(ctx, name, ffi::bytes(name));
-    let Some(outcome) = with_state(|state| {
-        ops::apply(
+    let target = Target::of_command(ctx, name, bytes);
+    let applied = with_state(|state| {
+        let outcome = ops::apply(
             &mut state.node,
             &mut key,
             &target.now,
@@ -266,16 +272,17 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
             parsed.holds,
             parsed.token,
             parsed.wall_end_ms,
-        )
-    }) else {
-        return ffi::reply_error(ctx, "ERR internal error: state busy");
-    };
-    key.commit();
-    if let (Change::Stored { previous_deadline }, Some(holder)) =
-        (outcome.change, key.holder(parsed.owner))
-    {
-        effects::index(&target, holder, previous_deadline);
+        );
+        // Only the lease index changes here: the primary's stream already
+        // carries the effect onwards.
+        effects::file(state, &mut key, parsed.owner, outcome.change, || {
+            target.id()
+        });
+    });
+    if applied.is_none() {
+        return ffi::reply_error(ctx, STATE_BUSY);
     }
+    key.commit();
     ffi::reply_ok(ctx)
 }
 
@@ -283,17 +290,17 @@ pub fn apply(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
 /// record an AOF rewrite's incremental file starts with
 /// (`counter_record`); accepted, like `LOCK.APPLY`, only from a primary or
 /// while loading the AOF.
-pub fn counter(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+pub fn counter(ctx: Ctx, args: &Argv) -> c_int {
     if !trusted(ctx) {
         return ffi::reply_error(
             ctx,
             "ERR LOCK.COUNTER is internal: it is accepted only from a primary or while loading the AOF",
         );
     }
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    let last = parse_or_reply!(ctx, args::parse_counter(&argv_bytes));
+    let argv_bytes = args.bytes();
+    let last = parse_or_reply!(ctx, parse::parse_counter(argv_bytes));
     if with_state(|state| state.node.tokens.raise(last)).is_none() {
-        return ffi::reply_error(ctx, "ERR internal error: state busy");
+        return ffi::reply_error(ctx, STATE_BUSY);
     }
     ffi::reply_ok(ctx)
 }
@@ -306,20 +313,20 @@ fn trusted(ctx: Ctx) -> bool {
 
 /// `LOCK.DEBUG WALLCLOCK-OFFSET [ms]`: shifts the wall clock the module reads,
 /// to show that leases ignore wall-clock steps. Only with `debug yes`.
-pub fn debug(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+pub fn debug(ctx: Ctx, args: &Argv) -> c_int {
     if !DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
         return ffi::reply_error(
             ctx,
             "ERR LOCK.DEBUG is disabled: load the module with 'debug yes'",
         );
     }
-    let argv_bytes = ffi::argv_bytes(argv, argc);
-    match &argv_bytes[..] {
+    let argv_bytes = args.bytes();
+    match argv_bytes {
         [_, sub] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => {
             ffi::reply_integer(ctx, CLOCK.wall_offset_ms())
         }
         [_, sub, offset] if sub.eq_ignore_ascii_case(b"WALLCLOCK-OFFSET") => {
-            match args::parse_i64(offset) {
+            match parse::parse_i64(offset) {
                 Some(offset) => {
                     CLOCK.set_wall_offset_ms(offset);
                     ffi::reply_ok(ctx)

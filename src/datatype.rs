@@ -5,17 +5,18 @@
 //! On disk a lease is its absolute wall-clock end, so a restart subtracts the
 //! time the node was down; in memory it is a monotonic deadline.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
-use redis_lock_core::record::{self, Bounds, FieldReader};
+use redis_lock_core::record::{self, Bounds};
 use redis_lock_core::{lease, Holder, Lock, Mode};
 use redis_module::{native_types::RedisType, raw};
 
 use crate::config::MAX_OWNER_LIMIT;
-use crate::ffi::{self, rm, RString};
+use crate::ffi::io::{key_of, Digest, LoadIo, SaveIo};
+use crate::ffi::{self, value, RString};
 use crate::guard;
-use crate::state::{with_state, KeyId, CLOCK};
+use crate::state::{with_state, CLOCK};
 use crate::stats::LIVE_LOCKS;
 use crate::timer;
 
@@ -56,39 +57,8 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Our value behind a pointer Redis hands back. Redis only ever passes
-/// values it got from us as `Box<Lock>`.
-fn lock_ref<'a>(value: *const c_void) -> Option<&'a Lock> {
-    // SAFETY: see above; null is handled by as_ref.
-    unsafe { value.cast::<Lock>().as_ref() }
-}
-
 fn null_ctx() -> ffi::Ctx {
     std::ptr::null_mut()
-}
-
-/// A lock value's fields, read through Redis's module IO; a failed read
-/// (truncated or corrupt input, reported with `HANDLE_IO_ERRORS`) is `None`.
-struct IoFields(*mut raw::RedisModuleIO);
-
-impl FieldReader for IoFields {
-    fn string(&mut self) -> Option<Vec<u8>> {
-        let mut len: usize = 0;
-        let buffer = rm!(RedisModule_LoadStringBuffer(self.0, &mut len))?;
-        if buffer.is_null() || io_error(self.0) {
-            return None;
-        }
-        // SAFETY: Redis returned `len` bytes it allocated for us; we copy
-        // and free.
-        let owner = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), len) }.to_vec();
-        rm!(RedisModule_Free(buffer.cast::<c_void>()));
-        Some(owner)
-    }
-
-    fn unsigned(&mut self) -> Option<u64> {
-        let value = rm!(RedisModule_LoadUnsigned(self.0))?;
-        (!io_error(self.0)).then_some(value)
-    }
 }
 
 /// Reads a lock, bounded like command arguments (`record::decode`): a
@@ -99,7 +69,7 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
         max_holders: MAX_SAVED_HOLDERS,
     };
     let version = u32::try_from(encver).ok()?;
-    let record = record::decode(&mut IoFields(rdb), version, &CLOCK, bounds).ok()?;
+    let record = record::decode(&mut LoadIo::new(rdb), version, &CLOCK, bounds).ok()?;
     // No command makes a shared lock yet, nor can its holders be
     // replicated: one is refused until the shared family lands.
     if record.mode != Mode::Exclusive {
@@ -119,12 +89,6 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     Lock::with_holders(record.mode, record.limit, holders)
 }
 
-/// A read from the stream failed (truncated or corrupt): with
-/// `HANDLE_IO_ERRORS` Redis reports it here instead of aborting.
-fn io_error(rdb: *mut raw::RedisModuleIO) -> bool {
-    rm!(RedisModule_IsIOError(rdb)).unwrap_or(1) != 0
-}
-
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback(
         null_ctx(),
@@ -133,64 +97,62 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         || match load_lock(rdb, encver) {
             Some(lock) => {
                 LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
-                // RESTORE and MIGRATE add it without an event we hear of.
-                crate::hints::hint();
-                Box::into_raw(Box::new(lock)).cast::<c_void>()
+                // RESTORE and MIGRATE add it without an event we hear of:
+                // the timer's sweep finds it.
+                if crate::hints::hint() {
+                    with_state(timer::arm);
+                }
+                value::into_value(lock)
             }
             None => std::ptr::null_mut(),
         },
     )
 }
 
-extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, lock: *mut c_void) {
     guard::callback(null_ctx(), "rdb_save", (), || {
-        let Some(lock) = lock_ref(value) else { return };
-        let mode = match lock.mode() {
-            Mode::Exclusive => 0,
-            Mode::Shared => 1,
-        };
-        let limit = lock.limit().map_or(0, |n| u64::from(n.get()));
-        let count = lock.holders().len() as u64;
-        for n in [mode, limit, count] {
-            rm!(RedisModule_SaveUnsigned(rdb, n));
-        }
-        for holder in lock.holders() {
-            let owner = holder.owner();
-            rm!(RedisModule_SaveStringBuffer(
-                rdb,
-                owner.as_ptr().cast::<c_char>(),
-                owner.len()
-            ));
-            rm!(RedisModule_SaveUnsigned(rdb, u64::from(holder.holds())));
-            rm!(RedisModule_SaveSigned(rdb, holder.token()));
-            rm!(RedisModule_SaveSigned(
-                rdb,
-                lease::to_wall_ms(&CLOCK, holder.deadline())
-            ));
-        }
+        value::with_lock(lock, |lock| {
+            let io = SaveIo::new(rdb);
+            let mode = match lock.mode() {
+                Mode::Exclusive => 0,
+                Mode::Shared => 1,
+            };
+            let limit = lock.limit().map_or(0, |n| u64::from(n.get()));
+            let count = lock.holders().len() as u64;
+            for n in [mode, limit, count] {
+                io.unsigned(n);
+            }
+            for holder in lock.holders() {
+                io.string(holder.owner());
+                io.unsigned(u64::from(holder.holds()));
+                io.signed(holder.token());
+                io.signed(lease::to_wall_ms(&CLOCK, holder.deadline()));
+            }
+        });
     });
 }
 
-extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, value: *mut c_void) {
+extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, lock: *mut c_void) {
     guard::callback(null_ctx(), "aof_rewrite", (), || {
-        let Some(lock) = lock_ref(value) else { return };
         // An exclusive lock: its one holder (shared locks are not loaded
         // or made yet, see `load_lock`).
-        for holder in lock.holders() {
-            let effect = ffi::ApplyEffect {
-                owner: holder.owner(),
-                holds: holder.holds(),
-                token: holder.token(),
-                wall_end_ms: lease::to_wall_ms(&CLOCK, holder.deadline()),
-            };
-            ffi::emit_aof_apply(aof, key, &effect);
-        }
+        value::with_lock(lock, |lock| {
+            for holder in lock.holders() {
+                let effect = ffi::ApplyEffect {
+                    owner: holder.owner(),
+                    holds: holder.holds(),
+                    token: holder.token(),
+                    wall_end_ms: lease::to_wall_ms(&CLOCK, holder.deadline()),
+                };
+                ffi::emit_aof_apply(aof, key, &effect);
+            }
+        });
     });
 }
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(null_ctx(), "mem_usage", 0, || {
-        lock_ref(value).map_or(0, Lock::heap_bytes)
+        value::with_lock(value, Lock::heap_bytes).unwrap_or(0)
     })
 }
 
@@ -198,33 +160,28 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
 /// limit of a shared lock): what a replica or a reload must reproduce
 /// exactly. Leases are left out: they live on each process's own monotonic
 /// clock, so they cannot be equal to the millisecond across them.
-extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+extern "C" fn digest(md: *mut raw::RedisModuleDigest, lock: *mut c_void) {
     guard::callback(null_ctx(), "digest", (), || {
-        let Some(lock) = lock_ref(value) else { return };
-        if lock.mode() == Mode::Shared {
-            let limit = lock.limit().map_or(0, |n| i64::from(n.get()));
-            rm!(RedisModule_DigestAddLongLong(md, -1 - limit));
-        }
-        for holder in lock.holders() {
-            let owner = holder.owner();
-            rm!(RedisModule_DigestAddStringBuffer(
-                md,
-                owner.as_ptr().cast::<c_char>(),
-                owner.len()
-            ));
-            rm!(RedisModule_DigestAddLongLong(md, i64::from(holder.holds())));
-            rm!(RedisModule_DigestAddLongLong(md, holder.token()));
-        }
-        rm!(RedisModule_DigestEndSequence(md));
+        value::with_lock(lock, |lock| {
+            let digest = Digest::new(md);
+            if lock.mode() == Mode::Shared {
+                let limit = lock.limit().map_or(0, |n| i64::from(n.get()));
+                digest.integer(-1 - limit);
+            }
+            for holder in lock.holders() {
+                digest.string(holder.owner());
+                digest.integer(i64::from(holder.holds()));
+                digest.integer(holder.token());
+            }
+            digest.end_sequence();
+        });
     });
 }
 
 /// May run on Redis's lazy-free thread: touches only the value and an atomic.
 extern "C" fn free(value: *mut c_void) {
     guard::callback(null_ctx(), "free", (), || {
-        if !value.is_null() {
-            // SAFETY: Redis frees each of our values exactly once.
-            drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+        if value::free_value(value) {
             LIVE_LOCKS.fetch_sub(1, Ordering::Relaxed);
         }
     });
@@ -241,7 +198,7 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
     guard::callback(null_ctx(), "aux_save", (), || {
         if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             let last = with_state(|state| state.node.tokens.last()).unwrap_or(0);
-            rm!(RedisModule_SaveSigned(rdb, last));
+            SaveIo::new(rdb).signed(last);
         }
     });
 }
@@ -258,50 +215,42 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
             {
                 return raw::REDISMODULE_ERR as c_int;
             }
-            let Some(last) = rm!(RedisModule_LoadSigned(rdb)) else {
+            let Some(last) = LoadIo::new(rdb).signed() else {
                 return raw::REDISMODULE_ERR as c_int;
             };
-            if io_error(rdb) {
-                return raw::REDISMODULE_ERR as c_int;
-            }
             with_state(|state| state.node.tokens.raise(last));
             raw::REDISMODULE_OK as c_int
         },
     )
 }
 
-/// The key's name and database from a key-operation context.
-fn key_of(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<KeyId> {
-    let name = rm!(RedisModule_GetKeyNameFromOptCtx(ctx))?;
-    let db = rm!(RedisModule_GetDbIdFromOptCtx(ctx))?;
-    Some(KeyId::new(db, ffi::bytes(name)))
-}
-
 /// A lock key leaves the keyspace (`DEL`, `UNLINK`, overwrite, our own
 /// release or expiry): drop its expiry entry and let its waiters in.
-extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, lock: *const c_void) {
     guard::callback(null_ctx(), "unlink", (), || {
-        let Some(lock) = lock_ref(value) else {
-            return;
-        };
-        crate::eviction::lock_unlinked(|| key_of(ctx));
-        // Deleted, or leaving for another name (RENAME, MOVE): the sweep
-        // finds it there.
-        crate::hints::hint();
-        with_state(|state| {
-            for holder in lock.holders() {
-                state.deadlines.remove(holder.expiry_id());
-            }
-            // The key's name is copied only when someone waits at all.
-            if state.waiters.is_empty() {
-                return;
-            }
-            if let Some(id) = key_of(ctx) {
-                if state.waiters.has_waiters(&id) {
-                    state.pending_grants.insert(id);
+        value::with_lock(lock, |lock| {
+            crate::eviction::lock_unlinked(|| key_of(ctx));
+            // Deleted, or leaving for another name (RENAME, MOVE): the
+            // sweep finds it there.
+            let hinted = crate::hints::hint();
+            with_state(|state| {
+                for holder in lock.holders() {
+                    state.deadlines.remove(holder.expiry_id());
+                }
+                if hinted {
                     timer::arm(state);
                 }
-            }
+                // The key's name is copied only when someone waits at all.
+                if state.waiters.is_empty() {
+                    return;
+                }
+                if let Some(id) = key_of(ctx) {
+                    if state.waiters.has_waiters(&id) {
+                        state.pending_grants.insert(id);
+                        timer::arm(state);
+                    }
+                }
+            });
         });
     });
 }

@@ -5,12 +5,12 @@
 
 use std::ffi::{c_int, CStr};
 
-use redis_lock_core::{filing, lease, Change, Holder, Now};
+use redis_lock_core::{filing, lease, Change, Holder, Now, Slot};
 use redis_module::raw;
 
 use crate::ffi::{self, Ctx, RString};
 use crate::propagation;
-use crate::state::{with_state, KeyId, CLOCK};
+use crate::state::{KeyId, ModuleState, CLOCK};
 use crate::timer;
 
 /// The key a command or callback works on, and the instant it does: the
@@ -59,41 +59,66 @@ impl<'a> Target<'a> {
     }
 }
 
-/// `target` now holds `holder`, stored by `change` (see
-/// [`Change::Stored`]; anything else does nothing): file its lease, then
-/// replicate `LOCK.APPLY` with the absolute lease end and announce `event`.
-/// The holder is not used past the filing: the event may run other
-/// modules' code that changes the key.
-pub fn stored(target: &Target, holder: &mut Holder, change: Change, event: &CStr) {
-    let Change::Stored { previous_deadline } = change else {
+/// Files `owner`'s hold in `slot` after `change`, by the lease index's
+/// rules (`redis_lock_core::filing`). Called inside the state borrow of the
+/// operation that made the change: a change and its filing cannot come
+/// apart, so no hold is ever left without an entry (and never ends).
+pub fn file(
+    state: &mut ModuleState,
+    slot: &mut impl Slot,
+    owner: &[u8],
+    change: Change,
+    key: impl FnOnce() -> KeyId,
+) {
+    let (Change::Stored { previous_deadline }, Some(holder)) = (change, slot.holder(owner)) else {
         return;
     };
-    index(target, holder, previous_deadline);
-    let wall_end_ms = lease::to_wall_ms(&target.now, holder.deadline());
-    let (holds, token) = (holder.holds(), holder.token());
+    if filing::on_change(&mut state.deadlines, holder, previous_deadline, key) {
+        timer::arm(state);
+    }
+}
+
+/// What a stored hold's effect carries besides its owner.
+#[derive(Clone, Copy, Debug)]
+pub struct Effect {
+    holds: u32,
+    token: i64,
+    wall_end_ms: i64,
+}
+
+impl Effect {
+    /// `holder` as it stands, its lease end on the wall clock.
+    pub fn of(target: &Target, holder: &Holder) -> Effect {
+        Effect {
+            holds: holder.holds(),
+            token: holder.token(),
+            wall_end_ms: lease::to_wall_ms(&target.now, holder.deadline()),
+        }
+    }
+}
+
+/// After the change is committed: replicate `LOCK.APPLY` with the absolute
+/// lease end, and announce `event`.
+pub fn announce(target: &Target, owner: &[u8], effect: Effect, event: &CStr) {
     replicate(target, || {
-        let effect = ffi::ApplyEffect {
-            owner: holder.owner(),
-            holds,
-            token,
-            wall_end_ms,
+        let apply = ffi::ApplyEffect {
+            owner,
+            holds: effect.holds,
+            token: effect.token,
+            wall_end_ms: effect.wall_end_ms,
         };
-        ffi::replicate_apply(target.ctx, target.name, &effect);
+        ffi::replicate_apply(target.ctx, target.name, &apply);
     });
     notify(target, raw::REDISMODULE_NOTIFY_MODULE, event);
 }
 
-/// Only the lease index changes (a replicated effect being applied: the
-/// primary's stream already carries it onwards), by the rules of
-/// `redis_lock_core::filing`.
-pub fn index(target: &Target, holder: &mut Holder, previous_deadline: Option<u64>) {
-    with_state(|state| {
-        if filing::on_change(&mut state.deadlines, holder, previous_deadline, || {
-            target.id()
-        }) {
-            timer::arm(state);
-        }
-    });
+/// After a committed change to `owner`'s hold in `slot`: announce a stored
+/// hold (nothing for any other change).
+pub fn stored(target: &Target, slot: &mut impl Slot, owner: &[u8], change: Change, event: &CStr) {
+    if let (Change::Stored { .. }, Some(holder)) = (change, slot.holder(owner)) {
+        let effect = Effect::of(target, holder);
+        announce(target, owner, effect, event);
+    }
 }
 
 /// The lock was released and its key removed.

@@ -35,16 +35,17 @@ extern "C" fn on_keyspace_event(
     key: RString,
 ) -> c_int {
     guard::callback(ctx, "keyspace event", raw::REDISMODULE_OK as c_int, || {
-        let event = ffi::event_name(event);
-        if event == b"loaded" {
+        let (loaded, evicted) =
+            ffi::with_event_name(event, |name| (name == b"loaded", name == b"evicted"));
+        if loaded {
             // Keys loaded in the background are indexed when the load ends.
             if !async_load::in_progress(ctx) {
                 index_arrival(ctx, key);
             }
-        } else if event == b"evicted" {
-            eviction::evicted(ffi::selected_db(ctx), ffi::bytes(key));
+        } else if evicted {
+            ffi::with_bytes(key, |name| eviction::evicted(ffi::selected_db(ctx), name));
         }
-        if event == b"loaded" {
+        if loaded {
             caller_db::after_loaded(ctx);
         }
         raw::REDISMODULE_OK as c_int
@@ -57,7 +58,8 @@ extern "C" fn on_keyspace_event(
 fn index_arrival(ctx: Ctx, key: RString) {
     // The name of a `loaded` key lives on Redis's stack and must not be
     // retained, which opening it would do: open a copy.
-    let Some(name) = ffi::OwnedString::new(ctx, ffi::bytes(key)) else {
+    let key_id = ffi::with_bytes(key, |name| KeyId::new(ffi::selected_db(ctx), name));
+    let Some(name) = ffi::OwnedString::new(ctx, key_id.name()) else {
         return;
     };
     let Ok(mut lock_key) = LockKey::open_untouched(ctx, name.as_ptr(), false) else {
@@ -66,7 +68,6 @@ fn index_arrival(ctx: Ctx, key: RString) {
     let Some(lock) = lock_key.lock() else {
         return;
     };
-    let key_id = KeyId::new(ffi::selected_db(ctx), ffi::bytes(key));
     with_state(|state| {
         // Every later token here exceeds the ones that arrived.
         let (tokens, index) = (&mut state.node.tokens, &mut state.deadlines);
@@ -83,10 +84,9 @@ extern "C" fn on_flush(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, d
         if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
             return;
         }
-        let Some(info) = ffi::event_data::<raw::RedisModuleFlushInfo>(data) else {
+        let Some(flushed) = ffi::flushed_db(data) else {
             return;
         };
-        let flushed = info.dbnum;
         let hit = move |db: i32| flushed == -1 || db == flushed;
         with_state(|state| {
             state
@@ -99,14 +99,6 @@ extern "C" fn on_flush(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, d
     });
 }
 
-/// What Redis passes with the SWAPDB event (not in the generated bindings).
-#[repr(C)]
-struct SwapDbInfo {
-    version: u64,
-    first: i32,
-    second: i32,
-}
-
 extern "C" fn on_swapdb(
     ctx: Ctx,
     _event: raw::RedisModuleEvent,
@@ -114,10 +106,9 @@ extern "C" fn on_swapdb(
     data: *mut c_void,
 ) {
     guard::callback(ctx, "swapdb event", (), || {
-        let Some(info) = ffi::event_data::<SwapDbInfo>(data) else {
+        let Some((first, second)) = ffi::swapped_dbs(data) else {
             return;
         };
-        let (first, second) = (info.first, info.second);
         let swap = move |db: i32| match db {
             db if db == first => second,
             db if db == second => first,

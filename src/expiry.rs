@@ -2,20 +2,13 @@
 //! deadline: of the lease index, of the `WAIT` timeouts, or now when grants
 //! are pending; when it fires, every lock whose lease ended is removed with
 //! an `expired` event and a replicated `DEL`, and its waiters are served,
-//! whether or not anyone touches the key. Work per firing is bounded so that
-//! a million leases ending at once never stall the server: the rest is left
-//! to the next firing, one event-loop turn later.
-//!
-//! Only a primary decides expiry; a replica waits for the primary's `DEL`
-//! and rechecks now and then, so that it takes over once promoted.
-//!
-//! Nothing is ended, granted or taken back while the server asks modules to
-//! avoid writes (`CLIENT PAUSE WRITE|ALL`, `FAILOVER`): propagating then
-//! trips an assertion in Redis. The timer looks again a few ms later, and
-//! the leases that ended meanwhile end right after the pause, in order.
+//! whether or not anyone touches the key. What a firing does on which node,
+//! and how much of it, is the core's (`redis_lock_core::firing`: only an
+//! unpaused primary ends leases; work per firing is bounded).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use redis_lock_core::firing::{self, BATCH, BUDGET};
 use redis_lock_core::Clock;
 
 use crate::ffi::{self, Ctx};
@@ -25,63 +18,64 @@ use crate::sweep;
 use crate::timer;
 use crate::waiting;
 
-/// How often a replica looks again at leases that ended.
-const REPLICA_RECHECK_MS: u64 = 100;
-/// How often the timer looks again while writes are paused.
-const PAUSE_RECHECK_MS: u64 = 10;
-/// Items taken per index lookup, and the time each kind of work (wait
-/// timeouts, leases, grants, the sweep) may take per firing.
-const BATCH: usize = 64;
-const BUDGET: Duration = Duration::from_millis(2);
-
-/// One firing of the timer (`timer.rs` calls it).
+/// One firing of the timer (`timer.rs` calls it), by the core's plan
+/// (`redis_lock_core::firing`).
 pub fn run(ctx: Ctx) {
     with_state(|state| state.timer = None);
-    // Waits end on time whatever the role (a primary turned replica may
-    // still have clients waiting): a nil reply propagates nothing.
-    waiting::end_due_waits(BATCH, BUDGET);
-    if !ffi::is_primary(ctx) {
-        // A replica grants nothing (its waiters were unblocked by Redis on
-        // demotion, and WAIT does not block on a replica): drop what was
-        // pending, so that it cannot keep the timer firing.
+    let plan = firing::plan(ffi::is_primary(ctx), ffi::avoid_replica_traffic());
+    if plan.end_waits {
+        waiting::end_due_waits(BATCH, BUDGET);
+    }
+    if plan.forget_pending {
         // The sweep indexes what arrived by RENAME or MOVE from the
         // primary's stream too: a promoted replica ends those leases.
         if with_state(|state| sweep::wanted(state)).unwrap_or(false) {
             sweep::step(ctx, BUDGET);
         }
-        let recheck = CLOCK.monotonic_ms().saturating_add(REPLICA_RECHECK_MS);
         with_state(|state| {
             state.pending_grants.clear();
             state.behind_foreign.clear();
             state.undelivered.clear();
-            timer::arm_not_before(state, recheck);
         });
-        return;
     }
-    if ffi::avoid_replica_traffic() {
-        let recheck = CLOCK.monotonic_ms().saturating_add(PAUSE_RECHECK_MS);
+    if let Some(recheck_ms) = plan.recheck_ms {
+        let recheck = CLOCK.monotonic_ms().saturating_add(recheck_ms);
         with_state(|state| timer::arm_not_before(state, recheck));
-        return;
     }
+    if plan.settle {
+        settle(ctx);
+    }
+}
+
+/// A primary's work: take back undelivered grants, end the leases that are
+/// over and serve their queues, serve the queues of keys removed outside
+/// our commands, sweep; each within the budget.
+fn settle(ctx: Ctx) {
     let undelivered =
         with_state(|state| std::mem::take(&mut state.undelivered)).unwrap_or_default();
     for grant in &undelivered {
         waiting::revoke_undelivered(ctx, grant);
     }
     let started = Instant::now();
-    while started.elapsed() < BUDGET {
-        let now = CLOCK.monotonic_ms();
-        let Some(due) = with_state(|state| {
-            let due = state.deadlines.pop_due(now, BATCH);
-            (!due.is_empty() || state.deadlines.has_due(now)).then_some(due)
-        })
-        .flatten() else {
-            break;
-        };
-        for (id, key) in due {
-            waiting::settle_by_name(ctx, &key, Some(id));
-        }
-    }
+    firing::bounded(
+        BUDGET,
+        || started.elapsed(),
+        || {
+            let now = CLOCK.monotonic_ms();
+            let Some(due) = with_state(|state| {
+                let due = state.deadlines.pop_due(now, BATCH);
+                // A batch of stale entries is empty with more due behind it.
+                (!due.is_empty() || state.deadlines.has_due(now)).then_some(due)
+            })
+            .flatten() else {
+                return false;
+            };
+            for (id, key) in due {
+                waiting::settle_by_name(ctx, &key, Some(id));
+            }
+            true
+        },
+    );
     let recovered = recovery::refusal(CLOCK.monotonic_ms()).is_none();
     let mut grants = with_state(|state| {
         let mut grants = std::mem::take(&mut state.pending_grants);
@@ -96,12 +90,17 @@ pub fn run(ctx: Ctx) {
     // Keys whose waiters may be served, within the budget too; the rest
     // wait for the next firing (the timer fires again at once for them).
     let started = Instant::now();
-    while let Some(key) = grants.pop_first() {
-        waiting::settle_by_name(ctx, &key, None);
-        if started.elapsed() >= BUDGET {
-            break;
-        }
-    }
+    firing::bounded(
+        BUDGET,
+        || started.elapsed(),
+        || {
+            let Some(key) = grants.pop_first() else {
+                return false;
+            };
+            waiting::settle_by_name(ctx, &key, None);
+            true
+        },
+    );
     if !grants.is_empty() {
         with_state(|state| state.pending_grants.append(&mut grants));
     }

@@ -14,11 +14,15 @@ thread_local! {
     static OWN_CHANGE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A lock may have arrived under a name the index does not know.
-pub fn hint() {
-    if !OWN_CHANGE.with(Cell::get) {
+/// A lock may have arrived under a name the index does not know. Returns
+/// whether the hint counted (not during the module's own change): the
+/// caller then arms the timer, whose firing sweeps.
+pub fn hint() -> bool {
+    let counted = !OWN_CHANGE.with(Cell::get);
+    if counted {
         HINTS.fetch_add(1, Ordering::Relaxed);
     }
+    counted
 }
 
 /// Runs `change`, a deletion or replacement of a lock key by the module.

@@ -58,11 +58,12 @@ fn starts_a_sync(name: &[u8]) -> bool {
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     guard::callback(std::ptr::null_mut(), "command filter", (), || {
-        let name = ffi::filter_arg(fctx, 0);
-        if starts_a_sync(name) {
-            BACKLOG_MAY_EXIST.store(true, Ordering::Relaxed);
-        }
-        crate::caller_db::on_command(fctx, name);
+        ffi::with_filter_arg(fctx, 0, |name| {
+            if starts_a_sync(name) {
+                BACKLOG_MAY_EXIST.store(true, Ordering::Relaxed);
+            }
+            crate::caller_db::on_command(fctx, name);
+        });
     });
 }
 

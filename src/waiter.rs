@@ -6,6 +6,7 @@ use std::cell::Cell;
 
 use redis_module::raw;
 
+use redis_lock_core::handoff::Request;
 use redis_lock_core::KeyId;
 
 /// One blocked `LOCK.ACQUIRE … WAIT`.
@@ -15,6 +16,15 @@ pub struct Waiter {
     pub ttl_ms: u64,
     /// Its entry in the wait-timeout index; none for `WAIT 0`.
     pub timeout: Option<u64>,
+}
+
+impl Request for Waiter {
+    fn owner(&self) -> &[u8] {
+        &self.owner
+    }
+    fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
 }
 
 /// A lock granted to a waiter, carried to its reply. Redis completes an

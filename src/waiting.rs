@@ -14,21 +14,27 @@
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
-use redis_lock_core::args::ArgError;
 use redis_lock_core::filing::{self, Surfaced};
+use redis_lock_core::firing;
+use redis_lock_core::handoff::{self, Rules, Stopped};
 use redis_lock_core::ops;
 use redis_lock_core::{Clock, Slot};
 use redis_module::raw;
 
 use crate::config;
 use crate::effects::{self, Target};
+use crate::ffi::blocked::{self, Client};
 use crate::ffi::key::LockKey;
-use crate::ffi::{self, rm, Ctx, RString};
+use crate::ffi::{self, Ctx, RString};
 use crate::guard;
 use crate::recovery;
 use crate::state::{with_state, KeyId, ModuleState, CLOCK};
 use crate::timer;
 use crate::waiter::{Grant, Waiter};
+
+/// The answer when the module state is borrowed further up the stack (a
+/// callback re-entered from inside one of our own steps).
+const STATE_BUSY: &str = "ERR internal error: state busy";
 
 /// What the blocked client is told when it is unblocked.
 enum Answer {
@@ -42,22 +48,16 @@ enum Answer {
 pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
     // No Redis-side timeout (see the module docs above); the timeout
     // callback still serves `CLIENT UNBLOCK`.
-    let client = rm!(RedisModule_BlockClient(
-        ctx,
-        Some(on_reply),
-        Some(on_timeout),
-        Some(free_answer),
-        0
-    ))
-    .unwrap_or(std::ptr::null_mut());
-    if client.is_null() {
+    let callbacks = blocked::Callbacks {
+        reply: on_reply,
+        timeout: on_timeout,
+        free: free_answer,
+        disconnect: on_disconnect,
+    };
+    let Some(client) = blocked::block(ctx, &callbacks) else {
         return ffi::reply_error(ctx, "ERR could not block the client");
-    }
-    rm!(RedisModule_SetDisconnectCallback(
-        client,
-        Some(on_disconnect)
-    ));
-    with_state(|state| {
+    };
+    let queued = with_state(|state| {
         let timeout = (timeout_ms > 0).then(|| {
             let deadline = CLOCK.monotonic_ms().saturating_add(timeout_ms);
             state.wait_deadlines.insert(deadline, client as usize)
@@ -76,94 +76,70 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
         state.waits_for_recovery |= recovery::refusal(CLOCK.monotonic_ms()).is_some();
         timer::arm(state);
     });
+    // Never a blocked client outside every queue: nobody would answer it.
+    if queued.is_none() {
+        unblock(client, Answer::Error(STATE_BUSY.into()));
+    }
     raw::REDISMODULE_OK as c_int
 }
 
-/// Hands a free lock to the first waiters of its queue: the first one whose
-/// grant succeeds gets it, and the waiters right behind it with the same
-/// owner re-enter it; one that cannot be granted (tokens exhausted, a ttl
-/// above the limit) is answered with the error and the next one is tried.
+/// Hands a lock that may have come free to the head of its queue, by the
+/// core's rules (`redis_lock_core::handoff`): the hand-off, the removal of
+/// the answered waiters from the module's books and the filing of the
+/// granted holds happen in one state borrow; then the change is committed,
+/// each grant propagated and announced, and each waiter answered.
 pub fn grant_waiters(target: &Target, key: &mut LockKey) {
-    if with_state(|state| state.waiters.is_empty()).unwrap_or(true) {
-        return;
-    }
     let id = target.id();
-    loop {
-        let Some(Some(waiter)) = with_state(|state| {
-            // Its timeout entry stays until it is answered: a waiter that
-            // goes back to the head must still time out.
-            let waiter = state.waiters.pop_front(&id)?;
-            state.blocked.remove(&(waiter.client as usize));
-            Some(waiter)
-        }) else {
-            return;
-        };
-        // The lease limit may have been lowered while it waited: a shorter
-        // lease than asked would break the caller's validity arithmetic, so
-        // it is answered with the error its request would get now.
-        let max_ttl_ms = config::limits().max_ttl_ms;
-        if waiter.ttl_ms > max_ttl_ms {
-            answer(
-                &waiter,
-                Answer::Error(ArgError::Ttl { max: max_ttl_ms }.to_string()),
-            );
-            continue;
+    let Some(Some(handed)) = with_state(|state| {
+        if !state.waiters.has_waiters(&id) {
+            return None;
         }
-        let granted = with_state(|state| {
-            let refusal = recovery::refusal(target.now.monotonic_ms);
-            ops::grant(
-                &mut state.node,
-                key,
-                &target.now,
-                &waiter.owner,
-                waiter.ttl_ms,
-                refusal,
-            )
-        });
-        match granted {
-            Some(Ok(Some(outcome))) => {
-                key.commit();
-                if let Some(holder) = key.holder(&waiter.owner) {
-                    effects::stored(target, holder, outcome.change, c"lock.acquire");
-                }
-                answer(
-                    &waiter,
-                    Answer::Token(Grant {
-                        key: id.clone(),
-                        owner: waiter.owner.clone(),
-                        token: outcome.reply,
-                        delivered: Cell::new(false),
-                    }),
-                );
-                // The next waiter may be the same owner's: it re-enters.
-                // Anyone else finds the lock held and keeps its place.
+        let rules = Rules {
+            window: ops::Window::of(recovery::refusal(target.now.monotonic_ms)),
+            max_ttl_ms: config::limits().max_ttl_ms,
+        };
+        let handed = handoff::serve(
+            &mut state.node,
+            key,
+            &target.now,
+            &mut state.waiters,
+            &id,
+            rules,
+        );
+        for (waiter, _) in &handed.answered {
+            state.blocked.remove(&(waiter.client as usize));
+            if let Some(entry) = waiter.timeout {
+                state.wait_deadlines.remove(entry);
             }
-            Some(Err(ops::OpError::Recovering { .. })) => {
-                // The node grants nothing yet: the waiter keeps its place,
-                // and the timer serves the queues when the window ends.
-                with_state(|state| {
-                    let client = waiter.client as usize;
-                    let place = state.waiters.push_front(id.clone(), waiter);
-                    state.blocked.insert(client, (id, place));
-                    state.waits_for_recovery = true;
-                    timer::arm(state);
-                });
-                return;
+        }
+        for (owner, previous_deadline) in handed.to_file() {
+            let change = ops::Change::Stored { previous_deadline };
+            effects::file(state, key, owner, change, || id.clone());
+        }
+        if handed.stopped == Stopped::Recovering {
+            // The timer serves the queues when the window ends.
+            state.waits_for_recovery = true;
+            timer::arm(state);
+        }
+        Some(handed)
+    }) else {
+        return;
+    };
+    key.commit();
+    for (waiter, answer) in handed.answered {
+        match answer {
+            handoff::Answer::Granted { holder, .. } => {
+                let effect = effects::Effect::of(target, &holder);
+                effects::announce(target, &waiter.owner, effect, c"lock.acquire");
+                let grant = Grant {
+                    key: id.clone(),
+                    owner: waiter.owner,
+                    token: holder.token(),
+                    delivered: Cell::new(false),
+                };
+                unblock(waiter.client, Answer::Token(grant));
             }
-            Some(Ok(None)) => {
-                // Still held: the waiter keeps its place at the head.
-                with_state(|state| {
-                    let client = waiter.client as usize;
-                    let place = state.waiters.push_front(id.clone(), waiter);
-                    state.blocked.insert(client, (id, place));
-                });
-                return;
-            }
-            Some(Err(error)) => answer(&waiter, Answer::Error(error.message())),
-            None => answer(
-                &waiter,
-                Answer::Error("ERR internal error: state busy".into()),
-            ),
+            handoff::Answer::Refused(message) => unblock(waiter.client, Answer::Error(message)),
         }
     }
 }
@@ -251,12 +227,8 @@ pub fn settle(target: &Target, key: &mut LockKey) {
     grant_waiters(target, key);
 }
 
-fn unblock(client: *mut raw::RedisModuleBlockedClient, answer: Answer) {
-    let answer = Box::into_raw(Box::new(answer)).cast::<c_void>();
-    if rm!(RedisModule_UnblockClient(client, answer)) != Some(raw::REDISMODULE_OK as c_int) {
-        // SAFETY: Redis did not take the answer; it is still ours.
-        drop(unsafe { Box::from_raw(answer.cast::<Answer>()) });
-    }
+fn unblock(client: Client, answer: Answer) {
+    blocked::unblock(client, Some(answer));
 }
 
 /// Answers a waiter already taken off its queue, and drops its timeout.
@@ -268,7 +240,7 @@ fn answer(waiter: &Waiter, answer: Answer) {
 }
 
 /// Removes a blocked client from its queue and the timeout index.
-fn forget(state: &mut ModuleState, client: *mut raw::RedisModuleBlockedClient) -> Option<Waiter> {
+fn forget(state: &mut ModuleState, client: Client) -> Option<Waiter> {
     let (id, place) = state.blocked.remove(&(client as usize))?;
     let waiter = state.waiters.remove(&id, place)?;
     if let Some(entry) = waiter.timeout {
@@ -282,28 +254,33 @@ fn forget(state: &mut ModuleState, client: *mut raw::RedisModuleBlockedClient) -
 /// for the rest.
 pub fn end_due_waits(batch: usize, budget: std::time::Duration) {
     let started = std::time::Instant::now();
-    while started.elapsed() < budget {
-        let now = CLOCK.monotonic_ms();
-        let Some(due) = with_state(|state| {
-            let due = state.wait_deadlines.pop_due(now, batch);
-            // A batch of stale entries is empty with more due behind it.
-            (!due.is_empty() || state.wait_deadlines.has_due(now)).then_some(due)
-        })
-        .flatten() else {
-            break;
-        };
-        for (_, address) in due {
-            let ended = with_state(|state| {
-                let client = address as *mut raw::RedisModuleBlockedClient;
-                let waiter = forget(state, client)?;
-                state.node.stats.wait_timeouts += 1;
-                Some(waiter.client)
-            });
-            if let Some(Some(client)) = ended {
-                unblock(client, Answer::TimedOut);
+    firing::bounded(
+        budget,
+        || started.elapsed(),
+        || {
+            let now = CLOCK.monotonic_ms();
+            let Some(due) = with_state(|state| {
+                let due = state.wait_deadlines.pop_due(now, batch);
+                // A batch of stale entries is empty with more due behind it.
+                (!due.is_empty() || state.wait_deadlines.has_due(now)).then_some(due)
+            })
+            .flatten() else {
+                return false;
+            };
+            for (_, address) in due {
+                let ended = with_state(|state| {
+                    let client = address as Client;
+                    let waiter = forget(state, client)?;
+                    state.node.stats.wait_timeouts += 1;
+                    Some(waiter.client)
+                });
+                if let Some(Some(client)) = ended {
+                    unblock(client, Answer::TimedOut);
+                }
             }
-        }
-    }
+            true
+        },
+    );
 }
 
 /// How many wait for `id`.
@@ -314,11 +291,7 @@ pub fn waiting(id: &KeyId) -> usize {
 /// The grant's reply, in the unblocked client's context.
 extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     guard::command(ctx, "LOCK.ACQUIRE WAIT reply", || {
-        let answer =
-            rm!(RedisModule_GetBlockedClientPrivateData(ctx)).unwrap_or(std::ptr::null_mut());
-        // SAFETY: the private data of our blocked clients is always an Answer
-        // boxed by unblock(), freed by free_answer() after this returns.
-        match unsafe { answer.cast::<Answer>().as_ref() } {
+        blocked::with_answer(ctx, |answer: Option<&Answer>| match answer {
             Some(Answer::Token(grant)) if still_held(ctx, grant) => {
                 grant.delivered.set(true);
                 ffi::reply_integer(ctx, grant.token)
@@ -326,7 +299,7 @@ extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
             Some(Answer::Token(_)) => ffi::reply_error(ctx, GONE_BEFORE_REPLY),
             Some(Answer::Error(message)) => ffi::reply_error(ctx, message),
             Some(Answer::TimedOut) | None => ffi::reply_null(ctx),
-        }
+        })
     })
 }
 
@@ -356,12 +329,12 @@ fn still_held(ctx: Ctx, grant: &Grant) -> bool {
 /// nil, and no trace in the queue.
 extern "C" fn on_timeout(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     guard::command(ctx, "LOCK.ACQUIRE WAIT timeout", || {
-        let client = rm!(RedisModule_GetBlockedClientHandle(ctx)).unwrap_or(std::ptr::null_mut());
+        let client = blocked::handle(ctx);
         // Unblocked only if still queued: a client already granted was
         // unblocked by the grant, and a second unblock frees it twice.
         if with_state(|state| forget(state, client).is_some()) == Some(true) {
             with_state(|state| state.node.stats.wait_timeouts += 1);
-            rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
+            blocked::unblock::<Answer>(client, None);
         }
         ffi::reply_null(ctx)
     })
@@ -372,10 +345,10 @@ extern "C" fn on_timeout(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
 /// event-loop turn already unblocked it: then it is no longer queued, must
 /// not be unblocked again (Redis would free it twice), and its grant is
 /// taken back when its answer is freed undelivered (see [`free_answer`]).
-extern "C" fn on_disconnect(ctx: Ctx, client: *mut raw::RedisModuleBlockedClient) {
+extern "C" fn on_disconnect(ctx: Ctx, client: Client) {
     guard::callback(ctx, "LOCK.ACQUIRE WAIT disconnect", (), || {
         if with_state(|state| forget(state, client).is_some()) == Some(true) {
-            rm!(RedisModule_UnblockClient(client, std::ptr::null_mut()));
+            blocked::unblock::<Answer>(client, None);
         }
     });
 }
@@ -384,12 +357,7 @@ extern "C" fn on_disconnect(ctx: Ctx, client: *mut raw::RedisModuleBlockedClient
 /// away first: an undelivered grant is handed to the timer to take back.
 extern "C" fn free_answer(ctx: Ctx, answer: *mut c_void) {
     guard::callback(ctx, "LOCK.ACQUIRE WAIT free", (), || {
-        if answer.is_null() {
-            return;
-        }
-        // SAFETY: see on_reply; Redis frees each answer exactly once.
-        let answer = unsafe { Box::from_raw(answer.cast::<Answer>()) };
-        if let Answer::Token(grant) = *answer {
+        if let Some(Answer::Token(grant)) = blocked::take_answer::<Answer>(answer) {
             if !grant.delivered.get() {
                 with_state(|state| {
                     state.undelivered.push(grant);
@@ -415,13 +383,17 @@ pub fn revoke_undelivered(ctx: Ctx, grant: &Grant) {
     };
     let target = Target::new(ctx, name.as_ptr(), db, key);
     let Some(outcome) = with_state(|state| {
-        ops::revoke(
+        let outcome = ops::revoke(
             &mut state.node,
             &mut lock_key,
             &target.now,
             &grant.owner,
             grant.token,
-        )
+        );
+        effects::file(state, &mut lock_key, &grant.owner, outcome.change, || {
+            target.id()
+        });
+        outcome
     }) else {
         return;
     };
@@ -431,11 +403,12 @@ pub fn revoke_undelivered(ctx: Ctx, grant: &Grant) {
             effects::deleted(&target, c"lock.release");
             settle(&target, &mut lock_key);
         }
-        ops::Change::Stored { .. } => {
-            if let Some(holder) = lock_key.holder(&grant.owner) {
-                effects::stored(&target, holder, outcome.change, c"lock.release");
-            }
-        }
-        ops::Change::None => {}
+        change => effects::stored(
+            &target,
+            &mut lock_key,
+            &grant.owner,
+            change,
+            c"lock.release",
+        ),
     }
 }

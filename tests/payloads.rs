@@ -245,6 +245,29 @@ fn a_version_1_value_still_restores() {
     assert!(!server.log().contains("panicked"));
 }
 
+/// A restored lock is found by the lease sweep and ends on time by itself,
+/// even when nothing else happens on the server (its arrival arms the
+/// timer; before, only a later lease filed or ended did, and a lock
+/// restored on a quiet server outlived its lease until then).
+#[test]
+fn a_restored_lock_ends_by_itself_on_a_quiet_server() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    // A long lease: its timer is armed far in the future.
+    let (dump, header) = lock_dump(&mut c);
+    let token = MAX_ATLEAST - 7;
+    let value = lock_value(&header, b"quiet", 1, token, now_ms() + 300);
+    restore(&mut c, "quiet", &dump.payload(&value), &[]).unwrap();
+    assert!(exists(&mut c, "quiet"));
+    // Only reads from now on.
+    assert!(
+        wait_until(SOON, || !exists(&mut c, "quiet")),
+        "the restored lock outlived its lease"
+    );
+    assert!(lock_stat(&mut c, "lock_last_token") >= token);
+    assert!(!server.log().contains("panicked"));
+}
+
 #[test]
 fn a_discarded_restore_does_not_raise_the_counter() {
     let server = RedisServer::start();

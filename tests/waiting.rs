@@ -84,6 +84,35 @@ fn a_lease_end_hands_the_lock_to_the_next_waiter_untouched() {
     assert_eq!(info_lock(&mut conn, "expired"), 1);
 }
 
+/// Locks handed to waiters carry their leases: a hand-off that grants one
+/// owner twice (a re-entry behind the head), then the next owner at that
+/// lease's end, leaves each lease filed, and nobody touches the key.
+#[test]
+fn locks_handed_to_waiters_end_by_themselves() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    assert!(acquire(&mut conn, "job", "first", 30_000).is_some());
+    let b1 = spawn_waiter(&server, "job", "b", 300, 0);
+    assert!(wait_until(PATIENCE, || waiters(&mut conn, "job") == 1));
+    let b2 = spawn_waiter(&server, "job", "b", 300, 0);
+    assert!(wait_until(PATIENCE, || waiters(&mut conn, "job") == 2));
+    let c = spawn_waiter(&server, "job", "c", 300, 0);
+    assert!(wait_until(PATIENCE, || waiters(&mut conn, "job") == 3));
+    assert_eq!(release(&mut conn, "job", "first"), Some(0));
+    let token_b = b1.join().unwrap().expect("b granted");
+    assert_eq!(b2.join().unwrap(), Some(token_b), "b re-entered");
+    let token_c = c.join().unwrap().expect("c granted at b's lease end");
+    assert!(token_c > token_b);
+    // Its end removes the key (an ended lease reads as absent before).
+    assert!(
+        wait_until(PATIENCE, || info_lock(&mut conn, "expired") == 2),
+        "c's lease never ended"
+    );
+    let exists: i64 = redis::cmd("EXISTS").arg("job").query(&mut conn).unwrap();
+    assert_eq!(exists, 0);
+    assert_eq!(info_lock(&mut conn, "wait_grants"), 2);
+}
+
 #[test]
 fn a_timeout_replies_nil_and_leaves_no_trace() {
     let server = RedisServer::start();

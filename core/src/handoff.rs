@@ -16,7 +16,7 @@
 
 use crate::clock::Clock;
 use crate::lock::Holder;
-use crate::ops::{self, Change, Node, OpError, Slot};
+use crate::ops::{self, Change, Node, OpError, Slot, Window};
 use crate::waiters::WaitQueues;
 use std::hash::Hash;
 
@@ -29,8 +29,8 @@ pub trait Request {
 /// What hand-off may not do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rules {
-    /// Time left in the node's recovery window, if it is in one.
-    pub recovering: Option<u64>,
+    /// The node's recovery window.
+    pub window: Window,
     /// The longest lease a request may get now (`lock.max-ttl`).
     pub max_ttl_ms: u64,
 }
@@ -64,19 +64,24 @@ pub struct HandOff<W> {
     pub stopped: Stopped,
 }
 
-impl<W> HandOff<W> {
-    /// The lease end the holder granted first had before this hand-off
-    /// (`None`: new), and the owner granted; what the lease index files.
-    pub fn first_grant(&self) -> Option<(&W, Option<u64>)> {
-        self.answered
-            .iter()
-            .find_map(|(waiter, answer)| match answer {
-                Answer::Granted {
-                    change: Change::Stored { previous_deadline },
-                    ..
-                } => Some((waiter, *previous_deadline)),
-                _ => None,
-            })
+impl<W: Request> HandOff<W> {
+    /// The owners granted, each once, with the lease end its hold had
+    /// before this hand-off (`None`: new): what the lease index files
+    /// (`filing::on_change`) for the holds as the hand-off left them.
+    pub fn to_file(&self) -> Vec<(&[u8], Option<u64>)> {
+        let mut owners: Vec<(&[u8], Option<u64>)> = Vec::new();
+        for (waiter, answer) in &self.answered {
+            if let Answer::Granted {
+                change: Change::Stored { previous_deadline },
+                ..
+            } = answer
+            {
+                if owners.iter().all(|(owner, _)| *owner != waiter.owner()) {
+                    owners.push((waiter.owner(), *previous_deadline));
+                }
+            }
+        }
+        owners
     }
 }
 
@@ -106,14 +111,7 @@ where
                 .to_string(),
             )
         } else {
-            match ops::grant(
-                node,
-                slot,
-                clock,
-                head.owner(),
-                head.ttl_ms(),
-                rules.recovering,
-            ) {
+            match ops::grant(node, slot, clock, head.owner(), head.ttl_ms(), rules.window) {
                 Ok(Some(outcome)) => {
                     let Some(holder) = slot.holder(head.owner()).cloned() else {
                         break Stopped::Held;
@@ -156,7 +154,7 @@ mod tests {
     }
 
     const RULES: Rules = Rules {
-        recovering: None,
+        window: Window::Open,
         max_ttl_ms: 10_000,
     };
 
@@ -222,10 +220,7 @@ mod tests {
             panic!("not granted");
         };
         assert_eq!((holder.holds(), holder.deadline()), (2, 1_000));
-        assert_eq!(
-            handed.first_grant().map(|(w, p)| (w.0, p)),
-            Some((&b"a"[..], None))
-        );
+        assert_eq!(handed.to_file(), vec![(&b"a"[..], None)]);
         // b keeps its place ahead of a's third request.
         assert_eq!(queues.len(&"k"), 2);
         assert_eq!(queues.front(&"k"), Some(&W(b"b", 500)));
@@ -255,7 +250,7 @@ mod tests {
     fn nothing_is_granted_in_the_recovery_window_and_the_order_stays() {
         let (mut node, mut slot, clock, mut queues) = setup(&[W(b"a", 500), W(b"b", 500)]);
         let rules = Rules {
-            recovering: Some(40),
+            window: Window::Recovering { left_ms: 40 },
             ..RULES
         };
         let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", rules);

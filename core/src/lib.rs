@@ -11,6 +11,7 @@ pub mod args;
 pub mod clock;
 pub mod deadlines;
 pub mod filing;
+pub mod firing;
 pub mod handoff;
 mod inline;
 pub mod key_id;
@@ -22,6 +23,7 @@ pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod token;
+pub mod wait;
 pub mod waiters;
 
 pub use clock::{Clock, ManualClock, Now, SystemClock};

@@ -88,6 +88,31 @@ impl OpError {
     }
 }
 
+/// The node's recovery window as a granting operation sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Window {
+    /// The node grants.
+    #[default]
+    Open,
+    /// The node grants nothing for `left_ms` more.
+    Recovering { left_ms: u64 },
+}
+
+impl Window {
+    /// The time left in the window, if the node is in it.
+    pub fn of(left_ms: Option<u64>) -> Self {
+        left_ms.map_or(Window::Open, |left_ms| Window::Recovering { left_ms })
+    }
+
+    /// Refuses a grant inside the window.
+    fn check(self) -> Result<(), OpError> {
+        match self {
+            Window::Open => Ok(()),
+            Window::Recovering { left_ms } => Err(OpError::Recovering { left_ms }),
+        }
+    }
+}
+
 /// Reply of [`acquire`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acquired {
@@ -159,7 +184,7 @@ fn previous_deadline(slot: &mut impl Slot) -> Option<u64> {
 
 /// `LOCK.ACQUIRE`: a fresh lock with one hold, or one more hold for the
 /// holder with its lease renewed to `ttl_ms`; [`Acquired::Busy`] otherwise.
-/// `recovering` is the time left in the node's recovery window, during which
+/// Inside the node's recovery window (`window`)
 /// a fresh lock and a re-entry are both refused: after a restart that lost
 /// writes, the lock this node holds under `owner` may be older than a grant
 /// the node forgot (a release and another owner's acquisition), and a
@@ -172,15 +197,13 @@ pub fn acquire(
     clock: &impl Clock,
     owner: &[u8],
     ttl_ms: u64,
-    recovering: Option<u64>,
+    window: Window,
 ) -> Result<Outcome<Acquired>, OpError> {
     let deadline = lease::deadline_after(clock, ttl_ms);
     let held = live(slot, clock).is_some();
     let (reply, change) = match live_holder(slot, clock, owner) {
         None if !held => {
-            if let Some(left_ms) = recovering {
-                return Err(OpError::Recovering { left_ms });
-            }
+            window.check()?;
             let token = fresh_token(node, slot, clock)?;
             let previous_deadline = previous_deadline(slot);
             slot.store(Lock::exclusive(owner, 1, token, deadline));
@@ -194,9 +217,7 @@ pub fn acquire(
             )
         }
         Some(lock) => {
-            if let Some(left_ms) = recovering {
-                return Err(OpError::Recovering { left_ms });
-            }
+            window.check()?;
             let holds = lock.holds().checked_add(1).ok_or(OpError::TooManyHolds)?;
             let previous_deadline = Some(lock.deadline());
             lock.set_holds(holds);
@@ -229,13 +250,13 @@ pub fn grant(
     clock: &impl Clock,
     owner: &[u8],
     ttl_ms: u64,
-    recovering: Option<u64>,
+    window: Window,
 ) -> Result<Option<Outcome<i64>>, OpError> {
     if live(slot, clock).is_some() {
         if live_holder(slot, clock, owner).is_none() {
             return Ok(None);
         }
-        let outcome = acquire(node, slot, clock, owner, ttl_ms, recovering)?;
+        let outcome = acquire(node, slot, clock, owner, ttl_ms, window)?;
         return Ok(match outcome.reply {
             Acquired::Granted { token, .. } => Some(Outcome {
                 reply: token,
@@ -244,9 +265,7 @@ pub fn grant(
             Acquired::Busy => None,
         });
     }
-    if let Some(left_ms) = recovering {
-        return Err(OpError::Recovering { left_ms });
-    }
+    window.check()?;
     let token = fresh_token(node, slot, clock)?;
     let previous_deadline = previous_deadline(slot);
     slot.store(Lock::exclusive(
@@ -446,14 +465,21 @@ mod tests {
         let (mut node, mut slot, clock) = setup();
         // A lock that arrived from elsewhere with a token above the counter.
         slot.0 = Some(Lock::exclusive(b"a", 1, WALL * 1000 + 5_000, 50));
-        let (token, reentered) = granted(acquire(&mut node, &mut slot, &clock, b"b", 1_000, None));
+        let (token, reentered) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"b",
+            1_000,
+            Window::Open,
+        ));
         assert!(!reentered);
         assert_eq!(token, WALL * 1000 + 5_001);
         // A refusal raises nothing.
         let mut node = Node::default();
         slot.0 = Some(Lock::exclusive(b"a", 1, MAX_TOKEN, 50));
         assert_eq!(
-            acquire(&mut node, &mut slot, &clock, b"b", 1_000, None),
+            acquire(&mut node, &mut slot, &clock, b"b", 1_000, Window::Open),
             Err(OpError::TokensExhausted)
         );
         assert_eq!(node.tokens.last(), 0);
@@ -462,11 +488,11 @@ mod tests {
     #[test]
     fn a_waiter_whose_owner_holds_the_lock_by_now_reenters() {
         let (mut node, mut slot, clock) = setup();
-        let first = grant(&mut node, &mut slot, &clock, b"x", 1_000, None)
+        let first = grant(&mut node, &mut slot, &clock, b"x", 1_000, Window::Open)
             .unwrap()
             .unwrap();
         clock.advance_ms(10);
-        let second = grant(&mut node, &mut slot, &clock, b"x", 2_000, None)
+        let second = grant(&mut node, &mut slot, &clock, b"x", 2_000, Window::Open)
             .unwrap()
             .unwrap();
         assert_eq!(second.reply, first.reply, "a re-entry keeps the token");
@@ -475,12 +501,19 @@ mod tests {
         assert_eq!(node.stats.reentered, 1);
         // Another owner still waits.
         assert_eq!(
-            grant(&mut node, &mut slot, &clock, b"y", 1_000, None),
+            grant(&mut node, &mut slot, &clock, b"y", 1_000, Window::Open),
             Ok(None)
         );
         // Not while recovering.
         assert_eq!(
-            grant(&mut node, &mut slot, &clock, b"x", 1_000, Some(5)),
+            grant(
+                &mut node,
+                &mut slot,
+                &clock,
+                b"x",
+                1_000,
+                Window::Recovering { left_ms: 5 }
+            ),
             Err(OpError::Recovering { left_ms: 5 })
         );
     }
@@ -488,7 +521,14 @@ mod tests {
     #[test]
     fn revoke_takes_back_one_hold_of_that_grant_only() {
         let (mut node, mut slot, clock) = setup();
-        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        let (token, _) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"a",
+            1_000,
+            Window::Open,
+        ));
         // Another owner, or another token: nothing changes.
         let before = slot.0.clone();
         for (owner, t) in [(&b"b"[..], token), (b"a", token + 1)] {
@@ -497,7 +537,14 @@ mod tests {
             assert_eq!(slot.0, before);
         }
         // The same owner re-entered meanwhile: only the granted hold goes.
-        granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"a",
+            1_000,
+            Window::Open,
+        ));
         let outcome = revoke(&mut node, &mut slot, &clock, b"a", token);
         assert!(outcome.reply);
         assert_eq!(slot.sole().map(Holder::holds), Some(1));
@@ -506,7 +553,14 @@ mod tests {
         assert!(slot.0.is_none());
         assert_eq!(node.stats.wait_grants_undelivered, 2);
         // A lease that already ended is not revoked (expiry handles it).
-        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 10, None));
+        let (token, _) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"a",
+            10,
+            Window::Open,
+        ));
         clock.advance_ms(11);
         assert!(!revoke(&mut node, &mut slot, &clock, b"a", token).reply);
     }
@@ -514,7 +568,7 @@ mod tests {
     #[test]
     fn fresh_acquire_creates_one_hold_with_a_clock_floored_token() {
         let (mut node, mut slot, clock) = setup();
-        let outcome = acquire(&mut node, &mut slot, &clock, b"a", 1_000, None);
+        let outcome = acquire(&mut node, &mut slot, &clock, b"a", 1_000, Window::Open);
         assert_eq!(
             outcome.map(|o| o.change),
             Ok(Change::Stored {
@@ -533,9 +587,16 @@ mod tests {
     #[test]
     fn reentry_keeps_the_token_adds_a_hold_and_renews_the_lease() {
         let (mut node, mut slot, clock) = setup();
-        let (first, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        let (first, _) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"a",
+            1_000,
+            Window::Open,
+        ));
         clock.advance_ms(600);
-        let outcome = acquire(&mut node, &mut slot, &clock, b"a", 300, None);
+        let outcome = acquire(&mut node, &mut slot, &clock, b"a", 300, Window::Open);
         assert_eq!(
             outcome.map(|o| o.change),
             Ok(Change::Stored {
@@ -553,10 +614,10 @@ mod tests {
     #[test]
     fn another_owner_is_refused_and_nothing_changes() {
         let (mut node, mut slot, clock) = setup();
-        acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+        acquire(&mut node, &mut slot, &clock, b"a", 1_000, Window::Open).unwrap();
         let before = slot.0.clone();
         let tokens = node.tokens;
-        let outcome = acquire(&mut node, &mut slot, &clock, b"b", 1_000, None).unwrap();
+        let outcome = acquire(&mut node, &mut slot, &clock, b"b", 1_000, Window::Open).unwrap();
         assert_eq!(
             (outcome.reply, outcome.change),
             (Acquired::Busy, Change::None)
@@ -569,18 +630,32 @@ mod tests {
     #[test]
     fn an_ended_lease_frees_the_lock_for_others_with_a_higher_token() {
         let (mut node, mut slot, clock) = setup();
-        let (first, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        let (first, _) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"a",
+            1_000,
+            Window::Open,
+        ));
         clock.advance_ms(1_001);
         assert_eq!(expire_if_due(&mut node, &mut slot, &clock), Some(1_100));
         assert_eq!(node.stats.expired, 1);
-        let (second, reentered) = granted(acquire(&mut node, &mut slot, &clock, b"b", 1_000, None));
+        let (second, reentered) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"b",
+            1_000,
+            Window::Open,
+        ));
         assert!(second > first && !reentered);
     }
 
     #[test]
     fn a_lease_ends_at_the_first_reading_past_its_deadline() {
         let (mut node, mut slot, clock) = setup();
-        acquire(&mut node, &mut slot, &clock, b"a", 10, None).unwrap();
+        acquire(&mut node, &mut slot, &clock, b"a", 10, Window::Open).unwrap();
         clock.advance_ms(9);
         assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(1));
         // Readings are truncated: at a reading of its deadline up to a
@@ -597,11 +672,11 @@ mod tests {
     #[test]
     fn wall_clock_steps_neither_end_nor_lengthen_a_lease() {
         let (mut node, mut slot, clock) = setup();
-        acquire(&mut node, &mut slot, &clock, b"a", 10_000, None).unwrap();
+        acquire(&mut node, &mut slot, &clock, b"a", 10_000, Window::Open).unwrap();
         clock.step_wall_ms(3_600_000);
         assert_eq!(info(&mut slot, &clock).map(|s| s.pttl_ms), Some(10_000));
         assert!(matches!(
-            acquire(&mut node, &mut slot, &clock, b"b", 10, None)
+            acquire(&mut node, &mut slot, &clock, b"b", 10, Window::Open)
                 .unwrap()
                 .reply,
             Acquired::Busy
@@ -609,7 +684,14 @@ mod tests {
         clock.step_wall_ms(-7_200_000);
         clock.advance_ms(10_001);
         assert_eq!(info(&mut slot, &clock), None);
-        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"b", 10, None));
+        let (token, _) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"b",
+            10,
+            Window::Open,
+        ));
         assert!(token > WALL * 1000, "a backward step must not lower tokens");
     }
 
@@ -617,7 +699,7 @@ mod tests {
     fn release_counts_down_then_deletes() {
         let (mut node, mut slot, clock) = setup();
         for _ in 0..3 {
-            acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+            acquire(&mut node, &mut slot, &clock, b"a", 1_000, Window::Open).unwrap();
         }
         assert_eq!(
             release(&mut node, &mut slot, &clock, b"b", false).reply,
@@ -649,7 +731,7 @@ mod tests {
     #[test]
     fn an_ended_lease_is_absent_even_before_it_is_removed() {
         let (mut node, mut slot, clock) = setup();
-        acquire(&mut node, &mut slot, &clock, b"a", 10, None).unwrap();
+        acquire(&mut node, &mut slot, &clock, b"a", 10, Window::Open).unwrap();
         clock.advance_ms(11);
         assert_eq!(
             release(&mut node, &mut slot, &clock, b"a", false).reply,
@@ -657,7 +739,7 @@ mod tests {
         );
         assert!(!extend(&mut node, &mut slot, &clock, b"a", 10).reply);
         assert_eq!(fence(&mut node, &mut slot, &clock, b"a", None).reply, None);
-        let outcome = acquire(&mut node, &mut slot, &clock, b"b", 10, None).unwrap();
+        let outcome = acquire(&mut node, &mut slot, &clock, b"b", 10, Window::Open).unwrap();
         assert_eq!(
             outcome.change,
             Change::Stored {
@@ -669,7 +751,7 @@ mod tests {
     #[test]
     fn extend_only_for_the_holder() {
         let (mut node, mut slot, clock) = setup();
-        acquire(&mut node, &mut slot, &clock, b"a", 100, None).unwrap();
+        acquire(&mut node, &mut slot, &clock, b"a", 100, Window::Open).unwrap();
         assert!(!extend(&mut node, &mut slot, &clock, b"b", 5_000).reply);
         clock.advance_ms(50);
         let outcome = extend(&mut node, &mut slot, &clock, b"a", 5_000);
@@ -680,7 +762,14 @@ mod tests {
     #[test]
     fn fence_at_least_raises_the_lock_and_the_node() {
         let (mut node, mut slot, clock) = setup();
-        let (token, _) = granted(acquire(&mut node, &mut slot, &clock, b"a", 1_000, None));
+        let (token, _) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"a",
+            1_000,
+            Window::Open,
+        ));
         assert_eq!(
             fence(&mut node, &mut slot, &clock, b"a", None).reply,
             Some(token)
@@ -701,7 +790,14 @@ mod tests {
         let lower = fence(&mut node, &mut slot, &clock, b"a", Some(5));
         assert_eq!((lower.reply, lower.change), (Some(token * 2), Change::None));
         release(&mut node, &mut slot, &clock, b"a", true);
-        let (next, _) = granted(acquire(&mut node, &mut slot, &clock, b"c", 1_000, None));
+        let (next, _) = granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"c",
+            1_000,
+            Window::Open,
+        ));
         assert!(next > token * 2);
     }
 
@@ -720,13 +816,13 @@ mod tests {
     #[test]
     fn grant_only_a_free_slot() {
         let (mut node, mut slot, clock) = setup();
-        acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+        acquire(&mut node, &mut slot, &clock, b"a", 1_000, Window::Open).unwrap();
         assert_eq!(
-            grant(&mut node, &mut slot, &clock, b"w", 500, None),
+            grant(&mut node, &mut slot, &clock, b"w", 500, Window::Open),
             Ok(None)
         );
         release(&mut node, &mut slot, &clock, b"a", false);
-        let outcome = grant(&mut node, &mut slot, &clock, b"w", 500, None)
+        let outcome = grant(&mut node, &mut slot, &clock, b"w", 500, Window::Open)
             .unwrap()
             .unwrap();
         assert!(slot.0.as_ref().unwrap().holder(b"w").is_some());
@@ -737,10 +833,17 @@ mod tests {
     #[test]
     fn recovery_window_refuses_fresh_locks_and_reentry() {
         let (mut node, mut slot, clock) = setup();
-        acquire(&mut node, &mut slot, &clock, b"a", 1_000, None).unwrap();
+        acquire(&mut node, &mut slot, &clock, b"a", 1_000, Window::Open).unwrap();
         let before = slot.0.clone();
         assert_eq!(
-            acquire(&mut node, &mut slot, &clock, b"a", 5_000, Some(50)),
+            acquire(
+                &mut node,
+                &mut slot,
+                &clock,
+                b"a",
+                5_000,
+                Window::Recovering { left_ms: 50 }
+            ),
             Err(OpError::Recovering { left_ms: 50 })
         );
         assert_eq!(slot.0, before, "a refused re-entry changes nothing");
@@ -750,17 +853,39 @@ mod tests {
             .reply
             .is_some());
         assert!(matches!(
-            acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)).map(|o| o.reply),
+            acquire(
+                &mut node,
+                &mut slot,
+                &clock,
+                b"b",
+                10,
+                Window::Recovering { left_ms: 50 }
+            )
+            .map(|o| o.reply),
             Ok(Acquired::Busy)
         ));
         release(&mut node, &mut slot, &clock, b"a", true);
         let tokens = node.tokens;
         assert_eq!(
-            acquire(&mut node, &mut slot, &clock, b"b", 10, Some(50)),
+            acquire(
+                &mut node,
+                &mut slot,
+                &clock,
+                b"b",
+                10,
+                Window::Recovering { left_ms: 50 }
+            ),
             Err(OpError::Recovering { left_ms: 50 })
         );
         assert_eq!(
-            grant(&mut node, &mut slot, &clock, b"b", 10, Some(50)),
+            grant(
+                &mut node,
+                &mut slot,
+                &clock,
+                b"b",
+                10,
+                Window::Recovering { left_ms: 50 }
+            ),
             Err(OpError::Recovering { left_ms: 50 })
         );
         assert!(slot.0.is_none());
@@ -776,7 +901,7 @@ mod tests {
         let (mut node, mut slot, clock) = setup();
         node.tokens.raise(i64::MAX);
         assert_eq!(
-            acquire(&mut node, &mut slot, &clock, b"a", 10, None),
+            acquire(&mut node, &mut slot, &clock, b"a", 10, Window::Open),
             Err(OpError::TokensExhausted)
         );
         assert!(slot.0.is_none());

@@ -138,6 +138,7 @@ fuzz_target!(|data: &[u8]| {
             0..=2 => {
                 let ttl = 1 + input.up_to(MAX_WAIT_MS - 1);
                 let recovering = (input.u8() % 4 == 0).then(|| 1 + input.up_to(1_000_000));
+                let window = ops::Window::of(recovering);
                 let grant = op % 10 == 2;
                 let World {
                     node, slots, clock, ..
@@ -145,7 +146,7 @@ fuzz_target!(|data: &[u8]| {
                 // A waiter whose owner holds the lock by now re-enters it.
                 let reenters = live_before.as_ref().is_some_and(|l| l.is(owner));
                 let result = if grant {
-                    ops::grant(node, &mut slots[s], clock, owner, ttl, recovering).map(|o| {
+                    ops::grant(node, &mut slots[s], clock, owner, ttl, window).map(|o| {
                         o.map(|o| {
                             (
                                 Acquired::Granted {
@@ -158,7 +159,7 @@ fuzz_target!(|data: &[u8]| {
                         .unwrap_or((Acquired::Busy, Change::None))
                     })
                 } else {
-                    ops::acquire(node, &mut slots[s], clock, owner, ttl, recovering)
+                    ops::acquire(node, &mut slots[s], clock, owner, ttl, window)
                         .map(|o| (o.reply, o.change))
                 };
                 let after = world.slots[s].sole().cloned();

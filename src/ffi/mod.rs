@@ -6,7 +6,11 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use redis_module::raw;
 
+pub mod blocked;
+pub mod command;
+pub mod io;
 pub mod key;
+pub mod value;
 
 pub type Ctx = *mut raw::RedisModuleCtx;
 pub type RString = *mut raw::RedisModuleString;
@@ -26,9 +30,17 @@ macro_rules! rm {
 }
 pub(crate) use rm;
 
-/// The bytes of a Redis string. Valid while Redis keeps the string alive:
-/// for a command argument, until the command returns.
-pub fn bytes<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
+/// Runs `f` with the bytes of a Redis string that Redis keeps alive for the
+/// current call (a key name in an event, a command argument); the slice
+/// cannot outlive `f`.
+pub fn with_bytes<R>(string: *const raw::RedisModuleString, f: impl FnOnce(&[u8]) -> R) -> R {
+    f(bytes(string))
+}
+
+/// The bytes of a Redis string. Valid while Redis keeps the string alive;
+/// private: above this file they are lent only for a call (`with_bytes`,
+/// `with_argv`).
+fn bytes<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
     if string.is_null() {
         return &[];
     }
@@ -46,48 +58,54 @@ pub fn bytes<'a>(string: *const raw::RedisModuleString) -> &'a [u8] {
 /// fits): a heap allocation per command showed in the profile.
 const INLINE_ARGS: usize = 8;
 
-/// The command line as byte slices (derefs to `&[&[u8]]`).
-pub enum ArgvBytes<'a> {
+/// The command line as byte slices.
+enum ArgvBytes<'a> {
     Inline([&'a [u8]; INLINE_ARGS], usize),
     Heap(Vec<&'a [u8]>),
 }
 
-impl<'a> std::ops::Deref for ArgvBytes<'a> {
-    type Target = [&'a [u8]];
+/// A command's arguments, lent for the command's call only ([`with_argv`]).
+pub struct Argv<'a> {
+    strings: &'a [RString],
+    bytes: ArgvBytes<'a>,
+}
 
-    fn deref(&self) -> &Self::Target {
-        match self {
+impl<'a> Argv<'a> {
+    /// The arguments as bytes, the command name first.
+    pub fn bytes(&self) -> &[&'a [u8]] {
+        match &self.bytes {
             ArgvBytes::Inline(args, count) => args.get(..*count).unwrap_or(&[]),
             ArgvBytes::Heap(args) => args,
         }
     }
+
+    /// The `index`-th argument as a Redis string (to open a key with).
+    pub fn string(&self, index: usize) -> Option<RString> {
+        self.strings.get(index).copied()
+    }
 }
 
-/// The command line as byte slices.
-pub fn argv_bytes<'a>(argv: *mut RString, argc: c_int) -> ArgvBytes<'a> {
+/// Runs `f` with the arguments Redis passed to a command; they cannot
+/// outlive `f`, which runs within the command's call.
+pub fn with_argv<R>(argv: *mut RString, argc: c_int, f: impl for<'a> FnOnce(&Argv<'a>) -> R) -> R {
     let count = usize::try_from(argc).unwrap_or(0);
-    if argv.is_null() {
-        return ArgvBytes::Inline([&[]; INLINE_ARGS], 0);
-    }
-    // SAFETY: Redis passes `argc` valid string pointers in `argv`.
-    let strings = unsafe { std::slice::from_raw_parts(argv, count) };
-    if count > INLINE_ARGS {
-        return ArgvBytes::Heap(strings.iter().map(|&s| bytes(s)).collect());
-    }
-    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
-    for (slot, &s) in inline.iter_mut().zip(strings) {
-        *slot = bytes(s);
-    }
-    ArgvBytes::Inline(inline, count)
-}
-
-/// The `index`-th argument pointer, if there is one.
-pub fn arg(argv: *mut RString, argc: c_int, index: usize) -> Option<RString> {
-    if argv.is_null() || index >= usize::try_from(argc).unwrap_or(0) {
-        return None;
-    }
-    // SAFETY: bounds checked against argc above.
-    Some(unsafe { *argv.add(index) })
+    let strings: &[RString] = if argv.is_null() {
+        &[]
+    } else {
+        // SAFETY: Redis passes `argc` valid string pointers in `argv`,
+        // alive for the call; the slice is lent to `f` only.
+        unsafe { std::slice::from_raw_parts(argv, count) }
+    };
+    let bytes = if count > INLINE_ARGS {
+        ArgvBytes::Heap(strings.iter().map(|&s| bytes(s)).collect())
+    } else {
+        let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+        for (slot, &s) in inline.iter_mut().zip(strings) {
+            *slot = bytes(s);
+        }
+        ArgvBytes::Inline(inline, strings.len())
+    };
+    f(&Argv { strings, bytes })
 }
 
 pub fn reply_integer(ctx: Ctx, value: i64) -> c_int {
@@ -263,14 +281,19 @@ pub fn filter_client_id(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<u
     rm!(RedisModule_CommandFilterGetClientId(fctx))
 }
 
-/// The arguments a command filter sees (the command name first).
-pub fn filter_args<'a>(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Vec<&'a [u8]> {
+/// Runs `f` with the arguments of the command being filtered; they cannot
+/// outlive `f`.
+pub fn with_filter_args<R>(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    f: impl FnOnce(&[&[u8]]) -> R,
+) -> R {
     let count = rm!(RedisModule_CommandFilterArgsCount(fctx)).unwrap_or(0);
-    (0..count)
+    let args: Vec<&[u8]> = (0..count)
         .map(|i| {
             bytes(rm!(RedisModule_CommandFilterArgGet(fctx, i)).unwrap_or(std::ptr::null_mut()))
         })
-        .collect()
+        .collect();
+    f(&args)
 }
 
 /// A client's selected database and whether it is inside MULTI.
@@ -459,27 +482,47 @@ pub fn register_command_filter(ctx: Ctx, callback: FilterCallback) -> bool {
     !filter.is_null()
 }
 
-/// Argument `index` of the command a filter sees, as bytes (empty if
-/// there is none).
-pub fn filter_arg<'a>(fctx: *mut raw::RedisModuleCommandFilterCtx, index: c_int) -> &'a [u8] {
-    bytes(rm!(RedisModule_CommandFilterArgGet(fctx, index)).unwrap_or(std::ptr::null_mut()))
+/// Runs `f` with the `index`-th argument of the command being filtered (the
+/// command name is 0); the bytes cannot outlive `f`.
+pub fn with_filter_arg<R>(
+    fctx: *mut raw::RedisModuleCommandFilterCtx,
+    index: c_int,
+    f: impl FnOnce(&[u8]) -> R,
+) -> R {
+    f(bytes(
+        rm!(RedisModule_CommandFilterArgGet(fctx, index)).unwrap_or(std::ptr::null_mut()),
+    ))
 }
 
-/// A C string a server event hands over, as bytes (empty for null).
-pub fn event_name<'a>(event: *const c_char) -> &'a [u8] {
+/// Runs `f` with the event name a keyspace notification hands over (empty
+/// for null); the bytes cannot outlive `f`.
+pub fn with_event_name<R>(event: *const c_char, f: impl FnOnce(&[u8]) -> R) -> R {
     if event.is_null() {
-        return &[];
+        return f(&[]);
     }
     // SAFETY: a NUL-terminated string Redis keeps alive for the callback.
-    unsafe { CStr::from_ptr(event) }.to_bytes()
+    f(unsafe { CStr::from_ptr(event) }.to_bytes())
 }
 
-/// The data of a server event, as the type its event id documents; `None`
-/// for null.
-pub fn event_data<'a, T>(data: *mut c_void) -> Option<&'a T> {
-    // SAFETY: Redis passes the documented struct for the subscribed event
-    // (the caller names it), alive for the callback.
-    unsafe { data.cast::<T>().as_ref() }
+/// The database a `FLUSHDB` event flushed (-1: all), from its data.
+pub fn flushed_db(data: *mut c_void) -> Option<i32> {
+    // SAFETY: Redis passes a RedisModuleFlushInfo with the flush event.
+    unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() }.map(|info| info.dbnum)
+}
+
+/// What Redis passes with the SWAPDB event (not in the generated bindings).
+#[repr(C)]
+struct SwapDbInfo {
+    version: u64,
+    first: i32,
+    second: i32,
+}
+
+/// The two databases a `SWAPDB` event swapped, from its data.
+pub fn swapped_dbs(data: *mut c_void) -> Option<(i32, i32)> {
+    // SAFETY: Redis passes a RedisModuleSwapDbInfo (laid out as above)
+    // with the swapdb event.
+    unsafe { data.cast::<SwapDbInfo>().as_ref() }.map(|info| (info.first, info.second))
 }
 
 pub type ServerEventCallback = extern "C" fn(Ctx, raw::RedisModuleEvent, u64, *mut c_void);
@@ -492,6 +535,24 @@ pub fn subscribe_server_event(ctx: Ctx, id: u64, callback: ServerEventCallback) 
         event,
         Some(callback)
     )) == Some(raw::REDISMODULE_OK as c_int)
+}
+
+/// Sets the module's options (`REDISMODULE_OPTIONS_*`).
+pub fn set_module_options(ctx: Ctx, options: u32) {
+    rm!(RedisModule_SetModuleOptions(ctx, options as c_int));
+}
+
+/// Applies the `lock.*` settings from the server's configuration file and
+/// the module's arguments.
+pub fn load_configs(ctx: Ctx) {
+    rm!(RedisModule_LoadConfigs(ctx));
+}
+
+pub type InfoCallback = extern "C" fn(*mut raw::RedisModuleInfoCtx, c_int);
+
+/// Registers the module's `INFO` section.
+pub fn register_info_func(ctx: Ctx, callback: InfoCallback) {
+    rm!(RedisModule_RegisterInfoFunc(ctx, Some(callback)));
 }
 
 /// A Redis string owned by us, freed on drop.

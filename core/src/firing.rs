@@ -1,0 +1,139 @@
+//! What one firing of the module's timer does, and how much of it. The
+//! timer ends leases and waits on time; its work per firing is bounded so
+//! that a million leases ending at once never stall the server (the rest
+//! waits for the next firing, one event-loop turn later).
+//!
+//! - Waits end on time whatever the node's role: a nil reply propagates
+//!   nothing, and a primary turned replica may still have clients waiting.
+//! - Only a primary ends leases, grants and takes back undelivered grants.
+//!   A replica waits for its primary's `DEL`, drops what was pending (so it
+//!   cannot keep the timer firing) and looks again now and then, so that it
+//!   takes over once promoted.
+//! - While the server asks modules to avoid writes (`CLIENT PAUSE WRITE`,
+//!   `FAILOVER`), nothing is ended, granted or taken back: propagating then
+//!   trips an assertion in Redis. The timer looks again a few ms later, and
+//!   the leases that ended meanwhile end right after the pause, in order.
+
+use std::time::Duration;
+
+/// How often a replica looks again at leases that ended.
+pub const REPLICA_RECHECK_MS: u64 = 100;
+/// How often the timer looks again while writes are paused.
+pub const PAUSE_RECHECK_MS: u64 = 10;
+/// Items taken per index lookup.
+pub const BATCH: usize = 64;
+/// The time each kind of work (wait timeouts, leases, grants, the sweep)
+/// may take per firing.
+pub const BUDGET: Duration = Duration::from_millis(2);
+
+/// What a firing does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// End the waits whose timeout passed.
+    pub end_waits: bool,
+    /// End leases, serve queues, take back undelivered grants.
+    pub settle: bool,
+    /// Drop pending grants and take-backs (a replica never makes them).
+    pub forget_pending: bool,
+    /// Fire again no later than this many ms from now, whatever else is
+    /// due.
+    pub recheck_ms: Option<u64>,
+}
+
+/// The plan for a node that is (or is not) a primary, with writes paused
+/// (or not).
+pub fn plan(primary: bool, writes_paused: bool) -> Plan {
+    match (primary, writes_paused) {
+        (false, _) => Plan {
+            end_waits: true,
+            settle: false,
+            forget_pending: true,
+            recheck_ms: Some(REPLICA_RECHECK_MS),
+        },
+        (true, true) => Plan {
+            end_waits: true,
+            settle: false,
+            forget_pending: false,
+            recheck_ms: Some(PAUSE_RECHECK_MS),
+        },
+        (true, false) => Plan {
+            end_waits: true,
+            settle: true,
+            forget_pending: false,
+            recheck_ms: None,
+        },
+    }
+}
+
+/// Runs `step` until it reports that nothing is left (`false`) or
+/// `elapsed` (time since the work started) reaches `budget`. Returns
+/// whether work was left over. At least one step runs.
+pub fn bounded(
+    budget: Duration,
+    elapsed: impl Fn() -> Duration,
+    mut step: impl FnMut() -> bool,
+) -> bool {
+    loop {
+        if !step() {
+            return false;
+        }
+        if elapsed() >= budget {
+            return true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn only_an_unpaused_primary_settles() {
+        assert!(plan(true, false).settle);
+        assert!(!plan(true, true).settle);
+        assert!(!plan(false, false).settle);
+        assert!(!plan(false, true).settle);
+        for (primary, paused) in [(true, false), (true, true), (false, false), (false, true)] {
+            assert!(plan(primary, paused).end_waits, "waits end on time");
+        }
+        assert!(plan(false, false).forget_pending);
+        assert!(
+            !plan(true, true).forget_pending,
+            "a paused primary keeps its work"
+        );
+        assert_eq!(plan(false, false).recheck_ms, Some(REPLICA_RECHECK_MS));
+        assert_eq!(plan(true, true).recheck_ms, Some(PAUSE_RECHECK_MS));
+        assert_eq!(plan(true, false).recheck_ms, None);
+    }
+
+    #[test]
+    fn work_stops_at_the_budget_and_says_so() {
+        // Each step costs 1 ms of a 2 ms budget: two steps, work left.
+        let clock = Cell::new(0u64);
+        let mut steps = 0;
+        let left = bounded(
+            Duration::from_millis(2),
+            || Duration::from_millis(clock.get()),
+            || {
+                steps += 1;
+                clock.set(clock.get() + 1);
+                true
+            },
+        );
+        assert!(left);
+        assert_eq!(steps, 2);
+        // Work that runs out first: nothing left.
+        let mut items = 5;
+        let left = bounded(
+            Duration::from_millis(2),
+            || Duration::ZERO,
+            || {
+                items -= 1;
+                items > 0
+            },
+        );
+        assert!(!left);
+        assert_eq!(items, 0);
+    }
+}

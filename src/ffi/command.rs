@@ -1,0 +1,209 @@
+//! Registering a command with everything the server shows of it: its
+//! flags, key position, ACL categories (Redis 7.2+ and Valkey; on 7.0
+//! module commands are only in `@all`, see the README), and `COMMAND DOCS`
+//! with arity, through `RedisModule_SetCommandInfo` (the `#[command]` macro
+//! of `redis-module` needs Redis 7.2). Redis enforces the minimum arity
+//! with its standard error; every arity is "at least" (negative) so that
+//! extra arguments reach the parser and get `ERR syntax error`.
+
+use std::ffi::{c_int, CStr};
+use std::ptr::{null, null_mut};
+
+use redis_module::raw;
+
+use crate::ffi::{log_warning, rm, Ctx, RString};
+
+/// A command's entry point.
+pub type Handler = extern "C" fn(Ctx, *mut RString, c_int) -> c_int;
+
+/// One argument after the key.
+pub struct Arg {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&'static CStr>,
+    optional: bool,
+}
+
+pub const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+    }
+}
+
+pub const fn option(
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: &'static CStr,
+) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: Some(token),
+        optional: true,
+    }
+}
+
+/// An optional argument without a token.
+pub const fn optional(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: true,
+    }
+}
+
+pub const STRING: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
+pub const INTEGER: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+pub const TOKEN: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
+// Redis allows one of INSERT, UPDATE, DELETE per key spec: the main effect.
+pub const RW_INSERT: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_INSERT;
+pub const RW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
+pub const RW_DELETE: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE;
+pub const RO_ACCESS: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
+pub const OW_UPDATE: u32 = raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+/// One command, all of it in one place.
+pub struct Command {
+    pub name: &'static CStr,
+    pub handler: Handler,
+    /// The command flags (`write deny-oom fast`, ...).
+    pub flags: &'static CStr,
+    /// The ACL categories.
+    pub acl: &'static CStr,
+    pub summary: &'static CStr,
+    pub complexity: &'static CStr,
+    pub arity: c_int,
+    /// Key-spec flags: how the command uses its key, at position 1 (also
+    /// the legacy first = last = step = 1); `None` for a command without a
+    /// key.
+    pub key: Option<u32>,
+    pub args: &'static [Arg],
+}
+
+/// Creates `command`, then gives it its ACL categories and docs (a failure
+/// of those only loses them, so it is logged). `Err` if the command could
+/// not be created.
+pub fn register(ctx: Ctx, command: &Command) -> Result<(), String> {
+    let key = c_int::from(command.key.is_some());
+    let created = rm!(RedisModule_CreateCommand(
+        ctx,
+        command.name.as_ptr(),
+        Some(command.handler),
+        command.flags.as_ptr(),
+        key,
+        key,
+        key
+    ));
+    if created != Some(raw::REDISMODULE_OK as c_int) {
+        return Err(format!(
+            "could not create {}",
+            command.name.to_string_lossy()
+        ));
+    }
+    let registered = rm!(RedisModule_GetCommand(ctx, command.name.as_ptr())).unwrap_or(null_mut());
+    if registered.is_null() {
+        return Ok(());
+    }
+    if rm!(RedisModule_SetCommandACLCategories(
+        registered,
+        command.acl.as_ptr()
+    ))
+    .is_some_and(|status| status != raw::REDISMODULE_OK as c_int)
+    {
+        warn(ctx, "no ACL categories", command);
+    }
+    if !describe(registered, command) {
+        warn(ctx, "COMMAND DOCS unavailable", command);
+    }
+    Ok(())
+}
+
+fn warn(ctx: Ctx, what: &str, command: &Command) {
+    log_warning(
+        ctx,
+        &format!("redis-lock: {what} for {}", command.name.to_string_lossy()),
+    );
+}
+
+fn arg(
+    name: &CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&CStr>,
+    optional: bool,
+) -> raw::RedisModuleCommandArg {
+    raw::RedisModuleCommandArg {
+        name: name.as_ptr(),
+        type_: kind,
+        key_spec_index: if kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY {
+            0
+        } else {
+            -1
+        },
+        token: token.map_or(null(), CStr::as_ptr),
+        summary: null(),
+        since: null(),
+        flags: if optional {
+            raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+        } else {
+            0
+        },
+        deprecated_since: null(),
+        subargs: null_mut(),
+        display_text: null(),
+    }
+}
+
+/// Sets the docs of a registered command.
+fn describe(registered: *mut raw::RedisModuleCommand, doc: &Command) -> bool {
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    // SAFETY: all-zero is the documented terminator of both arrays.
+    let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    key_specs[0].flags = u64::from(doc.key.unwrap_or(0));
+    key_specs[0].begin_search_type =
+        raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    key_specs[0].bs.index.pos = 1;
+    key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    key_specs[0].fk.range.lastkey = 0;
+    key_specs[0].fk.range.keystep = 1;
+    key_specs[0].fk.range.limit = 0;
+    let key_type = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+    let key = doc.key.map(|_| arg(c"key", key_type, None, false));
+    let mut args: Vec<raw::RedisModuleCommandArg> = key
+        .into_iter()
+        .chain(
+            doc.args
+                .iter()
+                .map(|a| arg(a.name, a.kind, a.token, a.optional)),
+        )
+        .collect();
+    // SAFETY: as above.
+    args.push(unsafe { std::mem::zeroed() });
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: doc.summary.as_ptr(),
+        complexity: doc.complexity.as_ptr(),
+        since: c"0.1.0".as_ptr(),
+        history: null_mut(),
+        tips: null(),
+        arity: doc.arity,
+        key_specs: if doc.key.is_some() {
+            key_specs.as_mut_ptr()
+        } else {
+            null_mut()
+        },
+        args: args.as_mut_ptr(),
+    };
+    rm!(RedisModule_SetCommandInfo(registered, &info)) == Some(raw::REDISMODULE_OK as c_int)
+}

@@ -1,0 +1,141 @@
+//! The command table: every `LOCK.*` command with its entry point, flags,
+//! ACL categories, key use, arity and docs, in one place. `lib.rs`
+//! registers each (`ffi::command::register`); a new command is one row
+//! here and its handler in `commands.rs`.
+
+use crate::ffi::command::{
+    option, optional, required, Command, INTEGER, OW_UPDATE, RO_ACCESS, RW_DELETE, RW_INSERT,
+    RW_UPDATE, STRING, TOKEN,
+};
+
+/// The `extern "C"` entry points: each runs its handler inside
+/// `guard::command`, which catches panics.
+mod entry {
+    use std::ffi::c_int;
+
+    use crate::commands;
+    use crate::ffi::{self, Ctx, RString};
+    use crate::guard;
+
+    macro_rules! entry_point {
+        ($name:ident, $label:literal, $handler:path) => {
+            pub extern "C" fn $name(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+                guard::command(ctx, $label, || {
+                    ffi::with_argv(argv, argc, |args| $handler(ctx, args))
+                })
+            }
+        };
+    }
+
+    entry_point!(acquire, "LOCK.ACQUIRE", commands::acquire);
+    entry_point!(release, "LOCK.RELEASE", commands::release);
+    entry_point!(extend, "LOCK.EXTEND", commands::extend);
+    entry_point!(fence, "LOCK.FENCE", commands::fence);
+    entry_point!(info, "LOCK.INFO", commands::info);
+    entry_point!(apply, "LOCK.APPLY", commands::apply);
+    entry_point!(counter, "LOCK.COUNTER", commands::counter);
+    entry_point!(debug, "LOCK.DEBUG", commands::debug);
+}
+
+pub const COMMANDS: [Command; 8] = [
+    Command {
+        name: c"lock.acquire",
+        handler: entry::acquire,
+        flags: c"write deny-oom fast",
+        acl: c"write fast",
+        summary: c"Acquires or re-enters a lock and returns its fencing token; nil when another owner holds it. With WAIT, blocks in FIFO order until granted or timeout (0 waits forever).",
+        complexity: c"O(1)",
+        arity: -4,
+        key: Some(RW_INSERT),
+        args: &[
+            required(c"owner", STRING),
+            required(c"ttl-ms", INTEGER),
+            option(c"timeout-ms", INTEGER, c"WAIT"),
+        ],
+    },
+    Command {
+        name: c"lock.release",
+        handler: entry::release,
+        flags: c"write fast",
+        acl: c"write fast",
+        summary: c"Releases one hold (or ALL) of a lock held by owner; returns the holds left (0: freed), nil when owner does not hold it.",
+        complexity: c"O(1)",
+        arity: -3,
+        key: Some(RW_DELETE),
+        args: &[required(c"owner", STRING), option(c"all", TOKEN, c"ALL")],
+    },
+    Command {
+        name: c"lock.extend",
+        handler: entry::extend,
+        flags: c"write fast",
+        acl: c"write fast",
+        summary: c"Makes the holder's lease end ttl-ms from now; 1 if owner holds the lock, else 0.",
+        complexity: c"O(1)",
+        arity: -4,
+        key: Some(RW_UPDATE),
+        args: &[required(c"owner", STRING), required(c"ttl-ms", INTEGER)],
+    },
+    Command {
+        name: c"lock.fence",
+        handler: entry::fence,
+        flags: c"write fast",
+        acl: c"write fast",
+        summary: c"Returns the holder's fencing token, first raising it and this node's counter to at least n with ATLEAST; nil when owner does not hold the lock.",
+        complexity: c"O(1)",
+        arity: -3,
+        key: Some(RW_UPDATE),
+        args: &[required(c"owner", STRING), option(c"n", INTEGER, c"ATLEAST")],
+    },
+    Command {
+        name: c"lock.info",
+        handler: entry::info,
+        flags: c"readonly fast",
+        acl: c"read fast",
+        summary: c"Returns owner, holds, token, pttl and waiters of a held lock; nil when there is none.",
+        complexity: c"O(1)",
+        arity: -2,
+        key: Some(RO_ACCESS),
+        args: &[],
+    },
+    Command {
+        name: c"lock.apply",
+        handler: entry::apply,
+        flags: c"write",
+        acl: c"write",
+        summary: c"Internal: the effect of a lock change as replicated to replicas and the AOF (owner, holds, token, absolute lease end). Refused from ordinary clients.",
+        complexity: c"O(1)",
+        arity: -6,
+        key: Some(OW_UPDATE),
+        args: &[
+            required(c"owner", STRING),
+            required(c"holds", INTEGER),
+            required(c"token", INTEGER),
+            required(c"wall-end-ms", INTEGER),
+        ],
+    },
+    Command {
+        name: c"lock.counter",
+        handler: entry::counter,
+        flags: c"write",
+        acl: c"write",
+        summary: c"Internal: raises this node's token counter to at least n (written to the AOF when a rewrite starts). Refused from ordinary clients.",
+        complexity: c"O(1)",
+        arity: 2,
+        key: None,
+        args: &[required(c"n", INTEGER)],
+    },
+    Command {
+        name: c"lock.debug",
+        handler: entry::debug,
+        flags: c"admin",
+        acl: c"admin dangerous",
+        summary: c"Debug only (module loaded with debug yes): WALLCLOCK-OFFSET [ms] reads or sets the offset added to the wall clock the module reads, to show that leases ignore wall-clock steps.",
+        complexity: c"O(1)",
+        arity: -2,
+        key: None,
+        args: &[
+            required(c"subcommand", STRING),
+            optional(c"ms", INTEGER),
+        ],
+    },
+];
