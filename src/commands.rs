@@ -7,7 +7,7 @@ use std::ffi::{c_int, CStr};
 use redis_lock_core::args::{self as parse, ArgError};
 use redis_lock_core::ops::{self, Acquired, Change, Outcome};
 use redis_lock_core::wait::{self, Caller, Then};
-use redis_lock_core::Now;
+use redis_lock_core::{Mode, Now};
 use redis_module::raw;
 
 use crate::config::{self, DEBUG};
@@ -87,6 +87,10 @@ fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CS
             effects::deleted(&opened.target, event);
             waiting::grant_waiters(&opened.target, &mut opened.key);
         }
+        Change::Left { .. } => {
+            effects::left(&opened.target, owner, event);
+            waiting::grant_waiters(&opened.target, &mut opened.key);
+        }
         _ => {}
     }
 }
@@ -121,23 +125,33 @@ fn caller(ctx: Ctx) -> Caller {
     }
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
 pub fn acquire(ctx: Ctx, args: &Argv) -> c_int {
     let argv_bytes = args.bytes();
-    let parsed = parse_or_reply!(ctx, parse::parse_acquire(argv_bytes, &config::limits()));
+    let limits = config::limits();
+    let parsed = parse_or_reply!(ctx, parse::parse_acquire(argv_bytes, &limits));
+    let request = ops::Request {
+        owner: parsed.owner,
+        ttl_ms: parsed.ttl_ms,
+        mode: parsed.mode,
+        limit: parsed.limit,
+    };
     // Opening settles the key: a free lock with a queue has gone to its head.
     let mut opened = open_or_return!(ctx, args, true);
     let window = ops::Window::of(recovery::refusal(opened.target.now.monotonic_ms));
     let (key, target) = (&mut opened.key, &opened.target);
     let Some(result) = with_state(|state| {
-        let result = ops::acquire(
-            &mut state.node,
-            key,
-            &target.now,
-            parsed.owner,
-            parsed.ttl_ms,
+        // Only a shared request asks whether anyone waits (an exclusive
+        // one finds a free lock only when nobody does).
+        let queued = parsed.mode == Mode::Shared
+            && !state.waiters.is_empty()
+            && state.waiters.has_waiters(&target.id());
+        let admission = ops::Admission {
             window,
-        );
+            queued,
+            max_holders: limits.max_holders,
+        };
+        let result = ops::acquire_with(&mut state.node, key, &target.now, &request, &admission);
         if let Ok(outcome) = &result {
             effects::file(state, key, parsed.owner, outcome.change, || target.id());
         }
@@ -145,10 +159,8 @@ pub fn acquire(ctx: Ctx, args: &Argv) -> c_int {
     }) else {
         return ffi::reply_error(ctx, STATE_BUSY);
     };
-    let block = |opened: &Opened, timeout_ms| {
-        let (id, owner, ttl_ms) = (opened.target.id(), parsed.owner, parsed.ttl_ms);
-        waiting::block(ctx, id, owner, ttl_ms, timeout_ms)
-    };
+    let block =
+        |opened: &Opened, timeout_ms| waiting::block(ctx, opened.target.id(), &request, timeout_ms);
     match result {
         // A waiter waits through the recovery window (within its timeout):
         // the timer serves it when the window ends.
@@ -219,29 +231,73 @@ pub fn fence(ctx: Ctx, args: &Argv) -> c_int {
     }
 }
 
-/// `LOCK.INFO key`
+/// `LOCK.INFO key`: an exclusive lock's holder (owner, holds, token, pttl),
+/// its waiters and `mode`; a shared lock's mode, limit, holders and waiters.
 pub fn info(ctx: Ctx, args: &Argv) -> c_int {
     let argv_bytes = args.bytes();
     parse_or_reply!(ctx, parse::parse_info(argv_bytes));
     let mut opened = open_or_return!(ctx, args, false);
-    let Some(snapshot) = ops::info(&mut opened.key, &opened.target.now) else {
+    let holders = ops::holders_now(&mut opened.key, &opened.target.now);
+    let Some(view) = ops::view(&mut opened.key, &opened.target.now, 1) else {
         return ffi::reply_null(ctx);
     };
-    let waiters = waiting::waiting(&opened.target.id());
-    ffi::reply_map(ctx, 5);
-    ffi::reply_bulk(ctx, b"owner");
-    ffi::reply_bulk(ctx, &snapshot.owner);
-    ffi::reply_bulk(ctx, b"holds");
-    ffi::reply_integer(ctx, i64::from(snapshot.holds));
-    ffi::reply_bulk(ctx, b"token");
-    ffi::reply_integer(ctx, snapshot.token);
-    ffi::reply_bulk(ctx, b"pttl");
-    ffi::reply_integer(ctx, i64::try_from(snapshot.pttl_ms).unwrap_or(i64::MAX));
-    ffi::reply_bulk(ctx, b"waiters");
-    ffi::reply_integer(ctx, i64::try_from(waiters).unwrap_or(i64::MAX))
+    let waiters = i64::try_from(waiting::waiting(&opened.target.id())).unwrap_or(i64::MAX);
+    match (view.mode, view.holders.first()) {
+        (Mode::Exclusive, Some(holder)) => {
+            ffi::reply_map(ctx, 6);
+            reply_holder(ctx, holder);
+            ffi::reply_bulk(ctx, b"waiters");
+            ffi::reply_integer(ctx, waiters);
+            ffi::reply_bulk(ctx, b"mode");
+            ffi::reply_bulk(ctx, Mode::Exclusive.name().as_bytes())
+        }
+        _ => {
+            ffi::reply_map(ctx, 4);
+            ffi::reply_bulk(ctx, b"mode");
+            ffi::reply_bulk(ctx, view.mode.name().as_bytes());
+            ffi::reply_bulk(ctx, b"limit");
+            match view.limit {
+                Some(limit) => ffi::reply_integer(ctx, i64::from(limit.get())),
+                None => ffi::reply_null(ctx),
+            };
+            ffi::reply_bulk(ctx, b"holders");
+            ffi::reply_integer(ctx, i64::try_from(holders).unwrap_or(i64::MAX));
+            ffi::reply_bulk(ctx, b"waiters");
+            ffi::reply_integer(ctx, waiters)
+        }
+    }
 }
 
-/// `LOCK.APPLY key owner holds token wall-end-ms`: the effect a primary
+/// A holder's four fields, as map entries.
+fn reply_holder(ctx: Ctx, holder: &ops::HolderView) {
+    ffi::reply_bulk(ctx, b"owner");
+    ffi::reply_bulk(ctx, &holder.owner);
+    ffi::reply_bulk(ctx, b"holds");
+    ffi::reply_integer(ctx, i64::from(holder.holds));
+    ffi::reply_bulk(ctx, b"token");
+    ffi::reply_integer(ctx, holder.token);
+    ffi::reply_bulk(ctx, b"pttl");
+    ffi::reply_integer(ctx, i64::try_from(holder.pttl_ms).unwrap_or(i64::MAX));
+}
+
+/// `LOCK.HOLDERS key [COUNT n]`: the holders in grant order, each a map of
+/// owner, holds, token and pttl; an empty array when the lock is not held.
+pub fn holders(ctx: Ctx, args: &Argv) -> c_int {
+    let count = parse_or_reply!(ctx, parse::parse_holders(args.bytes()));
+    let mut opened = open_or_return!(ctx, args, false);
+    let holders = ops::view(&mut opened.key, &opened.target.now, count)
+        .map(|view| view.holders)
+        .unwrap_or_default();
+    ffi::reply_array(ctx, holders.len());
+    for holder in &holders {
+        ffi::reply_map(ctx, 4);
+        reply_holder(ctx, holder);
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+/// `LOCK.APPLY key owner holds token wall-end-ms [SHARED limit]`: the
+/// effect a primary
 /// replicates and the AOF logs. Accepted only from the replication link or
 /// while loading the AOF; a user calling it could forge any lock.
 pub fn apply(ctx: Ctx, args: &Argv) -> c_int {
@@ -272,6 +328,7 @@ pub fn apply(ctx: Ctx, args: &Argv) -> c_int {
             parsed.holds,
             parsed.token,
             parsed.wall_end_ms,
+            parsed.shared,
         );
         // Only the lease index changes here: the primary's stream already
         // carries the effect onwards.
@@ -280,6 +337,34 @@ pub fn apply(ctx: Ctx, args: &Argv) -> c_int {
         });
     });
     if applied.is_none() {
+        return ffi::reply_error(ctx, STATE_BUSY);
+    }
+    key.commit();
+    ffi::reply_ok(ctx)
+}
+
+/// `LOCK.DROP key owner`: the effect of an owner's hold leaving a shared
+/// lock that others still hold. Internal, like `LOCK.APPLY`.
+pub fn drop(ctx: Ctx, args: &Argv) -> c_int {
+    if !trusted(ctx) {
+        return ffi::reply_error(
+            ctx,
+            "ERR LOCK.DROP is internal: it is accepted only from a primary or while loading the AOF",
+        );
+    }
+    let owner = parse_or_reply!(ctx, parse::parse_drop(args.bytes()));
+    let (Some(name), Some(&bytes)) = (args.string(1), args.bytes().get(1)) else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let Ok(mut key) = LockKey::open(ctx, name, true) else {
+        return ffi::reply_error(ctx, ffi::WRONGTYPE);
+    };
+    let target = Target::of_command(ctx, name, bytes);
+    let dropped = with_state(|state| {
+        let outcome = ops::drop_holder(&mut key, owner);
+        effects::file(state, &mut key, owner, outcome.change, || target.id());
+    });
+    if dropped.is_none() {
         return ffi::reply_error(ctx, STATE_BUSY);
     }
     key.commit();

@@ -16,6 +16,11 @@ pub static MAX_TTL: AtomicI64 = AtomicI64::new(86_400_000);
 pub const MAX_OWNER_LIMIT: i64 = 1 << 20;
 /// `lock.max-owner-bytes`: the longest owner id (default 256).
 pub static MAX_OWNER_BYTES: AtomicI64 = AtomicI64::new(256);
+/// The largest `lock.max-holders`; no loaded shared lock may have more.
+pub const MAX_HOLDERS_LIMIT: i64 = 1 << 20;
+/// `lock.max-holders`: the largest `LIMIT`, and the most holders of a
+/// shared lock without one (default 10000).
+pub static MAX_HOLDERS: AtomicI64 = AtomicI64::new(10_000);
 /// `lock.recovery-ms`: how long after load new acquisitions are refused.
 pub static RECOVERY_MS: AtomicI64 = AtomicI64::new(0);
 /// `lock.debug`: enables `LOCK.DEBUG` (load time only; off by default).
@@ -32,7 +37,7 @@ struct Numeric {
     max: i64,
 }
 
-const NUMERIC: [Numeric; 3] = [
+const NUMERIC: [Numeric; 4] = [
     Numeric {
         name: "max-ttl",
         value: &MAX_TTL,
@@ -44,6 +49,12 @@ const NUMERIC: [Numeric; 3] = [
         value: &MAX_OWNER_BYTES,
         min: 1,
         max: MAX_OWNER_LIMIT,
+    },
+    Numeric {
+        name: "max-holders",
+        value: &MAX_HOLDERS,
+        min: 1,
+        max: MAX_HOLDERS_LIMIT,
     },
     Numeric {
         name: "recovery-ms",
@@ -58,6 +69,7 @@ pub fn limits() -> Limits {
     Limits {
         max_ttl_ms: u64::try_from(MAX_TTL.load(Ordering::Relaxed)).unwrap_or(1),
         max_owner_bytes: usize::try_from(MAX_OWNER_BYTES.load(Ordering::Relaxed)).unwrap_or(1),
+        max_holders: u32::try_from(MAX_HOLDERS.load(Ordering::Relaxed)).unwrap_or(1),
     }
 }
 
@@ -86,7 +98,7 @@ pub fn apply_module_args(args: &[&[u8]]) -> Result<(), String> {
         let numeric = NUMERIC
             .iter()
             .find(|numeric| numeric.name == bare)
-            .ok_or_else(|| format!("unknown module argument '{name}' (known: max-ttl, max-owner-bytes, recovery-ms, debug)"))?;
+            .ok_or_else(|| format!("unknown module argument '{name}' (known: max-ttl, max-owner-bytes, max-holders, recovery-ms, debug)"))?;
         let parsed = parse_i64(value)
             .filter(|v| (numeric.min..=numeric.max).contains(v))
             .ok_or_else(|| {
@@ -150,7 +162,8 @@ mod tests {
             limits(),
             Limits {
                 max_ttl_ms: 5000,
-                max_owner_bytes: 8
+                max_owner_bytes: 8,
+                max_holders: 10_000,
             }
         );
         assert!(apply_module_args(&[b"max-ttl"]).is_err());

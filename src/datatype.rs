@@ -12,7 +12,7 @@ use redis_lock_core::record::{self, Bounds};
 use redis_lock_core::{lease, Holder, Lock, Mode};
 use redis_module::{native_types::RedisType, raw};
 
-use crate::config::MAX_OWNER_LIMIT;
+use crate::config::{MAX_HOLDERS_LIMIT, MAX_OWNER_LIMIT};
 use crate::ffi::io::{key_of, Digest, LoadIo, SaveIo};
 use crate::ffi::{self, value, RString};
 use crate::guard;
@@ -23,9 +23,6 @@ use crate::timer;
 /// The RDB layout written (`record::VERSION`); loading reads it and every
 /// earlier one (`record::decode`).
 const ENCODING_VERSION: c_int = record::VERSION as c_int;
-
-/// The most holders a saved shared lock may have.
-const MAX_SAVED_HOLDERS: u32 = 1 << 20;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -66,15 +63,10 @@ fn null_ctx() -> ffi::Ctx {
 fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     let bounds = Bounds {
         max_owner: usize::try_from(MAX_OWNER_LIMIT).unwrap_or(usize::MAX),
-        max_holders: MAX_SAVED_HOLDERS,
+        max_holders: u32::try_from(MAX_HOLDERS_LIMIT).unwrap_or(u32::MAX),
     };
     let version = u32::try_from(encver).ok()?;
     let record = record::decode(&mut LoadIo::new(rdb), version, &CLOCK, bounds).ok()?;
-    // No command makes a shared lock yet, nor can its holders be
-    // replicated: one is refused until the shared family lands.
-    if record.mode != Mode::Exclusive {
-        return None;
-    }
     // The node's counter is raised when the lock is really in the keyspace
     // (the `loaded` and `restore` events): a RESTORE whose ABSTTL is past
     // loads a value that Redis then throws away.
@@ -134,8 +126,8 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, lock: *mut c_void) {
 
 extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, lock: *mut c_void) {
     guard::callback(null_ctx(), "aof_rewrite", (), || {
-        // An exclusive lock: its one holder (shared locks are not loaded
-        // or made yet, see `load_lock`).
+        // One effect per holder, in grant order (a shared lock's first
+        // effect creates it with its limit, the others join it).
         value::with_lock(lock, |lock| {
             for holder in lock.holders() {
                 let effect = ffi::ApplyEffect {
@@ -143,6 +135,7 @@ extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, lock: *mut
                     holds: holder.holds(),
                     token: holder.token(),
                     wall_end_ms: lease::to_wall_ms(&CLOCK, holder.deadline()),
+                    shared: lock.shared_limit(),
                 };
                 ffi::emit_aof_apply(aof, key, &effect);
             }

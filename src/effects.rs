@@ -60,9 +60,10 @@ impl<'a> Target<'a> {
 }
 
 /// Files `owner`'s hold in `slot` after `change`, by the lease index's
-/// rules (`redis_lock_core::filing`). Called inside the state borrow of the
-/// operation that made the change: a change and its filing cannot come
-/// apart, so no hold is ever left without an entry (and never ends).
+/// rules (`redis_lock_core::filing`); a hold that left a shared lock drops
+/// its entry. Called inside the state borrow of the operation that made the
+/// change: a change and its filing cannot come apart, so no hold is ever
+/// left without an entry (and never ends).
 pub fn file(
     state: &mut ModuleState,
     slot: &mut impl Slot,
@@ -70,6 +71,10 @@ pub fn file(
     change: Change,
     key: impl FnOnce() -> KeyId,
 ) {
+    if let Change::Left { entry, .. } = change {
+        state.deadlines.remove(entry);
+        return;
+    }
     let (Change::Stored { previous_deadline }, Some(holder)) = (change, slot.holder(owner)) else {
         return;
     };
@@ -84,15 +89,19 @@ pub struct Effect {
     holds: u32,
     token: i64,
     wall_end_ms: i64,
+    /// The lock's `Lock::shared_limit`.
+    shared: Option<u32>,
 }
 
 impl Effect {
-    /// `holder` as it stands, its lease end on the wall clock.
-    pub fn of(target: &Target, holder: &Holder) -> Effect {
+    /// `holder` of a lock whose `shared_limit` is `shared`, as it stands,
+    /// its lease end on the wall clock.
+    pub fn of(target: &Target, holder: &Holder, shared: Option<u32>) -> Effect {
         Effect {
             holds: holder.holds(),
             token: holder.token(),
             wall_end_ms: lease::to_wall_ms(&target.now, holder.deadline()),
+            shared,
         }
     }
 }
@@ -106,6 +115,7 @@ pub fn announce(target: &Target, owner: &[u8], effect: Effect, event: &CStr) {
             holds: effect.holds,
             token: effect.token,
             wall_end_ms: effect.wall_end_ms,
+            shared: effect.shared,
         };
         ffi::replicate_apply(target.ctx, target.name, &apply);
     });
@@ -115,10 +125,26 @@ pub fn announce(target: &Target, owner: &[u8], effect: Effect, event: &CStr) {
 /// After a committed change to `owner`'s hold in `slot`: announce a stored
 /// hold (nothing for any other change).
 pub fn stored(target: &Target, slot: &mut impl Slot, owner: &[u8], change: Change, event: &CStr) {
-    if let (Change::Stored { .. }, Some(holder)) = (change, slot.holder(owner)) {
-        let effect = Effect::of(target, holder);
+    let Change::Stored { .. } = change else {
+        return;
+    };
+    let Some(lock) = slot.lock() else {
+        return;
+    };
+    let shared = lock.shared_limit();
+    if let Some(holder) = lock.holder(owner) {
+        let effect = Effect::of(target, holder, shared);
         announce(target, owner, effect, event);
     }
+}
+
+/// `owner`'s hold left a shared lock that others still hold: `LOCK.DROP`
+/// to replicas and the AOF, and `event`.
+pub fn left(target: &Target, owner: &[u8], event: &CStr) {
+    replicate(target, || {
+        ffi::replicate_drop(target.ctx, target.name, owner);
+    });
+    notify(target, raw::REDISMODULE_NOTIFY_MODULE, event);
 }
 
 /// The lock was released and its key removed.

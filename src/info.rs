@@ -27,7 +27,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             recovery::refusal(redis_lock_core::Clock::monotonic_ms(&crate::state::CLOCK))
                 .unwrap_or(0);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let fields: [(&CStr, i64); 20] = [
+        let fields: [(&CStr, i64); 23] = [
             (c"held", held),
             (c"acquired", count(stats.acquired)),
             (c"reentered", count(stats.reentered)),
@@ -43,6 +43,9 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
                 c"wait_grants_undelivered",
                 count(stats.wait_grants_undelivered),
             ),
+            (c"shared_grants", count(stats.shared_grants)),
+            (c"semaphore_full", count(stats.semaphore_full)),
+            (c"holders_expired", count(stats.holders_expired)),
             (
                 c"evictable",
                 i64::from(crate::eviction::EVICTABLE.load(Ordering::Relaxed)),

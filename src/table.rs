@@ -32,24 +32,28 @@ mod entry {
     entry_point!(extend, "LOCK.EXTEND", commands::extend);
     entry_point!(fence, "LOCK.FENCE", commands::fence);
     entry_point!(info, "LOCK.INFO", commands::info);
+    entry_point!(holders, "LOCK.HOLDERS", commands::holders);
     entry_point!(apply, "LOCK.APPLY", commands::apply);
+    entry_point!(drop, "LOCK.DROP", commands::drop);
     entry_point!(counter, "LOCK.COUNTER", commands::counter);
     entry_point!(debug, "LOCK.DEBUG", commands::debug);
 }
 
-pub const COMMANDS: [Command; 8] = [
+pub const COMMANDS: [Command; 10] = [
     Command {
         name: c"lock.acquire",
         handler: entry::acquire,
         flags: c"write deny-oom fast",
         acl: c"write fast",
-        summary: c"Acquires or re-enters a lock and returns its fencing token; nil when another owner holds it. With WAIT, blocks in FIFO order until granted or timeout (0 waits forever).",
-        complexity: c"O(1)",
+        summary: c"Acquires or re-enters a lock and returns its fencing token; nil when it cannot be granted now. SHARED: a read lock held with other shared holders; SHARED LIMIT n: a semaphore of n permits. With WAIT, blocks in FIFO order until granted or timeout (0 waits forever).",
+        complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -4,
         key: Some(RW_INSERT),
         args: &[
             required(c"owner", STRING),
             required(c"ttl-ms", INTEGER),
+            option(c"shared", TOKEN, c"SHARED"),
+            option(c"n", INTEGER, c"LIMIT"),
             option(c"timeout-ms", INTEGER, c"WAIT"),
         ],
     },
@@ -91,19 +95,30 @@ pub const COMMANDS: [Command; 8] = [
         handler: entry::info,
         flags: c"readonly fast",
         acl: c"read fast",
-        summary: c"Returns owner, holds, token, pttl and waiters of a held lock; nil when there is none.",
-        complexity: c"O(1)",
+        summary: c"Returns owner, holds, token, pttl, waiters and mode of an exclusive lock, or mode, limit, holders and waiters of a shared one; nil when there is none.",
+        complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -2,
         key: Some(RO_ACCESS),
         args: &[],
+    },
+    Command {
+        name: c"lock.holders",
+        handler: entry::holders,
+        flags: c"readonly",
+        acl: c"read",
+        summary: c"Returns the holders of a lock in grant order (at most n with COUNT), each with owner, holds, token and pttl; an empty array when there is none.",
+        complexity: c"O(holders)",
+        arity: -2,
+        key: Some(RO_ACCESS),
+        args: &[option(c"n", INTEGER, c"COUNT")],
     },
     Command {
         name: c"lock.apply",
         handler: entry::apply,
         flags: c"write",
         acl: c"write",
-        summary: c"Internal: the effect of a lock change as replicated to replicas and the AOF (owner, holds, token, absolute lease end). Refused from ordinary clients.",
-        complexity: c"O(1)",
+        summary: c"Internal: the effect of a lock change as replicated to replicas and the AOF (owner, holds, token, absolute lease end; SHARED and the limit for a shared lock's holder). Refused from ordinary clients.",
+        complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -6,
         key: Some(OW_UPDATE),
         args: &[
@@ -111,7 +126,19 @@ pub const COMMANDS: [Command; 8] = [
             required(c"holds", INTEGER),
             required(c"token", INTEGER),
             required(c"wall-end-ms", INTEGER),
+            option(c"limit", INTEGER, c"SHARED"),
         ],
+    },
+    Command {
+        name: c"lock.drop",
+        handler: entry::drop,
+        flags: c"write",
+        acl: c"write",
+        summary: c"Internal: the effect of an owner's hold leaving a shared lock that others still hold. Refused from ordinary clients.",
+        complexity: c"O(holders)",
+        arity: -3,
+        key: Some(RW_DELETE),
+        args: &[required(c"owner", STRING)],
     },
     Command {
         name: c"lock.counter",

@@ -6,14 +6,18 @@ use std::cell::Cell;
 
 use redis_module::raw;
 
+use std::num::NonZeroU32;
+
 use redis_lock_core::handoff::Request;
-use redis_lock_core::KeyId;
+use redis_lock_core::{KeyId, Mode};
 
 /// One blocked `LOCK.ACQUIRE … WAIT`.
 pub struct Waiter {
     pub client: *mut raw::RedisModuleBlockedClient,
     pub owner: Box<[u8]>,
     pub ttl_ms: u64,
+    pub mode: Mode,
+    pub limit: Option<NonZeroU32>,
     /// Its entry in the wait-timeout index; none for `WAIT 0`.
     pub timeout: Option<u64>,
 }
@@ -24,6 +28,12 @@ impl Request for Waiter {
     }
     fn ttl_ms(&self) -> u64 {
         self.ttl_ms
+    }
+    fn mode(&self) -> Mode {
+        self.mode
+    }
+    fn limit(&self) -> Option<NonZeroU32> {
+        self.limit
     }
 }
 

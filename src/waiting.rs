@@ -43,9 +43,9 @@ enum Answer {
     TimedOut,
 }
 
-/// Blocks the calling client in `key`'s queue. The caller has checked that
-/// blocking is allowed here (not in MULTI or Lua).
-pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
+/// Blocks the calling client in `key`'s queue with its `request`. The
+/// caller has checked that blocking is allowed here (`wait::then`).
+pub fn block(ctx: Ctx, id: KeyId, request: &ops::Request, timeout_ms: u64) -> c_int {
     // No Redis-side timeout (see the module docs above); the timeout
     // callback still serves `CLIENT UNBLOCK`.
     let callbacks = blocked::Callbacks {
@@ -66,8 +66,10 @@ pub fn block(ctx: Ctx, id: KeyId, owner: &[u8], ttl_ms: u64, timeout_ms: u64) ->
             id.clone(),
             Waiter {
                 client,
-                owner: owner.into(),
-                ttl_ms,
+                owner: request.owner.into(),
+                ttl_ms: request.ttl_ms,
+                mode: request.mode,
+                limit: request.limit,
                 timeout,
             },
         );
@@ -94,9 +96,11 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         if !state.waiters.has_waiters(&id) {
             return None;
         }
+        let limits = config::limits();
         let rules = Rules {
             window: ops::Window::of(recovery::refusal(target.now.monotonic_ms)),
-            max_ttl_ms: config::limits().max_ttl_ms,
+            max_ttl_ms: limits.max_ttl_ms,
+            max_holders: limits.max_holders,
         };
         let handed = handoff::serve(
             &mut state.node,
@@ -126,10 +130,11 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         return;
     };
     key.commit();
+    let shared = key.lock().and_then(|lock| lock.shared_limit());
     for (waiter, answer) in handed.answered {
         match answer {
             handoff::Answer::Granted { holder, .. } => {
-                let effect = effects::Effect::of(target, &holder);
+                let effect = effects::Effect::of(target, &holder, shared);
                 effects::announce(target, &waiter.owner, effect, c"lock.acquire");
                 let grant = Grant {
                     key: id.clone(),
@@ -218,11 +223,29 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
 /// Ends a lock whose lease is over (announcing it), then serves the queue.
 /// Every path that may find a free lock calls this first.
 pub fn settle(target: &Target, key: &mut LockKey) {
-    let expired =
-        with_state(|state| ops::expire_if_due(&mut state.node, key, &target.now)).flatten();
-    if expired.is_some() {
-        key.commit();
-        effects::expired(target);
+    let ended = with_state(|state| {
+        let ended = ops::expire_if_due(&mut state.node, key, &target.now)?;
+        // Holders that left a lock others hold drop their entries now;
+        // a removed key drops them as it is unlinked.
+        if let ops::Ended::Holders(gone) = &ended {
+            for (_, entry) in gone {
+                state.deadlines.remove(*entry);
+            }
+        }
+        Some(ended)
+    })
+    .flatten();
+    match ended {
+        Some(ops::Ended::Lock { .. }) => {
+            key.commit();
+            effects::expired(target);
+        }
+        Some(ops::Ended::Holders(gone)) => {
+            for (owner, _) in gone {
+                effects::left(target, &owner, c"lock.expire");
+            }
+        }
+        None => {}
     }
     grant_waiters(target, key);
 }
@@ -321,8 +344,7 @@ fn still_held(ctx: Ctx, grant: &Grant) -> bool {
     let Ok(mut key) = LockKey::open_untouched(ctx, name.as_ptr(), false) else {
         return false;
     };
-    ops::info(&mut key, &redis_lock_core::Now::of(&CLOCK))
-        .is_some_and(|held| *held.owner == *grant.owner && held.token == grant.token)
+    ops::token_of(&mut key, &redis_lock_core::Now::of(&CLOCK), &grant.owner) == Some(grant.token)
 }
 
 /// `CLIENT UNBLOCK … TIMEOUT` (Redis never times our clients out itself):
@@ -401,6 +423,10 @@ pub fn revoke_undelivered(ctx: Ctx, grant: &Grant) {
     match outcome.change {
         ops::Change::Deleted { .. } => {
             effects::deleted(&target, c"lock.release");
+            settle(&target, &mut lock_key);
+        }
+        ops::Change::Left { .. } => {
+            effects::left(&target, &grant.owner, c"lock.release");
             settle(&target, &mut lock_key);
         }
         change => effects::stored(

@@ -256,11 +256,15 @@ fn info_is_nil_without_a_lock_and_a_flat_array_in_order_under_resp2() {
     );
     let pairs = info_pairs(reply).unwrap();
     let names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(names, ["owner", "holds", "token", "pttl", "waiters"]);
+    assert_eq!(
+        names,
+        ["owner", "holds", "token", "pttl", "waiters", "mode"]
+    );
     assert_eq!(pairs[0].1, Value::BulkString(b"alice".to_vec()));
     assert_eq!(pairs[1].1, Value::Int(1));
     assert_eq!(pairs[2].1, Value::Int(token));
     assert_eq!(pairs[4].1, Value::Int(0));
+    assert_eq!(pairs[5].1, Value::BulkString(b"exclusive".to_vec()));
 }
 
 #[test]

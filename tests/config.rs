@@ -83,6 +83,10 @@ fn defaults_are_one_day_and_256_bytes() {
             && all.contains(&"lock.max-owner-bytes".to_string()),
         "{all:?}"
     );
+    assert_eq!(
+        config_get(&mut c, "lock.max-holders").as_deref(),
+        Some("10000")
+    );
 }
 
 #[test]
@@ -329,6 +333,7 @@ fn command_docs_describe_every_command() {
         ("lock.extend", true),
         ("lock.fence", true),
         ("lock.info", true),
+        ("lock.holders", true),
     ] {
         let doc = docs(&mut c, name);
         let summary = doc
@@ -388,12 +393,13 @@ fn command_info(c: &mut redis::Connection, name: &str) -> (Vec<String>, i64, i64
 fn commands_carry_the_right_flags_and_key_positions() {
     let server = RedisServer::start();
     let mut c = server.conn();
-    let cases: [(&str, &[&str], &[&str]); 5] = [
+    let cases: [(&str, &[&str], &[&str]); 6] = [
         ("lock.acquire", &["write", "denyoom", "fast"], &["readonly"]),
         ("lock.release", &["write", "fast"], &["readonly"]),
         ("lock.extend", &["write", "fast"], &["readonly"]),
         ("lock.fence", &["write", "fast"], &["readonly"]),
         ("lock.info", &["readonly", "fast"], &["write", "denyoom"]),
+        ("lock.holders", &["readonly"], &["write", "denyoom"]),
     ];
     for (name, with, without) in cases {
         let (flags, first, last, step) = command_info(&mut c, name);

@@ -6,7 +6,9 @@
 //! fixed arguments that is not a known option is a syntax error.
 
 use std::fmt;
+use std::num::NonZeroU32;
 
+use crate::lock::Mode;
 use crate::token::MAX_TOKEN;
 
 /// The longest `WAIT` timeout: ten years, far beyond any real wait, small
@@ -20,6 +22,9 @@ pub struct Limits {
     pub max_ttl_ms: u64,
     /// `lock.max-owner-bytes`: the longest owner id.
     pub max_owner_bytes: usize,
+    /// `lock.max-holders`: the largest `LIMIT`, and the most holders of a
+    /// shared lock without one.
+    pub max_holders: u32,
 }
 
 impl Default for Limits {
@@ -27,6 +32,7 @@ impl Default for Limits {
         Limits {
             max_ttl_ms: 86_400_000,
             max_owner_bytes: 256,
+            max_holders: 10_000,
         }
     }
 }
@@ -46,6 +52,14 @@ pub enum ArgError {
     WaitTimeout,
     /// `ATLEAST` not an integer in 0..=[`MAX_TOKEN`].
     AtLeast,
+    /// `LIMIT` not an integer in 1..=max.
+    Limit {
+        max: u32,
+    },
+    /// `LIMIT` without `SHARED`.
+    LimitWithoutShared,
+    /// `COUNT` not a positive integer.
+    Count,
     EmptyOwner,
     OwnerTooLong {
         max: usize,
@@ -75,6 +89,12 @@ impl fmt::Display for ArgError {
                 f,
                 "ERR ATLEAST must be an integer between 0 and {MAX_TOKEN} (2^53-1, so that every token is exact in JavaScript, Lua and JSON)"
             ),
+            ArgError::Limit { max } => write!(
+                f,
+                "ERR LIMIT must be an integer between 1 and {max} (lock.max-holders)"
+            ),
+            ArgError::LimitWithoutShared => write!(f, "ERR LIMIT requires SHARED"),
+            ArgError::Count => write!(f, "ERR COUNT must be a positive integer"),
             ArgError::EmptyOwner => write!(f, "ERR owner must not be empty"),
             ArgError::OwnerTooLong { max } => {
                 write!(
@@ -87,11 +107,15 @@ impl fmt::Display for ArgError {
     }
 }
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
     pub owner: &'a [u8],
     pub ttl_ms: u64,
+    /// Exclusive, or `SHARED`.
+    pub mode: Mode,
+    /// `LIMIT n` (only with `SHARED`).
+    pub limit: Option<NonZeroU32>,
     /// `Some(0)` waits forever.
     pub wait_ms: Option<u64>,
 }
@@ -117,14 +141,17 @@ pub struct FenceArgs<'a> {
     pub at_least: Option<i64>,
 }
 
-/// `LOCK.APPLY key owner holds token wall-end-ms`: the internal effect that
-/// replicas and the AOF replay.
+/// `LOCK.APPLY key owner holds token wall-end-ms [SHARED limit]`: the
+/// internal effect that replicas and the AOF replay (the owner's hold as it
+/// now is; `SHARED` for a holder of a shared lock, `limit` 0 for none).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ApplyArgs<'a> {
     pub owner: &'a [u8],
     pub holds: u32,
     pub token: i64,
     pub wall_end_ms: i64,
+    /// `None`: exclusive; `Some(limit)` for a shared lock.
+    pub shared: Option<Option<NonZeroU32>>,
 }
 
 pub fn parse_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<AcquireArgs<'a>, ArgError> {
@@ -133,7 +160,7 @@ pub fn parse_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<AcquireAr
     };
     let owner = parse_owner(owner, limits)?;
     let ttl_ms = parse_ttl(ttl, limits)?;
-    let mut wait_ms = None;
+    let (mut wait_ms, mut shared, mut limit) = (None, false, None);
     let mut rest = options;
     while let [option, tail @ ..] = rest {
         match (option.to_ascii_uppercase().as_slice(), tail) {
@@ -141,12 +168,32 @@ pub fn parse_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<AcquireAr
                 wait_ms = Some(parse_range(timeout, 0, MAX_WAIT_MS).ok_or(ArgError::WaitTimeout)?);
                 rest = tail;
             }
+            (b"SHARED", tail) if !shared => {
+                shared = true;
+                rest = tail;
+            }
+            (b"LIMIT", [n, tail @ ..]) if limit.is_none() => {
+                let max = limits.max_holders;
+                let n = parse_range(n, 1, u64::from(max)).ok_or(ArgError::Limit { max })?;
+                let n = u32::try_from(n).ok().and_then(NonZeroU32::new);
+                limit = Some(n.ok_or(ArgError::Limit { max })?);
+                rest = tail;
+            }
             _ => return Err(ArgError::Syntax),
         }
+    }
+    if limit.is_some() && !shared {
+        return Err(ArgError::LimitWithoutShared);
     }
     Ok(AcquireArgs {
         owner,
         ttl_ms,
+        mode: if shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        },
+        limit,
         wait_ms,
     })
 }
@@ -210,8 +257,18 @@ pub fn parse_info(argv: &[&[u8]]) -> Result<(), ArgError> {
 /// the primary or the AOF, but a corrupt AOF must not corrupt the dataset. It
 /// is not held to this node's limits, which may differ from the primary's.
 pub fn parse_apply<'a>(argv: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
-    let [_, _, owner, holds, token, wall_end] = argv else {
-        return Err(ArgError::WrongArity);
+    let (owner, holds, token, wall_end, shared) = match argv {
+        [_, _, owner, holds, token, wall_end] => (owner, holds, token, wall_end, None),
+        [_, _, owner, holds, token, wall_end, mode, limit]
+            if mode.eq_ignore_ascii_case(b"SHARED") =>
+        {
+            let limit =
+                parse_range(limit, 0, u64::from(u32::MAX)).ok_or(ArgError::Effect("limit"))?;
+            let limit = u32::try_from(limit).map_err(|_| ArgError::Effect("limit"))?;
+            (owner, holds, token, wall_end, Some(NonZeroU32::new(limit)))
+        }
+        [_, _, _, _, _, _, _, ..] => return Err(ArgError::Syntax),
+        _ => return Err(ArgError::WrongArity),
     };
     if owner.is_empty() {
         return Err(ArgError::EmptyOwner);
@@ -226,7 +283,33 @@ pub fn parse_apply<'a>(argv: &[&'a [u8]]) -> Result<ApplyArgs<'a>, ArgError> {
         holds: u32::try_from(holds).map_err(|_| ArgError::Effect("holds"))?,
         token,
         wall_end_ms,
+        shared,
     })
+}
+
+/// `LOCK.HOLDERS key [COUNT n]`: the most holders to list (all without
+/// `COUNT`).
+pub fn parse_holders(argv: &[&[u8]]) -> Result<usize, ArgError> {
+    match argv {
+        [_, _] => Ok(usize::MAX),
+        [_, _, option, n] if option.eq_ignore_ascii_case(b"COUNT") => {
+            let n = parse_range(n, 1, u64::MAX).ok_or(ArgError::Count)?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        }
+        [_] | [] => Err(ArgError::WrongArity),
+        _ => Err(ArgError::Syntax),
+    }
+}
+
+/// `LOCK.DROP key owner`: the internal effect of an owner's hold leaving a
+/// shared lock that others still hold.
+pub fn parse_drop<'a>(argv: &[&'a [u8]]) -> Result<&'a [u8], ArgError> {
+    match argv {
+        [_, _, owner] if !owner.is_empty() => Ok(owner),
+        [_, _, _] => Err(ArgError::EmptyOwner),
+        [_, _, _, _, ..] => Err(ArgError::Syntax),
+        _ => Err(ArgError::WrongArity),
+    }
 }
 
 /// `LOCK.COUNTER n`: the counter value, a token in `1..=MAX_TOKEN`.
@@ -302,6 +385,7 @@ mod tests {
     const LIMITS: Limits = Limits {
         max_ttl_ms: 1_000,
         max_owner_bytes: 4,
+        max_holders: 50,
     };
 
     #[test]
@@ -328,6 +412,50 @@ mod tests {
     }
 
     #[test]
+    fn shared_and_limit_in_any_order_once_each() {
+        let shared = parse_acquire(&argv("ACQ k me 5 SHARED"), &LIMITS).unwrap();
+        assert_eq!((shared.mode, shared.limit), (Mode::Shared, None));
+        for line in [
+            "ACQ k me 5 shared limit 3 wait 10",
+            "ACQ k me 5 WAIT 10 LIMIT 3 SHARED",
+            "ACQ k me 5 LIMIT 3 SHARED WAIT 10",
+        ] {
+            let parsed = parse_acquire(&argv(line), &LIMITS).unwrap();
+            assert_eq!(
+                (parsed.mode, parsed.limit, parsed.wait_ms),
+                (Mode::Shared, NonZeroU32::new(3), Some(10)),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            parse_acquire(&argv("ACQ k me 5 LIMIT 3"), &LIMITS),
+            Err(ArgError::LimitWithoutShared)
+        );
+        for bad in ["0", "51", "-1", "x", "1.5"] {
+            assert_eq!(
+                parse_acquire(&argv(&format!("ACQ k me 5 SHARED LIMIT {bad}")), &LIMITS),
+                Err(ArgError::Limit { max: 50 }),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            ArgError::Limit { max: 50 }.to_string(),
+            "ERR LIMIT must be an integer between 1 and 50 (lock.max-holders)"
+        );
+        for bad in [
+            "ACQ k me 5 SHARED SHARED",
+            "ACQ k me 5 SHARED LIMIT 2 LIMIT 2",
+            "ACQ k me 5 SHARED LIMIT",
+        ] {
+            assert_eq!(
+                parse_acquire(&argv(bad), &LIMITS),
+                Err(ArgError::Syntax),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn acquire_arguments() {
         let ok = parse_acquire(&argv("ACQ k me 1000"), &LIMITS).unwrap();
         assert_eq!(
@@ -335,6 +463,8 @@ mod tests {
             AcquireArgs {
                 owner: b"me",
                 ttl_ms: 1000,
+                mode: Mode::Exclusive,
+                limit: None,
                 wait_ms: None
             }
         );
@@ -474,9 +604,36 @@ mod tests {
                 owner: b"me",
                 holds: 2,
                 token: 77,
-                wall_end_ms: -5
+                wall_end_ms: -5,
+                shared: None,
             }
         );
+        let shared = parse_apply(&argv("A k me 2 77 5 SHARED 3")).unwrap();
+        assert_eq!(shared.shared, Some(NonZeroU32::new(3)));
+        let unlimited = parse_apply(&argv("A k me 2 77 5 shared 0")).unwrap();
+        assert_eq!(unlimited.shared, Some(None));
+        assert_eq!(
+            parse_apply(&argv("A k me 2 77 5 SHARED -1")),
+            Err(ArgError::Effect("limit"))
+        );
+        assert_eq!(
+            parse_apply(&argv("A k me 2 77 5 OTHER 1")),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(
+            parse_apply(&argv("A k me 2 77 5 SHARED")),
+            Err(ArgError::Syntax)
+        );
+        assert_eq!(parse_drop(&argv("D k me")), Ok(&b"me"[..]));
+        assert_eq!(parse_holders(&argv("H k")), Ok(usize::MAX));
+        assert_eq!(parse_holders(&argv("H k count 5")), Ok(5));
+        for bad in ["H k COUNT 0", "H k COUNT -1", "H k COUNT x"] {
+            assert_eq!(parse_holders(&argv(bad)), Err(ArgError::Count), "{bad}");
+        }
+        assert_eq!(parse_holders(&argv("H k COUNT")), Err(ArgError::Syntax));
+        assert_eq!(parse_holders(&argv("H")), Err(ArgError::WrongArity));
+        assert_eq!(parse_drop(&argv("D k")), Err(ArgError::WrongArity));
+        assert_eq!(parse_drop(&argv("D k me x")), Err(ArgError::Syntax));
         assert!(parse_apply(&argv("A k me 0 77 5")).is_err());
         assert!(parse_apply(&argv("A k me 1 0 5")).is_err());
         assert!(parse_apply(&argv("A k me 4294967296 1 5")).is_err());

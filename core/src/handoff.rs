@@ -13,9 +13,16 @@
 //!   order and is served when the window ends.
 //! - Waiters right behind a granted one with the same owner re-enter the
 //!   lock (one more hold each), as that owner's plain `LOCK.ACQUIRE` would.
+//! - A shared head is admitted with every shared waiter directly behind
+//!   it, up to the lock's `LIMIT`; an exclusive head only once nobody
+//!   holds the lock. A shared waiter behind an exclusive one waits for it.
+//! - A lowered `lock.max-holders` or `lock.max-ttl` answers a waiter whose
+//!   request it no longer allows with the error that request gets now.
+
+use std::num::NonZeroU32;
 
 use crate::clock::Clock;
-use crate::lock::Holder;
+use crate::lock::{Holder, Mode};
 use crate::ops::{self, Change, Node, OpError, Slot, Window};
 use crate::waiters::WaitQueues;
 use std::hash::Hash;
@@ -24,6 +31,12 @@ use std::hash::Hash;
 pub trait Request {
     fn owner(&self) -> &[u8];
     fn ttl_ms(&self) -> u64;
+    fn mode(&self) -> Mode {
+        Mode::Exclusive
+    }
+    fn limit(&self) -> Option<NonZeroU32> {
+        None
+    }
 }
 
 /// What hand-off may not do now.
@@ -33,6 +46,9 @@ pub struct Rules {
     pub window: Window,
     /// The longest lease a request may get now (`lock.max-ttl`).
     pub max_ttl_ms: u64,
+    /// The most holders of a shared lock without a `LIMIT`
+    /// (`lock.max-holders`), and the largest `LIMIT`.
+    pub max_holders: u32,
 }
 
 /// The answer to one waiter taken off the queue.
@@ -103,6 +119,9 @@ where
         let Some(head) = queues.front(key) else {
             break Stopped::Empty;
         };
+        let too_many = head
+            .limit()
+            .is_some_and(|limit| limit.get() > rules.max_holders);
         let answer = if head.ttl_ms() > rules.max_ttl_ms {
             Answer::Refused(
                 crate::args::ArgError::Ttl {
@@ -110,8 +129,26 @@ where
                 }
                 .to_string(),
             )
+        } else if too_many {
+            Answer::Refused(
+                crate::args::ArgError::Limit {
+                    max: rules.max_holders,
+                }
+                .to_string(),
+            )
         } else {
-            match ops::grant(node, slot, clock, head.owner(), head.ttl_ms(), rules.window) {
+            let request = ops::Request {
+                owner: head.owner(),
+                ttl_ms: head.ttl_ms(),
+                mode: head.mode(),
+                limit: head.limit(),
+            };
+            let admission = ops::Admission {
+                window: rules.window,
+                queued: false,
+                max_holders: rules.max_holders,
+            };
+            match ops::grant_with(node, slot, clock, &request, &admission) {
                 Ok(Some(outcome)) => {
                     let Some(holder) = slot.holder(head.owner()).cloned() else {
                         break Stopped::Held;
@@ -153,9 +190,147 @@ mod tests {
         }
     }
 
+    /// A shared waiter with a `LIMIT` (0: none).
+    #[derive(Debug, PartialEq)]
+    struct S(&'static [u8], u32);
+
+    impl Request for S {
+        fn owner(&self) -> &[u8] {
+            self.0
+        }
+        fn ttl_ms(&self) -> u64 {
+            500
+        }
+        fn mode(&self) -> Mode {
+            Mode::Shared
+        }
+        fn limit(&self) -> Option<NonZeroU32> {
+            NonZeroU32::new(self.1)
+        }
+    }
+
+    /// Either kind of waiter in one queue.
+    #[derive(Debug, PartialEq)]
+    enum Q {
+        X(&'static [u8]),
+        Sh(&'static [u8], u32),
+    }
+
+    impl Request for Q {
+        fn owner(&self) -> &[u8] {
+            match self {
+                Q::X(o) | Q::Sh(o, _) => o,
+            }
+        }
+        fn ttl_ms(&self) -> u64 {
+            500
+        }
+        fn mode(&self) -> Mode {
+            match self {
+                Q::X(_) => Mode::Exclusive,
+                Q::Sh(..) => Mode::Shared,
+            }
+        }
+        fn limit(&self) -> Option<NonZeroU32> {
+            match self {
+                Q::X(_) => None,
+                Q::Sh(_, n) => NonZeroU32::new(*n),
+            }
+        }
+    }
+
+    fn queue_of(waiters: Vec<Q>) -> WaitQueues<&'static str, Q> {
+        let mut queues = WaitQueues::default();
+        for w in waiters {
+            queues.push("k", w);
+        }
+        queues
+    }
+
+    fn served(handed: &HandOff<Q>) -> Vec<(&[u8], bool)> {
+        handed
+            .answered
+            .iter()
+            .map(|(w, a)| (w.owner(), matches!(a, Answer::Granted { .. })))
+            .collect()
+    }
+
+    #[test]
+    fn shared_waiters_behind_the_head_are_admitted_together_up_to_the_limit() {
+        let (mut node, mut slot, clock, _) = setup(&[]);
+        let mut queues = queue_of(vec![
+            Q::Sh(b"r1", 2),
+            Q::Sh(b"r2", 2),
+            Q::Sh(b"r3", 2),
+            Q::X(b"w"),
+        ]);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(served(&handed), vec![(&b"r1"[..], true), (b"r2", true)]);
+        assert_eq!(handed.stopped, Stopped::Held);
+        assert_eq!(
+            handed.to_file(),
+            vec![(&b"r1"[..], None), (&b"r2"[..], None)]
+        );
+        let lock = slot.0.as_ref().unwrap();
+        assert_eq!((lock.mode(), lock.holders().len()), (Mode::Shared, 2));
+        let tokens: Vec<i64> = lock.holders().iter().map(Holder::token).collect();
+        assert!(
+            tokens[1] > tokens[0],
+            "every fresh grant gets a greater token"
+        );
+        assert_eq!(queues.len(&"k"), 2);
+    }
+
+    #[test]
+    fn a_shared_waiter_behind_an_exclusive_one_waits_for_it() {
+        let (mut node, mut slot, clock, _) = setup(&[]);
+        slot.0 = Some(Lock::shared(None, Holder::new(b"r0", 1, 5, 1_000)));
+        let mut queues = queue_of(vec![Q::X(b"w"), Q::Sh(b"r1", 0)]);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert!(
+            handed.answered.is_empty(),
+            "the reader must not overtake the writer"
+        );
+        assert_eq!(handed.stopped, Stopped::Held);
+        // The last reader leaves: the writer, then (after it) the reader.
+        slot.0 = None;
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(served(&handed), vec![(&b"w"[..], true)]);
+        assert_eq!(queues.front(&"k"), Some(&Q::Sh(b"r1", 0)));
+    }
+
+    #[test]
+    fn a_shared_waiter_with_another_limit_is_answered_with_the_error() {
+        let (mut node, mut slot, clock, _) = setup(&[]);
+        slot.0 = Some(Lock::shared(
+            NonZeroU32::new(3),
+            Holder::new(b"r0", 1, 5, 1_000),
+        ));
+        let mut queues = WaitQueues::default();
+        queues.push("k", S(b"r1", 2));
+        queues.push("k", S(b"r2", 3));
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(
+            handed.answered[0].1,
+            Answer::Refused("ERR LIMIT 2 does not match the lock's LIMIT 3".into())
+        );
+        assert!(matches!(handed.answered[1].1, Answer::Granted { .. }));
+        // A LIMIT above a lowered lock.max-holders: the error it gets now.
+        let mut queues = WaitQueues::default();
+        queues.push("k", S(b"big", 500));
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(
+            handed.answered[0].1,
+            Answer::Refused(
+                "ERR LIMIT must be an integer between 1 and 100 (lock.max-holders)".into()
+            )
+        );
+    }
+
     const RULES: Rules = Rules {
         window: Window::Open,
         max_ttl_ms: 10_000,
+        max_holders: 100,
     };
 
     fn setup(waiters: &[W]) -> (Node, MemorySlot, ManualClock, WaitQueues<&'static str, W>) {

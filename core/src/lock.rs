@@ -169,6 +169,50 @@ impl Lock {
         }
     }
 
+    /// A shared lock with one holder, limited to `limit` holders.
+    pub fn shared(limit: Option<NonZeroU32>, holder: Holder) -> Self {
+        Lock {
+            mode: Mode::Shared,
+            limit,
+            holders: Holders::One(holder),
+        }
+    }
+
+    /// Adds a holder after the others (grant order). The caller has checked
+    /// the mode, the limit and that `holder`'s owner holds nothing here.
+    pub(crate) fn add_holder(&mut self, holder: Holder) {
+        match &mut self.holders {
+            Holders::Many(holders) => holders.push(holder),
+            Holders::One(_) => {
+                let Holders::One(first) =
+                    std::mem::replace(&mut self.holders, Holders::Many(Vec::with_capacity(2)))
+                else {
+                    return;
+                };
+                if let Holders::Many(holders) = &mut self.holders {
+                    holders.push(first);
+                    holders.push(holder);
+                }
+            }
+        }
+    }
+
+    /// Removes `owner`'s hold, unless it is the last one (a lock always
+    /// has a holder: the last one leaving deletes the key instead).
+    pub(crate) fn remove_holder(&mut self, owner: &[u8]) -> Option<Holder> {
+        let Holders::Many(holders) = &mut self.holders else {
+            return None;
+        };
+        let at = holders.iter().position(|h| h.is(owner))?;
+        let removed = holders.remove(at);
+        if holders.len() == 1 {
+            if let Some(last) = holders.pop() {
+                self.holders = Holders::One(last);
+            }
+        }
+        Some(removed)
+    }
+
     /// A lock of `mode` with these holders, in grant order; `None` when
     /// there are none, or more than one in exclusive mode, or more than
     /// the limit, or an owner twice (the saved form is checked with this).
@@ -212,6 +256,12 @@ impl Lock {
 
     pub fn limit(&self) -> Option<NonZeroU32> {
         self.limit
+    }
+
+    /// `Some(limit)` (0: none) for a shared lock, `None` for an exclusive
+    /// one: what its effects carry (`LOCK.APPLY … SHARED limit`).
+    pub fn shared_limit(&self) -> Option<u32> {
+        (self.mode == Mode::Shared).then(|| self.limit.map_or(0, NonZeroU32::get))
     }
 
     /// The holders, in grant order.

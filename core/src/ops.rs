@@ -8,9 +8,11 @@
 //! adapter first removes such a lock with [`expire_if_due`] so that its
 //! expiry is replicated and announced like any other.
 
+use std::num::NonZeroU32;
+
 use crate::clock::Clock;
 use crate::lease;
-use crate::lock::{Holder, Lock};
+use crate::lock::{Holder, Lock, Mode};
 use crate::stats::Stats;
 use crate::token::{TokenCounter, TokensExhausted};
 
@@ -47,6 +49,9 @@ pub enum Change {
     Stored { previous_deadline: Option<u64> },
     /// The lock was released and its key removed.
     Deleted { deadline: u64 },
+    /// The owner's hold left a shared lock that others still hold;
+    /// `entry` was its lease-index entry.
+    Left { deadline: u64, entry: u64 },
 }
 
 /// The result of an operation: the reply and what changed.
@@ -65,6 +70,20 @@ pub enum OpError {
     TooManyHolds,
     /// The node is in its recovery window: no new lock for `left_ms` more.
     Recovering { left_ms: u64 },
+    /// The owner holds the lock in the other mode (no upgrade or
+    /// downgrade: two readers upgrading at once would wait for each other
+    /// forever).
+    ModeHeld { held: Mode },
+    /// A shared request's `LIMIT` differs from the lock's.
+    LimitMismatch {
+        asked: Option<NonZeroU32>,
+        lock: Option<NonZeroU32>,
+    },
+}
+
+/// A `LIMIT` as the errors name it.
+fn limit_name(limit: Option<NonZeroU32>) -> String {
+    limit.map_or_else(|| "(none)".into(), |n| n.to_string())
 }
 
 impl From<TokensExhausted> for OpError {
@@ -83,6 +102,14 @@ impl OpError {
             }
             OpError::Recovering { left_ms } => format!(
                 "RECOVERING this node refuses new locks for another {left_ms} ms (lock.recovery-ms)"
+            ),
+            OpError::ModeHeld { held } => {
+                format!("ERR owner holds this lock in {} mode", held.name())
+            }
+            OpError::LimitMismatch { asked, lock } => format!(
+                "ERR LIMIT {} does not match the lock's LIMIT {}",
+                limit_name(*asked),
+                limit_name(*lock)
             ),
         }
     }
@@ -131,15 +158,45 @@ pub struct Snapshot {
     pub pttl_ms: u64,
 }
 
-/// Removes a lock whose lease has ended. Returns its deadline if it did.
-/// The adapter calls it before every write command and from the expiry timer.
-pub fn expire_if_due(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) -> Option<u64> {
+/// What [`expire_if_due`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Every lease on the lock ended: the lock and its key were removed.
+    Lock { deadline: u64 },
+    /// These holders' leases ended (owner, lease-index entry); others hold
+    /// on.
+    Holders(Vec<(Vec<u8>, u64)>),
+}
+
+/// Removes the holds whose lease has ended: the whole lock (and its key)
+/// when every one has. The adapter calls it before every write command and
+/// from the expiry timer.
+pub fn expire_if_due(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) -> Option<Ended> {
     let now = clock.monotonic_ms();
-    let lock = slot.lock().filter(|lock| lock.all_expired(now))?;
-    let deadline = lock.holders().iter().map(Holder::deadline).max()?;
-    slot.delete();
-    node.stats.expired += 1;
-    Some(deadline)
+    let lock = slot.lock()?;
+    if lock.all_expired(now) {
+        let deadline = lock.holders().iter().map(Holder::deadline).max()?;
+        slot.delete();
+        node.stats.expired += 1;
+        return Some(Ended::Lock { deadline });
+    }
+    let ended: Vec<Vec<u8>> = lock
+        .holders()
+        .iter()
+        .filter(|h| h.has_expired(now))
+        .map(|h| h.owner().to_vec())
+        .collect();
+    if ended.is_empty() {
+        return None;
+    }
+    let mut gone = Vec::with_capacity(ended.len());
+    for owner in ended {
+        if let Some(holder) = lock.remove_holder(&owner) {
+            gone.push((owner, holder.expiry_id()));
+            node.stats.holders_expired += 1;
+        }
+    }
+    Some(Ended::Holders(gone))
 }
 
 /// A token for a fresh lock in `slot`: above every token this node issued
@@ -182,15 +239,53 @@ fn previous_deadline(slot: &mut impl Slot) -> Option<u64> {
     slot.lock()?.holders().iter().map(Holder::deadline).max()
 }
 
-/// `LOCK.ACQUIRE`: a fresh lock with one hold, or one more hold for the
-/// holder with its lease renewed to `ttl_ms`; [`Acquired::Busy`] otherwise.
-/// Inside the node's recovery window (`window`)
-/// a fresh lock and a re-entry are both refused: after a restart that lost
-/// writes, the lock this node holds under `owner` may be older than a grant
-/// the node forgot (a release and another owner's acquisition), and a
-/// re-entry would hand `owner` that old, smaller token while the other
-/// holder still believes it holds the lock. `EXTEND`, `RELEASE` and `FENCE`
-/// stay allowed: they never grant anything.
+/// What `LOCK.ACQUIRE` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: u64,
+    pub mode: Mode,
+    /// `SHARED LIMIT n`.
+    pub limit: Option<NonZeroU32>,
+}
+
+impl<'a> Request<'a> {
+    /// An exclusive request.
+    pub fn exclusive(owner: &'a [u8], ttl_ms: u64) -> Self {
+        Request {
+            owner,
+            ttl_ms,
+            mode: Mode::Exclusive,
+            limit: None,
+        }
+    }
+}
+
+/// What besides the lock decides whether a request is admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// The node's recovery window.
+    pub window: Window,
+    /// Someone waits in the key's queue: a shared request never overtakes
+    /// a queued request (so writers do not starve).
+    pub queued: bool,
+    /// `lock.max-holders`: the most holders of a shared lock without a
+    /// `LIMIT`.
+    pub max_holders: u32,
+}
+
+impl Admission {
+    /// Nobody waiting, the default number of holders, in `window`.
+    pub fn in_window(window: Window) -> Self {
+        Admission {
+            window,
+            queued: false,
+            max_holders: crate::args::Limits::default().max_holders,
+        }
+    }
+}
+
+/// `LOCK.ACQUIRE` of an exclusive lock (see [`acquire_with`]).
 pub fn acquire(
     node: &mut Node,
     slot: &mut impl Slot,
@@ -199,51 +294,178 @@ pub fn acquire(
     ttl_ms: u64,
     window: Window,
 ) -> Result<Outcome<Acquired>, OpError> {
-    let deadline = lease::deadline_after(clock, ttl_ms);
-    let held = live(slot, clock).is_some();
-    let (reply, change) = match live_holder(slot, clock, owner) {
-        None if !held => {
-            window.check()?;
-            let token = fresh_token(node, slot, clock)?;
-            let previous_deadline = previous_deadline(slot);
-            slot.store(Lock::exclusive(owner, 1, token, deadline));
-            node.stats.acquired += 1;
-            (
-                Acquired::Granted {
-                    token,
-                    reentered: false,
-                },
-                Change::Stored { previous_deadline },
-            )
-        }
-        Some(lock) => {
-            window.check()?;
-            let holds = lock.holds().checked_add(1).ok_or(OpError::TooManyHolds)?;
-            let previous_deadline = Some(lock.deadline());
-            lock.set_holds(holds);
-            lock.set_deadline(deadline);
-            node.stats.reentered += 1;
-            (
-                Acquired::Granted {
-                    token: lock.token(),
-                    reentered: true,
-                },
-                Change::Stored { previous_deadline },
-            )
-        }
-        None => {
-            node.stats.contended += 1;
-            (Acquired::Busy, Change::None)
-        }
-    };
-    Ok(Outcome { reply, change })
+    let request = Request::exclusive(owner, ttl_ms);
+    acquire_with(node, slot, clock, &request, &Admission::in_window(window))
 }
 
-/// Serves the waiter at the head of a queue: a free slot is granted as by a
-/// fresh acquisition; a slot its owner holds by now (another of the owner's
-/// waiters was granted just before it) is re-entered, as a plain
-/// `LOCK.ACQUIRE` by that owner would be. Returns `None` (and changes
-/// nothing) if another owner holds the slot.
+/// `LOCK.ACQUIRE`: a fresh hold (a new lock, or a new holder of a shared
+/// lock), or one more hold for the owner with its lease renewed to
+/// `ttl_ms`; [`Acquired::Busy`] when it cannot be granted now.
+///
+/// - Exclusive: granted when nobody holds the lock.
+/// - Shared: granted when the lock is free, or shared with the same
+///   `LIMIT` (an error otherwise), fewer holders than the limit (or
+///   `max_holders`), and nobody waiting in its queue.
+/// - Re-entry in the same mode adds a hold and renews the owner's lease;
+///   the other mode is an error (no upgrade or downgrade).
+///
+/// Inside the node's recovery window (`window`) a fresh hold and a
+/// re-entry are both refused: after a restart that lost writes, the lock
+/// this node holds under `owner` may be older than a grant the node forgot
+/// (a release and another owner's acquisition), and a re-entry would hand
+/// `owner` that old, smaller token while the other holder still believes
+/// it holds the lock. `EXTEND`, `RELEASE` and `FENCE` stay allowed: they
+/// never grant anything.
+pub fn acquire_with(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    request: &Request,
+    admission: &Admission,
+) -> Result<Outcome<Acquired>, OpError> {
+    let now = clock.monotonic_ms();
+    let deadline = lease::deadline_after(clock, request.ttl_ms);
+    let Some(lock) = live(slot, clock) else {
+        // Free: a new lock.
+        admission.window.check()?;
+        let token = fresh_token(node, slot, clock)?;
+        let previous_deadline = previous_deadline(slot);
+        let holder = Holder::new(request.owner, 1, token, deadline);
+        slot.store(match request.mode {
+            Mode::Exclusive => Lock::exclusive(request.owner, 1, token, deadline),
+            Mode::Shared => Lock::shared(request.limit, holder),
+        });
+        node.stats.acquired += 1;
+        if request.mode == Mode::Shared {
+            node.stats.shared_grants += 1;
+        }
+        return Ok(Outcome {
+            reply: Acquired::Granted {
+                token,
+                reentered: false,
+            },
+            change: Change::Stored { previous_deadline },
+        });
+    };
+    let (mode, limit) = (lock.mode(), lock.limit());
+    let shared_mismatch =
+        mode == Mode::Shared && request.mode == Mode::Shared && limit != request.limit;
+    if let Some(holder) = lock
+        .holder_mut(request.owner)
+        .filter(|holder| !holder.has_expired(now))
+    {
+        // The owner holds it: re-entry, in the same mode only.
+        if mode != request.mode {
+            return Err(OpError::ModeHeld { held: mode });
+        }
+        if shared_mismatch {
+            return Err(OpError::LimitMismatch {
+                asked: request.limit,
+                lock: limit,
+            });
+        }
+        admission.window.check()?;
+        let holds = holder.holds().checked_add(1).ok_or(OpError::TooManyHolds)?;
+        let previous_deadline = Some(holder.deadline());
+        holder.set_holds(holds);
+        holder.set_deadline(deadline);
+        node.stats.reentered += 1;
+        return Ok(Outcome {
+            reply: Acquired::Granted {
+                token: holder.token(),
+                reentered: true,
+            },
+            change: Change::Stored { previous_deadline },
+        });
+    }
+    // Others hold it: only a shared request may join shared holders.
+    if shared_mismatch {
+        return Err(OpError::LimitMismatch {
+            asked: request.limit,
+            lock: limit,
+        });
+    }
+    let joins = mode == Mode::Shared && request.mode == Mode::Shared && !admission.queued;
+    let room = {
+        let most = limit.map_or(admission.max_holders, NonZeroU32::get);
+        let holding = lock
+            .holders()
+            .iter()
+            .filter(|h| !h.has_expired(now))
+            .count();
+        holding < usize::try_from(most).unwrap_or(usize::MAX)
+    };
+    if !(joins && room) {
+        node.stats.contended += 1;
+        if joins && limit.is_some() {
+            node.stats.semaphore_full += 1;
+        }
+        return Ok(Outcome {
+            reply: Acquired::Busy,
+            change: Change::None,
+        });
+    }
+    admission.window.check()?;
+    let token = fresh_token(node, slot, clock)?;
+    let Some(lock) = slot.lock() else {
+        return Ok(Outcome {
+            reply: Acquired::Busy,
+            change: Change::None,
+        });
+    };
+    // An ended hold of the same owner (not removed yet) makes way.
+    lock.remove_holder(request.owner);
+    lock.add_holder(Holder::new(request.owner, 1, token, deadline));
+    node.stats.acquired += 1;
+    node.stats.shared_grants += 1;
+    Ok(Outcome {
+        reply: Acquired::Granted {
+            token,
+            reentered: false,
+        },
+        change: Change::Stored {
+            previous_deadline: None,
+        },
+    })
+}
+
+/// Serves a waiter at the head of a queue, as its `LOCK.ACQUIRE` would be
+/// served now with nobody ahead of it (a fresh grant, or a re-entry when
+/// another of the owner's waiters was granted just before). Returns `None`
+/// (and changes nothing) if it cannot be granted now.
+pub fn grant_with(
+    node: &mut Node,
+    slot: &mut impl Slot,
+    clock: &impl Clock,
+    request: &Request,
+    admission: &Admission,
+) -> Result<Option<Outcome<i64>>, OpError> {
+    let admission = Admission {
+        queued: false,
+        ..*admission
+    };
+    let (contended, full) = (node.stats.contended, node.stats.semaphore_full);
+    let outcome = acquire_with(node, slot, clock, request, &admission)?;
+    Ok(match outcome.reply {
+        Acquired::Granted { token, reentered } => {
+            if !reentered {
+                node.stats.wait_grants += 1;
+            }
+            Some(Outcome {
+                reply: token,
+                change: outcome.change,
+            })
+        }
+        Acquired::Busy => {
+            // A waiter that stays is no new contention.
+            node.stats.contended = contended;
+            node.stats.semaphore_full = full;
+            None
+        }
+    })
+}
+
+/// [`grant_with`] of an exclusive request.
 pub fn grant(
     node: &mut Node,
     slot: &mut impl Slot,
@@ -252,34 +474,8 @@ pub fn grant(
     ttl_ms: u64,
     window: Window,
 ) -> Result<Option<Outcome<i64>>, OpError> {
-    if live(slot, clock).is_some() {
-        if live_holder(slot, clock, owner).is_none() {
-            return Ok(None);
-        }
-        let outcome = acquire(node, slot, clock, owner, ttl_ms, window)?;
-        return Ok(match outcome.reply {
-            Acquired::Granted { token, .. } => Some(Outcome {
-                reply: token,
-                change: outcome.change,
-            }),
-            Acquired::Busy => None,
-        });
-    }
-    window.check()?;
-    let token = fresh_token(node, slot, clock)?;
-    let previous_deadline = previous_deadline(slot);
-    slot.store(Lock::exclusive(
-        owner,
-        1,
-        token,
-        lease::deadline_after(clock, ttl_ms),
-    ));
-    node.stats.acquired += 1;
-    node.stats.wait_grants += 1;
-    Ok(Some(Outcome {
-        reply: token,
-        change: Change::Stored { previous_deadline },
-    }))
+    let request = Request::exclusive(owner, ttl_ms);
+    grant_with(node, slot, clock, &request, &Admission::in_window(window))
 }
 
 /// `LOCK.RELEASE`: drops one hold (or all with `all`); the reply is the
@@ -300,9 +496,23 @@ pub fn release(
             };
             let deadline = lock.deadline();
             if left == 0 {
-                slot.delete();
                 node.stats.released += 1;
-                (Some(0), Change::Deleted { deadline })
+                // The last holder leaving removes the key; another leaves
+                // the others holding.
+                let left_shared = slot.lock().and_then(|l| l.remove_holder(owner));
+                match left_shared {
+                    Some(gone) => (
+                        Some(0),
+                        Change::Left {
+                            deadline,
+                            entry: gone.expiry_id(),
+                        },
+                    ),
+                    None => {
+                        slot.delete();
+                        (Some(0), Change::Deleted { deadline })
+                    }
+                }
             } else {
                 lock.set_holds(left);
                 (
@@ -410,8 +620,12 @@ pub fn info(slot: &mut impl Slot, clock: &impl Clock) -> Option<Snapshot> {
     })
 }
 
-/// Applies a replicated effect (from the primary or the AOF): the slot holds
-/// exactly this lock, its lease ending at wall-clock `wall_end_ms`.
+/// Applies a replicated effect (from the primary or the AOF): `owner`'s
+/// hold is exactly this, its lease ending at wall-clock `wall_end_ms`. An
+/// exclusive hold replaces whatever the slot held; a shared one (`shared`:
+/// the lock's limit) replaces the owner's hold in a shared lock, joins it,
+/// or starts one.
+#[allow(clippy::too_many_arguments)]
 pub fn apply(
     node: &mut Node,
     slot: &mut impl Slot,
@@ -420,19 +634,123 @@ pub fn apply(
     holds: u32,
     token: i64,
     wall_end_ms: i64,
+    shared: Option<Option<NonZeroU32>>,
 ) -> Outcome<()> {
-    let previous_deadline = previous_deadline(slot);
     node.tokens.raise(token);
-    slot.store(Lock::exclusive(
-        owner,
-        holds,
-        token,
-        lease::from_wall_ms(clock, wall_end_ms),
-    ));
-    Outcome {
+    let deadline = lease::from_wall_ms(clock, wall_end_ms);
+    let stored = |previous_deadline| Outcome {
         reply: (),
         change: Change::Stored { previous_deadline },
+    };
+    let Some(limit) = shared else {
+        let previous_deadline = previous_deadline(slot);
+        slot.store(Lock::exclusive(owner, holds, token, deadline));
+        return stored(previous_deadline);
+    };
+    if let Some(lock) = slot
+        .lock()
+        .filter(|lock| lock.mode() == Mode::Shared && lock.limit() == limit)
+    {
+        if let Some(holder) = lock.holder_mut(owner) {
+            let previous = holder.deadline();
+            holder.set_holds(holds);
+            holder.set_token(token);
+            holder.set_deadline(deadline);
+            return stored(Some(previous));
+        }
+        lock.add_holder(Holder::new(owner, holds, token, deadline));
+        return stored(None);
     }
+    let previous_deadline = previous_deadline(slot);
+    slot.store(Lock::shared(
+        limit,
+        Holder::new(owner, holds, token, deadline),
+    ));
+    stored(previous_deadline)
+}
+
+/// Applies `LOCK.DROP`: `owner`'s hold leaves the lock (the key goes with
+/// its last holder).
+pub fn drop_holder(slot: &mut impl Slot, owner: &[u8]) -> Outcome<()> {
+    let Some(lock) = slot.lock() else {
+        return Outcome {
+            reply: (),
+            change: Change::None,
+        };
+    };
+    let Some(holder) = lock.holder(owner) else {
+        return Outcome {
+            reply: (),
+            change: Change::None,
+        };
+    };
+    let (deadline, entry) = (holder.deadline(), holder.expiry_id());
+    let change = match lock.remove_holder(owner) {
+        Some(_) => Change::Left { deadline, entry },
+        None => {
+            slot.delete();
+            Change::Deleted { deadline }
+        }
+    };
+    Outcome { reply: (), change }
+}
+
+/// A live holder as `LOCK.HOLDERS` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HolderView {
+    pub owner: Vec<u8>,
+    pub holds: u32,
+    pub token: i64,
+    pub pttl_ms: u64,
+}
+
+/// A held lock as `LOCK.INFO` and `LOCK.HOLDERS` show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    pub mode: Mode,
+    pub limit: Option<NonZeroU32>,
+    /// Holders whose lease runs, in grant order.
+    pub holders: Vec<HolderView>,
+}
+
+/// The held lock and its live holders (at most `count`), or `None` if
+/// there is none or every lease on it ended.
+pub fn view(slot: &mut impl Slot, clock: &impl Clock, count: usize) -> Option<View> {
+    let now = clock.monotonic_ms();
+    let lock = live(slot, clock)?;
+    let holders = lock
+        .holders()
+        .iter()
+        .filter(|h| !h.has_expired(now))
+        .take(count)
+        .map(|h| HolderView {
+            owner: h.owner().to_vec(),
+            holds: h.holds(),
+            token: h.token(),
+            pttl_ms: lease::remaining_ms(clock, h.deadline()),
+        })
+        .collect();
+    Some(View {
+        mode: lock.mode(),
+        limit: lock.limit(),
+        holders,
+    })
+}
+
+/// The token of `owner`'s hold on the lock in `slot`, if its lease runs.
+pub fn token_of(slot: &mut impl Slot, clock: &impl Clock, owner: &[u8]) -> Option<i64> {
+    live_holder(slot, clock, owner).map(|holder| holder.token())
+}
+
+/// How many holders of the lock in `slot` hold it now.
+pub fn holders_now(slot: &mut impl Slot, clock: &impl Clock) -> usize {
+    let now = clock.monotonic_ms();
+    live(slot, clock).map_or(0, |lock| {
+        lock.holders()
+            .iter()
+            .filter(|h| !h.has_expired(now))
+            .count()
+    })
 }
 
 #[cfg(test)]
@@ -639,7 +957,10 @@ mod tests {
             Window::Open,
         ));
         clock.advance_ms(1_001);
-        assert_eq!(expire_if_due(&mut node, &mut slot, &clock), Some(1_100));
+        assert_eq!(
+            expire_if_due(&mut node, &mut slot, &clock),
+            Some(Ended::Lock { deadline: 1_100 })
+        );
         assert_eq!(node.stats.expired, 1);
         let (second, reentered) = granted(acquire(
             &mut node,
@@ -665,7 +986,10 @@ mod tests {
         assert_eq!(expire_if_due(&mut node, &mut slot, &clock), None);
         clock.advance_ms(1);
         assert_eq!(info(&mut slot, &clock), None);
-        assert_eq!(expire_if_due(&mut node, &mut slot, &clock), Some(110));
+        assert_eq!(
+            expire_if_due(&mut node, &mut slot, &clock),
+            Some(Ended::Lock { deadline: 110 })
+        );
         assert!(slot.0.is_none());
     }
 
@@ -804,7 +1128,16 @@ mod tests {
     #[test]
     fn apply_reproduces_the_primary_lock_and_raises_the_counter() {
         let (mut node, mut slot, clock) = setup();
-        apply(&mut node, &mut slot, &clock, b"a", 3, 42, WALL + 2_500);
+        apply(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"a",
+            3,
+            42,
+            WALL + 2_500,
+            None,
+        );
         let lock = slot.sole().unwrap().clone();
         assert_eq!(
             (lock.holds(), lock.token(), lock.deadline()),
@@ -894,6 +1227,191 @@ mod tests {
             OpError::Recovering { left_ms: 50 }.message(),
             "RECOVERING this node refuses new locks for another 50 ms (lock.recovery-ms)"
         );
+    }
+
+    fn shared(owner: &[u8], limit: u32) -> Request<'_> {
+        Request {
+            owner,
+            ttl_ms: 1_000,
+            mode: Mode::Shared,
+            limit: NonZeroU32::new(limit),
+        }
+    }
+
+    fn take(
+        node: &mut Node,
+        slot: &mut MemorySlot,
+        clock: &ManualClock,
+        request: Request,
+        queued: bool,
+    ) -> Result<Outcome<Acquired>, OpError> {
+        let admission = Admission {
+            window: Window::Open,
+            queued,
+            max_holders: 3,
+        };
+        acquire_with(node, slot, clock, &request, &admission)
+    }
+
+    #[test]
+    fn readers_share_a_lock_a_writer_waits_and_each_reader_has_its_own_hold() {
+        let (mut node, mut slot, clock) = setup();
+        let (r1, _) = granted(take(&mut node, &mut slot, &clock, shared(b"r1", 0), false));
+        clock.advance_ms(10);
+        let (r2, _) = granted(take(&mut node, &mut slot, &clock, shared(b"r2", 0), false));
+        assert!(r2 > r1);
+        let writer = take(
+            &mut node,
+            &mut slot,
+            &clock,
+            Request::exclusive(b"w", 1_000),
+            false,
+        );
+        assert_eq!(writer.map(|o| o.reply), Ok(Acquired::Busy));
+        // Re-entry by r1: its token, its lease renewed, r2's untouched.
+        clock.advance_ms(10);
+        let (again, reentered) =
+            granted(take(&mut node, &mut slot, &clock, shared(b"r1", 0), false));
+        assert_eq!((again, reentered), (r1, true));
+        let lock = slot.0.clone().unwrap();
+        let deadlines: Vec<(u32, u64)> = lock
+            .holders()
+            .iter()
+            .map(|h| (h.holds(), h.deadline()))
+            .collect();
+        assert_eq!(deadlines, vec![(2, 1_120), (1, 1_110)]);
+        // Without a LIMIT, lock.max-holders (3 here) caps the readers.
+        granted(take(&mut node, &mut slot, &clock, shared(b"r3", 0), false));
+        let fourth = take(&mut node, &mut slot, &clock, shared(b"r4", 0), false);
+        assert_eq!(fourth.map(|o| o.reply), Ok(Acquired::Busy));
+        assert_eq!(node.stats.shared_grants, 3);
+    }
+
+    #[test]
+    fn no_upgrade_no_downgrade_and_the_limit_must_match() {
+        let (mut node, mut slot, clock) = setup();
+        granted(take(&mut node, &mut slot, &clock, shared(b"r", 2), false));
+        let before = slot.0.clone();
+        assert_eq!(
+            take(
+                &mut node,
+                &mut slot,
+                &clock,
+                Request::exclusive(b"r", 1_000),
+                false
+            ),
+            Err(OpError::ModeHeld { held: Mode::Shared })
+        );
+        for (owner, limit, message) in [
+            (
+                &b"r"[..],
+                3,
+                "ERR LIMIT 3 does not match the lock's LIMIT 2",
+            ),
+            (
+                b"other",
+                0,
+                "ERR LIMIT (none) does not match the lock's LIMIT 2",
+            ),
+        ] {
+            let refused = take(&mut node, &mut slot, &clock, shared(owner, limit), false);
+            assert_eq!(refused.map_err(|e| e.message()), Err(message.to_string()));
+        }
+        assert_eq!(slot.0, before, "a refusal changes nothing");
+        let (mut node, mut slot, clock) = setup();
+        granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            b"w",
+            1_000,
+            Window::Open,
+        ));
+        assert_eq!(
+            take(&mut node, &mut slot, &clock, shared(b"w", 0), false).map_err(|e| e.message()),
+            Err("ERR owner holds this lock in exclusive mode".to_string())
+        );
+    }
+
+    #[test]
+    fn a_semaphore_refuses_past_its_limit_and_a_queue_stops_newcomers() {
+        let (mut node, mut slot, clock) = setup();
+        granted(take(&mut node, &mut slot, &clock, shared(b"a", 2), false));
+        let queued = take(&mut node, &mut slot, &clock, shared(b"b", 2), true);
+        assert_eq!(
+            queued.map(|o| o.reply),
+            Ok(Acquired::Busy),
+            "nobody overtakes a queue"
+        );
+        assert_eq!(node.stats.semaphore_full, 0);
+        granted(take(&mut node, &mut slot, &clock, shared(b"b", 2), false));
+        let full = take(&mut node, &mut slot, &clock, shared(b"c", 2), false);
+        assert_eq!(full.map(|o| o.reply), Ok(Acquired::Busy));
+        assert_eq!(node.stats.semaphore_full, 1);
+        // A permit given back makes room; the key stays while one is held.
+        let outcome = release(&mut node, &mut slot, &clock, b"a", false);
+        assert!(matches!(
+            outcome.change,
+            Change::Left {
+                deadline: 1_100,
+                ..
+            }
+        ));
+        granted(take(&mut node, &mut slot, &clock, shared(b"c", 2), false));
+        release(&mut node, &mut slot, &clock, b"b", true);
+        let last = release(&mut node, &mut slot, &clock, b"c", false);
+        assert_eq!(last.change, Change::Deleted { deadline: 1_100 });
+        assert!(slot.0.is_none());
+    }
+
+    #[test]
+    fn each_holder_lease_ends_on_its_own() {
+        let (mut node, mut slot, clock) = setup();
+        granted(take(
+            &mut node,
+            &mut slot,
+            &clock,
+            shared(b"short", 0),
+            false,
+        ));
+        clock.advance_ms(500);
+        granted(take(
+            &mut node,
+            &mut slot,
+            &clock,
+            shared(b"long", 0),
+            false,
+        ));
+        clock.advance_ms(501);
+        assert_eq!(
+            expire_if_due(&mut node, &mut slot, &clock),
+            Some(Ended::Holders(vec![(b"short".to_vec(), 0)]))
+        );
+        assert_eq!(node.stats.holders_expired, 1);
+        assert_eq!(expire_if_due(&mut node, &mut slot, &clock), None);
+        // A holder whose lease ended but is not removed yet may join again
+        // (its old hold makes way).
+        clock.advance_ms(200);
+        let lock = slot.0.as_mut().unwrap();
+        lock.add_holder(Holder::new(b"late", 1, 1, 1_300));
+        assert!(lock.holders()[1].has_expired(clock.monotonic_ms()));
+        granted(take(
+            &mut node,
+            &mut slot,
+            &clock,
+            shared(b"late", 0),
+            false,
+        ));
+        let lock = slot.0.as_ref().unwrap();
+        let owners: Vec<&[u8]> = lock.holders().iter().map(Holder::owner).collect();
+        assert_eq!(owners, vec![&b"long"[..], b"late"]);
+        assert_eq!(lock.holders()[1].deadline(), 2_301);
+        clock.advance_ms(1_001);
+        assert_eq!(
+            expire_if_due(&mut node, &mut slot, &clock),
+            Some(Ended::Lock { deadline: 2_301 })
+        );
+        assert!(slot.0.is_none());
     }
 
     #[test]

@@ -25,4 +25,10 @@ pub struct Stats {
     /// Grants to waiters whose reply never reached them (the client went
     /// away in the same event-loop turn), taken back at once.
     pub wait_grants_undelivered: u64,
+    /// Fresh grants in shared mode (read locks and semaphore permits).
+    pub shared_grants: u64,
+    /// Shared requests refused because every permit of a `LIMIT` was taken.
+    pub semaphore_full: u64,
+    /// Holders of a shared lock whose lease ended while others held on.
+    pub holders_expired: u64,
 }

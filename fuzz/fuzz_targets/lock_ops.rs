@@ -102,6 +102,7 @@ fn check_change(change: Change, before: &Option<Holder>, after: &Option<Holder>)
             );
             assert_eq!(Some(deadline), before.as_ref().map(Holder::deadline));
         }
+        Change::Left { .. } => panic!("Change::Left from an exclusive lock"),
     }
 }
 
@@ -187,6 +188,9 @@ fuzz_target!(|data: &[u8]| {
                             OpError::TooManyHolds => {
                                 let lock = live_before.as_ref().expect("holds of a live lock");
                                 assert!(lock.is(owner) && lock.holds() == u32::MAX);
+                            }
+                            OpError::ModeHeld { .. } | OpError::LimitMismatch { .. } => {
+                                panic!("{error:?} from exclusive requests only")
                             }
                         }
                     }
@@ -339,7 +343,16 @@ fuzz_target!(|data: &[u8]| {
                 let World {
                     node, slots, clock, ..
                 } = &mut world;
-                let outcome = ops::apply(node, &mut slots[s], clock, owner, holds, token, wall_end);
+                let outcome = ops::apply(
+                    node,
+                    &mut slots[s],
+                    clock,
+                    owner,
+                    holds,
+                    token,
+                    wall_end,
+                    None,
+                );
                 let after = world.slots[s].sole().cloned();
                 check_change(outcome.change, &before, &after);
                 let lock = after.as_ref().expect("applied");
@@ -357,7 +370,10 @@ fuzz_target!(|data: &[u8]| {
                 } = &mut world;
                 let expired = ops::expire_if_due(node, &mut slots[s], clock);
                 match expired {
-                    Some(deadline) => {
+                    Some(ops::Ended::Holders(gone)) => {
+                        panic!("holders {gone:?} ended alone in an exclusive lock")
+                    }
+                    Some(ops::Ended::Lock { deadline }) => {
                         assert_eq!(before.as_ref().map(Holder::deadline), Some(deadline));
                         assert!(deadline < now, "a lease ends only past its deadline");
                         assert!(world.slots[s].0.is_none());

@@ -1,8 +1,8 @@
 //! Fuzzes argument parsing (`redis_lock_core::args`) against an independent
 //! model of the README's command contract.
 //!
-//! Input: byte 0 picks the command, bytes 1-2 `lock.max-owner-bytes`, bytes
-//! 3-10 `lock.max-ttl`; the rest, split on NUL bytes, is the argument list
+//! Input: byte 0 picks the command, bytes 1-2 `lock.max-owner-bytes` (and
+//! `lock.max-holders`), bytes 3-10 `lock.max-ttl`; the rest, split on NUL bytes, is the argument list
 //! after the command name (so the key, owner, numbers and options are all
 //! fuzzed, arity included).
 //!
@@ -16,8 +16,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::num::NonZeroU32;
+
 use redis_lock_core::args::{self, ArgError, Limits, MAX_WAIT_MS};
 use redis_lock_core::token::MAX_TOKEN;
+use redis_lock_core::Mode;
 
 /// Redis's integer rule, written independently of `parse_i64`.
 fn model_int(bytes: &[u8]) -> Option<i64> {
@@ -99,26 +102,60 @@ fn model_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Expect<args::Acquire
     let mut defects = Defects::new();
     defects.owner(argv[2], limits);
     let ttl_ms = defects.ttl(argv[3], limits);
-    let mut wait_ms = None;
+    let (mut wait_ms, mut shared, mut limit) = (None, false, None);
     let mut i = 4;
     while i < argv.len() {
-        if !keyword(argv[i], "WAIT") || wait_ms.is_some() || i + 1 == argv.len() {
-            // Unknown, repeated or incomplete: the rest is not interpreted.
+        if keyword(argv[i], "SHARED") && !shared {
+            shared = true;
+            i += 1;
+            continue;
+        }
+        let option = if keyword(argv[i], "WAIT") && wait_ms.is_none() {
+            "WAIT"
+        } else if keyword(argv[i], "LIMIT") && limit.is_none() {
+            "LIMIT"
+        } else {
+            // Unknown or repeated: the rest is not interpreted.
+            defects.add(ArgError::Syntax);
+            break;
+        };
+        if i + 1 == argv.len() {
             defects.add(ArgError::Syntax);
             break;
         }
-        match model_range(argv[i + 1], 0, MAX_WAIT_MS as i64) {
-            Some(t) => wait_ms = Some(t as u64),
-            None => {
-                defects.add(ArgError::WaitTimeout);
-                wait_ms = Some(0);
+        if option == "WAIT" {
+            match model_range(argv[i + 1], 0, MAX_WAIT_MS as i64) {
+                Some(t) => wait_ms = Some(t as u64),
+                None => {
+                    defects.add(ArgError::WaitTimeout);
+                    wait_ms = Some(0);
+                }
+            }
+        } else {
+            match model_range(argv[i + 1], 1, i64::from(limits.max_holders)) {
+                Some(n) => limit = NonZeroU32::new(n as u32),
+                None => {
+                    defects.add(ArgError::Limit {
+                        max: limits.max_holders,
+                    });
+                    limit = NonZeroU32::new(1);
+                }
             }
         }
         i += 2;
     }
+    if limit.is_some() && !shared {
+        defects.add(ArgError::LimitWithoutShared);
+    }
     defects.finish(args::AcquireArgs {
         owner: argv[2],
         ttl_ms,
+        mode: if shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        },
+        limit,
         wait_ms,
     })
 }
@@ -193,15 +230,21 @@ fn model_info(argv: &[&[u8]]) -> Expect<()> {
     }
 }
 
-/// LOCK.APPLY is internal: exactly six words, not held to this node's limits.
-/// Its value errors are `Effect(..)`, matched by kind only.
+/// LOCK.APPLY is internal: six words, or eight ending in `SHARED limit`
+/// (0..=u32::MAX, 0 for none); not held to this node's limits. Its value
+/// errors are `Effect(..)`, matched by kind only.
 fn model_apply<'a>(argv: &[&'a [u8]]) -> Expect<args::ApplyArgs<'a>> {
     if argv.len() < 6 {
         return Expect::Err(vec![ArgError::WrongArity]);
     }
     let mut defects = Defects::new();
-    if argv.len() > 6 {
-        defects.add(ArgError::WrongArity);
+    let mut shared = None;
+    if argv.len() == 8 && keyword(argv[6], "SHARED") {
+        match model_range(argv[7], 0, i64::from(u32::MAX)) {
+            Some(n) => shared = Some(NonZeroU32::new(n as u32)),
+            None => defects.add(ArgError::Effect("")),
+        }
+    } else if argv.len() > 6 {
         defects.add(ArgError::Syntax);
     }
     if argv[2].is_empty() {
@@ -218,7 +261,31 @@ fn model_apply<'a>(argv: &[&'a [u8]]) -> Expect<args::ApplyArgs<'a>> {
         holds: holds.unwrap_or(1) as u32,
         token: token.unwrap_or(1),
         wall_end_ms: wall_end_ms.unwrap_or(0),
+        shared,
     })
+}
+
+/// LOCK.HOLDERS key [COUNT n]: n a positive integer; all without COUNT.
+fn model_holders(argv: &[&[u8]]) -> Expect<usize> {
+    match argv.len() {
+        0 | 1 => Expect::Err(vec![ArgError::WrongArity]),
+        2 => Expect::Ok(usize::MAX),
+        4 if keyword(argv[2], "COUNT") => match model_int(argv[3]).filter(|n| *n >= 1) {
+            Some(n) => Expect::Ok(n as usize),
+            None => Expect::Err(vec![ArgError::Count]),
+        },
+        _ => Expect::Err(vec![ArgError::Syntax]),
+    }
+}
+
+/// LOCK.DROP key owner: internal, exactly one non-empty owner.
+fn model_drop<'a>(argv: &[&'a [u8]]) -> Expect<&'a [u8]> {
+    match argv.len() {
+        0..=2 => Expect::Err(vec![ArgError::WrongArity]),
+        3 if argv[2].is_empty() => Expect::Err(vec![ArgError::EmptyOwner]),
+        3 => Expect::Ok(argv[2]),
+        _ => Expect::Err(vec![ArgError::Syntax]),
+    }
 }
 
 /// LOCK.COUNTER is internal: exactly one number, a token in 1..=MAX_TOKEN.
@@ -278,6 +345,7 @@ fuzz_target!(|data: &[u8]| {
     let (head, rest) = data.split_at(11);
     let limits = Limits {
         max_owner_bytes: 1 + usize::from(u16::from_le_bytes([head[1], head[2]])) % 1024,
+        max_holders: 1 + u32::from(u16::from_le_bytes([head[2], head[1]])) % 200,
         max_ttl_ms: {
             // Half the time a small limit, so that its edges are easy to hit.
             let raw = u64::from_le_bytes(head[3..11].try_into().unwrap_or_default());
@@ -296,7 +364,7 @@ fuzz_target!(|data: &[u8]| {
     for arg in &argv {
         assert_eq!(args::parse_i64(arg), model_int(arg), "parse_i64({arg:?})");
     }
-    match head[0] % 7 {
+    match head[0] % 9 {
         0 => compare(
             "acquire",
             &argv,
@@ -323,6 +391,13 @@ fuzz_target!(|data: &[u8]| {
         ),
         4 => compare("info", &argv, args::parse_info(&argv), model_info(&argv)),
         5 => compare("apply", &argv, args::parse_apply(&argv), model_apply(&argv)),
+        6 => compare(
+            "holders",
+            &argv,
+            args::parse_holders(&argv),
+            model_holders(&argv),
+        ),
+        7 => compare("drop", &argv, args::parse_drop(&argv), model_drop(&argv)),
         _ => compare(
             "counter",
             &argv,

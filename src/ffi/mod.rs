@@ -131,6 +131,11 @@ pub fn reply_bulk(ctx: Ctx, value: &[u8]) -> c_int {
 }
 
 /// A map reply (RESP3), or a flat array of `pairs * 2` elements (RESP2).
+pub fn reply_array(ctx: Ctx, len: usize) -> c_int {
+    let len = std::ffi::c_long::try_from(len).unwrap_or(0);
+    rm!(RedisModule_ReplyWithArray(ctx, len)).unwrap_or(raw::REDISMODULE_ERR as c_int)
+}
+
 pub fn reply_map(ctx: Ctx, pairs: usize) -> c_int {
     let len = std::ffi::c_long::try_from(pairs).unwrap_or(0);
     rm!(RedisModule_ReplyWithMap(ctx, len)).unwrap_or(raw::REDISMODULE_ERR as c_int)
@@ -324,42 +329,92 @@ pub fn select_db(ctx: Ctx, db: i32) -> bool {
     rm!(RedisModule_SelectDb(ctx, db)) == Some(raw::REDISMODULE_OK as c_int)
 }
 
-/// The fields of a `LOCK.APPLY key owner holds token wall-end-ms` effect.
+/// The fields of a `LOCK.APPLY key owner holds token wall-end-ms
+/// [SHARED limit]` effect.
 pub struct ApplyEffect<'a> {
     pub owner: &'a [u8],
     pub holds: u32,
     pub token: i64,
     pub wall_end_ms: i64,
+    /// A shared lock's holder: `Some(limit)`, 0 for none.
+    pub shared: Option<u32>,
 }
 
 /// Replicates `LOCK.APPLY name …` (to replicas and the AOF). The format
-/// string and its arguments are kept together here, typed.
+/// strings and their arguments are kept together here, typed.
 pub fn replicate_apply(ctx: Ctx, name: RString, effect: &ApplyEffect<'_>) {
-    rm!(RedisModule_Replicate(
-        ctx,
-        c"LOCK.APPLY".as_ptr(),
-        c"sblll".as_ptr(),
-        name,
-        effect.owner.as_ptr().cast::<c_char>(),
-        effect.owner.len(),
-        i64::from(effect.holds),
-        effect.token,
-        effect.wall_end_ms,
-    ));
+    let owner = effect.owner.as_ptr().cast::<c_char>();
+    let (len, holds) = (effect.owner.len(), i64::from(effect.holds));
+    match effect.shared {
+        None => rm!(RedisModule_Replicate(
+            ctx,
+            c"LOCK.APPLY".as_ptr(),
+            c"sblll".as_ptr(),
+            name,
+            owner,
+            len,
+            holds,
+            effect.token,
+            effect.wall_end_ms,
+        )),
+        Some(limit) => rm!(RedisModule_Replicate(
+            ctx,
+            c"LOCK.APPLY".as_ptr(),
+            c"sblllcl".as_ptr(),
+            name,
+            owner,
+            len,
+            holds,
+            effect.token,
+            effect.wall_end_ms,
+            c"SHARED".as_ptr(),
+            i64::from(limit),
+        )),
+    };
 }
 
 /// Writes `LOCK.APPLY key …` into an AOF rewrite.
 pub fn emit_aof_apply(aof: *mut raw::RedisModuleIO, key: RString, effect: &ApplyEffect<'_>) {
-    rm!(RedisModule_EmitAOF(
-        aof,
-        c"LOCK.APPLY".as_ptr(),
-        c"sblll".as_ptr(),
-        key,
-        effect.owner.as_ptr().cast::<c_char>(),
-        effect.owner.len(),
-        i64::from(effect.holds),
-        effect.token,
-        effect.wall_end_ms,
+    let owner = effect.owner.as_ptr().cast::<c_char>();
+    let (len, holds) = (effect.owner.len(), i64::from(effect.holds));
+    match effect.shared {
+        None => rm!(RedisModule_EmitAOF(
+            aof,
+            c"LOCK.APPLY".as_ptr(),
+            c"sblll".as_ptr(),
+            key,
+            owner,
+            len,
+            holds,
+            effect.token,
+            effect.wall_end_ms,
+        )),
+        Some(limit) => rm!(RedisModule_EmitAOF(
+            aof,
+            c"LOCK.APPLY".as_ptr(),
+            c"sblllcl".as_ptr(),
+            key,
+            owner,
+            len,
+            holds,
+            effect.token,
+            effect.wall_end_ms,
+            c"SHARED".as_ptr(),
+            i64::from(limit),
+        )),
+    };
+}
+
+/// Replicates `LOCK.DROP name owner`: the owner's hold left a shared lock
+/// that others still hold.
+pub fn replicate_drop(ctx: Ctx, name: RString, owner: &[u8]) {
+    rm!(RedisModule_Replicate(
+        ctx,
+        c"LOCK.DROP".as_ptr(),
+        c"sb".as_ptr(),
+        name,
+        owner.as_ptr().cast::<c_char>(),
+        owner.len()
     ));
 }
 

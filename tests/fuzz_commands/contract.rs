@@ -159,7 +159,8 @@ pub(crate) fn well_formed(command: Command, reply: &Value) -> bool {
         (Command::Release, Value::Int(left)) => *left >= 0,
         (Command::Extend, Value::Int(n)) => *n == 0 || *n == 1,
         (Command::Fence, Value::Int(token)) => *token > 0,
-        (Command::Info, Value::Array(fields)) => fields.len() == 10,
+        // An exclusive lock: owner, holds, token, pttl, waiters, mode.
+        (Command::Info, Value::Array(fields)) => fields.len() == 12,
         (Command::Debug, Value::Okay | Value::Int(_)) => true,
         _ => false,
     }
