@@ -74,7 +74,7 @@ fn run<R>(
 fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CStr) {
     opened.key.commit();
     match outcome.change {
-        Change::Stored { .. } => {
+        Change::Stored { .. } | Change::Joined => {
             effects::stored(
                 &opened.target,
                 &mut opened.key,
@@ -91,7 +91,7 @@ fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CS
             effects::left(&opened.target, owner, event);
             waiting::grant_waiters(&opened.target, &mut opened.key);
         }
-        _ => {}
+        Change::None => {}
     }
 }
 

@@ -6,7 +6,6 @@
 //! time the node was down; in memory it is a monotonic deadline.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
 
 use redis_lock_core::record::{self, Bounds};
 use redis_lock_core::{lease, Holder, Lock, Mode};
@@ -17,7 +16,7 @@ use crate::ffi::io::{key_of, Digest, LoadIo, SaveIo};
 use crate::ffi::{self, value, RString};
 use crate::guard;
 use crate::state::{with_state, CLOCK};
-use crate::stats::LIVE_LOCKS;
+use crate::stats;
 use crate::timer;
 
 /// The RDB layout written (`record::VERSION`); loading reads it and every
@@ -88,7 +87,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         std::ptr::null_mut(),
         || match load_lock(rdb, encver) {
             Some(lock) => {
-                LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
+                stats::value_counted(1, lock.holders().len());
                 // RESTORE and MIGRATE add it without an event we hear of:
                 // the timer's sweep finds it.
                 if crate::hints::hint() {
@@ -174,8 +173,9 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, lock: *mut c_void) {
 /// May run on Redis's lazy-free thread: touches only the value and an atomic.
 extern "C" fn free(value: *mut c_void) {
     guard::callback(null_ctx(), "free", (), || {
-        if value::free_value(value) {
-            LIVE_LOCKS.fetch_sub(1, Ordering::Relaxed);
+        if let Some(holders) = value::with_lock(value, |lock| lock.holders().len()) {
+            value::free_value(value);
+            stats::value_counted(-1, holders);
         }
     });
 }

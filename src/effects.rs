@@ -71,11 +71,20 @@ pub fn file(
     change: Change,
     key: impl FnOnce() -> KeyId,
 ) {
-    if let Change::Left { entry, .. } = change {
-        state.deadlines.remove(entry);
-        return;
-    }
-    let (Change::Stored { previous_deadline }, Some(holder)) = (change, slot.holder(owner)) else {
+    let previous_deadline = match change {
+        Change::Stored { previous_deadline } => previous_deadline,
+        Change::Joined => {
+            crate::stats::holders_counted(1);
+            None
+        }
+        Change::Left { entry, .. } => {
+            crate::stats::holders_counted(-1);
+            state.deadlines.remove(entry);
+            return;
+        }
+        Change::None | Change::Deleted { .. } => return,
+    };
+    let Some(holder) = slot.holder(owner) else {
         return;
     };
     if filing::on_change(&mut state.deadlines, holder, previous_deadline, key) {
@@ -125,7 +134,7 @@ pub fn announce(target: &Target, owner: &[u8], effect: Effect, event: &CStr) {
 /// After a committed change to `owner`'s hold in `slot`: announce a stored
 /// hold (nothing for any other change).
 pub fn stored(target: &Target, slot: &mut impl Slot, owner: &[u8], change: Change, event: &CStr) {
-    let Change::Stored { .. } = change else {
+    let (Change::Stored { .. } | Change::Joined) = change else {
         return;
     };
     let Some(lock) = slot.lock() else {

@@ -20,7 +20,7 @@ use crate::ffi::key::LockKey;
 use crate::ffi::{self, Ctx, ScanCursor};
 use crate::hints;
 use crate::state::{with_state, KeyId, ModuleState};
-use crate::stats::LIVE_LOCKS;
+use crate::stats::LIVE_HOLDERS;
 
 /// Where the current pass is, and the hint count it started at.
 struct Pass {
@@ -45,8 +45,8 @@ pub fn wanted(state: &ModuleState) -> bool {
 }
 
 fn unindexed(state: &ModuleState) -> bool {
-    let values = usize::try_from(LIVE_LOCKS.load(Ordering::Relaxed)).unwrap_or(0);
-    values > state.deadlines.len()
+    let holders = usize::try_from(LIVE_HOLDERS.load(Ordering::Relaxed)).unwrap_or(0);
+    holders > state.deadlines.len()
 }
 
 /// Scans for at most `budget`, filing every unindexed lock it finds.

@@ -116,8 +116,7 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                 state.wait_deadlines.remove(entry);
             }
         }
-        for (owner, previous_deadline) in handed.to_file() {
-            let change = ops::Change::Stored { previous_deadline };
+        for (owner, change) in handed.to_file() {
             effects::file(state, key, owner, change, || id.clone());
         }
         if handed.stopped == Stopped::Recovering {
@@ -231,6 +230,7 @@ pub fn settle(target: &Target, key: &mut LockKey) {
             for (_, entry) in gone {
                 state.deadlines.remove(*entry);
             }
+            crate::stats::holders_counted(-i64::try_from(gone.len()).unwrap_or(0));
         }
         Some(ended)
     })

@@ -451,3 +451,68 @@ fn every_holder_reaches_a_replica_and_survives_a_restart() {
         .unwrap();
     assert!(pool.iter().all(|h| fresh > h.2));
 }
+
+#[test]
+fn a_shared_lock_saved_renamed_or_copied_behaves_like_an_exclusive_one() {
+    let mut server = RedisServer::start();
+    let mut c = server.conn();
+    let one: i64 = {
+        shared(&mut c, "m1", "a", 600_000, Some(4))
+            .unwrap()
+            .unwrap();
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg("m1")
+            .query(&mut c)
+            .unwrap()
+    };
+    for owner in ["b", "c", "d"] {
+        shared(&mut c, "m1", owner, 600_000, Some(4))
+            .unwrap()
+            .unwrap();
+    }
+    let four: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("m1")
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        four > one,
+        "MEMORY USAGE counts every holder: {one} then {four}"
+    );
+    // COPY is refused as for an exclusive lock.
+    let copy = run(&mut c, &["COPY", "m1", "m2"]);
+    assert!(copy.is_err(), "COPY of a shared lock: {copy:?}");
+    // RENAME carries every holder, and the leases still end by themselves.
+    shared(&mut c, "brief", "x", 300, None).unwrap().unwrap();
+    shared(&mut c, "brief", "y", 300, None).unwrap().unwrap();
+    run(&mut c, &["RENAME", "brief", "renamed"]).unwrap();
+    assert_eq!(owners(&mut c, "renamed"), ["x", "y"]);
+    assert!(
+        wait_until(SOON, || !exists(&mut c, "renamed")),
+        "a renamed shared lock outlived its leases"
+    );
+    // An RDB save and a restart keep the holders, the limit and the tokens.
+    let before = holders(&mut c, "m1");
+    run(&mut c, &["SAVE"]).unwrap();
+    drop(c);
+    server.restart();
+    let mut c = server.conn();
+    let after = holders(&mut c, "m1");
+    assert_eq!(
+        after
+            .iter()
+            .map(|h| (&h.owner, h.holds, h.token))
+            .collect::<Vec<_>>(),
+        before
+            .iter()
+            .map(|h| (&h.owner, h.holds, h.token))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(shared_info(&mut c, "m1"), ("shared".into(), Some(4), 4, 0));
+    assert_eq!(
+        shared(&mut c, "m1", "e", 600_000, Some(4)),
+        Ok(None),
+        "still full"
+    );
+}

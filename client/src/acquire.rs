@@ -114,7 +114,7 @@ impl LockCore {
     /// before), which the ledger takes in; a node that may have granted
     /// afresh makes the cached fencing token stale.
     async fn reenter(&self) -> Result<Acquired> {
-        let cmd = protocol::acquire(self.resource(), self.owner(), self.ttl(), None);
+        let cmd = protocol::acquire(self.resource(), self.owner(), self.ttl(), self.kind(), None);
         let round = self.round(&cmd, protocol::parse_acquire).await;
         trace_outcomes(&round.outcomes);
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));

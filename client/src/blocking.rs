@@ -71,6 +71,34 @@ impl Drop for Runtime {
     }
 }
 
+/// A blocking semaphore of leased permits (see [`crate::Semaphore`]).
+#[derive(Clone)]
+pub struct Semaphore {
+    inner: crate::Semaphore,
+    runtime: Arc<Runtime>,
+}
+
+impl Semaphore {
+    /// A handle for one permit, not yet acquired.
+    pub fn permit(&self, ttl: Duration) -> Result<Lock> {
+        Ok(Lock {
+            inner: Some(self.inner.permit(ttl)?),
+            runtime: Arc::clone(&self.runtime),
+        })
+    }
+
+    /// Takes a permit (see [`crate::Semaphore::acquire`]).
+    pub fn acquire(&self, ttl: Duration) -> Result<Lock> {
+        let permit = self.permit(ttl)?;
+        permit.acquire()?;
+        Ok(permit)
+    }
+
+    pub fn permits(&self) -> u32 {
+        self.inner.permits()
+    }
+}
+
 /// A blocking Redlock client: the same rules as [`crate::Redlock`].
 #[derive(Clone)]
 pub struct Redlock {
@@ -116,6 +144,32 @@ impl Redlock {
         let lock = self.lock(resource, ttl)?;
         lock.acquire()?;
         Ok(lock)
+    }
+
+    /// A handle for a shared (read) lock on `resource`, not yet acquired
+    /// (see [`crate::Redlock::lock_shared`]).
+    pub fn lock_shared(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        let inner = self.inner.lock_shared(resource, ttl)?;
+        Ok(Lock {
+            inner: Some(inner),
+            runtime: Arc::clone(&self.runtime),
+        })
+    }
+
+    /// [`Redlock::lock_shared`] and [`Lock::acquire`] in one step.
+    pub fn acquire_shared(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        let lock = self.lock_shared(resource, ttl)?;
+        lock.acquire()?;
+        Ok(lock)
+    }
+
+    /// A semaphore of `permits` leased permits on `resource` (see
+    /// [`crate::Redlock::semaphore`]).
+    pub fn semaphore(&self, resource: impl Into<String>, permits: u32) -> Result<Semaphore> {
+        Ok(Semaphore {
+            inner: self.inner.semaphore(resource, permits)?,
+            runtime: Arc::clone(&self.runtime),
+        })
     }
 
     /// Acquires `resource`, runs `work` on this thread under a watchdog and

@@ -1,6 +1,7 @@
 //! The client: the set of independent nodes, the quorum over them, and the
 //! settings every lock made from it shares.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,11 +9,13 @@ use futures_util::future::join_all;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::kind::Kind;
 use crate::lock::Lock;
 use crate::node::IntoClient;
 use crate::owner::new_owner_id;
 use crate::protocol::{self, NodeInfo};
 use crate::quorum::Quorum;
+use crate::semaphore::Semaphore;
 
 /// A Redlock client over N independent module-loaded masters (N = 1 is
 /// single-node mode). Cheap to clone: clones share the connections.
@@ -75,12 +78,19 @@ impl Redlock {
 
     /// A handle for `resource` with a fresh owner id, not yet acquired.
     pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        self.lock_as(resource.into(), ttl, Kind::Exclusive)
+    }
+
+    /// A handle of `kind` for `resource` with a fresh owner id, not yet
+    /// acquired.
+    fn lock_as(&self, resource: String, ttl: Duration, kind: Kind) -> Result<Lock> {
         self.quorum.config().validate_ttl(ttl)?;
         Ok(Lock::new(
             Arc::clone(&self.quorum),
-            resource.into(),
+            resource,
             new_owner_id(),
             ttl,
+            kind,
         ))
     }
 
@@ -89,6 +99,36 @@ impl Redlock {
         let lock = self.lock(resource, ttl)?;
         lock.acquire().await?;
         Ok(lock)
+    }
+
+    /// A handle for a **shared** (read) lock on `resource`, not yet
+    /// acquired: held together with other shared holders, never with an
+    /// exclusive one. Each holder has its own fencing token, lease and
+    /// watchdog; the Redlock rules are those of an exclusive lock.
+    pub fn lock_shared(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        self.lock_as(resource.into(), ttl, Kind::SHARED)
+    }
+
+    /// [`Redlock::lock_shared`] and [`Lock::acquire`] in one step.
+    pub async fn acquire_shared(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
+        let lock = self.lock_shared(resource, ttl)?;
+        lock.acquire().await?;
+        Ok(lock)
+    }
+
+    /// A semaphore of `permits` leased permits on `resource`: each
+    /// [`Semaphore::acquire`] takes one (a shared lock limited to `permits`
+    /// holders). Every user of the resource must use the same number of
+    /// permits: a node refuses a request whose number differs from the
+    /// holders' (`ERR LIMIT … does not match …`).
+    pub fn semaphore(&self, resource: impl Into<String>, permits: u32) -> Result<Semaphore> {
+        let permits = NonZeroU32::new(permits)
+            .ok_or_else(|| Error::InvalidConfig("a semaphore needs at least one permit".into()))?;
+        Ok(Semaphore::new(
+            Arc::clone(&self.quorum),
+            resource.into(),
+            permits,
+        ))
     }
 
     /// `LOCK.INFO` on every node: who holds `resource` where (for

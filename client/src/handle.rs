@@ -11,6 +11,7 @@ use redis::{Cmd, Value};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::{Error, NodeError, Result};
+use crate::kind::Kind;
 use crate::ledger::{Answer, Ledger};
 use crate::outcome::{NodeOutcome, Reply, Round};
 use crate::protocol;
@@ -43,6 +44,7 @@ pub(crate) struct LockCore {
     resource: String,
     owner: String,
     ttl: Duration,
+    kind: Kind,
     state: Mutex<State>,
     /// Serializes the operations of this handle (a watchdog renewal and a
     /// release must not interleave). Owned guards, so that an operation
@@ -54,12 +56,19 @@ pub(crate) struct LockCore {
 pub(crate) type OpGuard = OwnedMutexGuard<()>;
 
 impl LockCore {
-    pub fn new(client: Arc<Quorum>, resource: String, owner: String, ttl: Duration) -> LockCore {
+    pub fn new(
+        client: Arc<Quorum>,
+        resource: String,
+        owner: String,
+        ttl: Duration,
+        kind: Kind,
+    ) -> LockCore {
         LockCore {
             client,
             resource,
             owner,
             ttl,
+            kind,
             state: Mutex::new(State::default()),
             ops: Arc::new(tokio::sync::Mutex::new(())),
         }
@@ -88,6 +97,10 @@ impl LockCore {
 
     pub fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// The nodes, the majority and the settings of the client.

@@ -190,6 +190,20 @@
 //! configured interval must satisfy
 //! `interval + node_timeout + margin < ttl − drift`.
 //!
+//! # Shared locks and semaphores
+//!
+//! [`Redlock::acquire_shared`] takes a read lock: other shared holders hold
+//! the resource at the same time, an exclusive holder (the same resource
+//! through [`Redlock::acquire`]) never does. [`Redlock::semaphore`] gives a
+//! [`Semaphore`] of `n` leased permits; [`Semaphore::acquire`] takes one (a
+//! shared lock limited to `n` holders). Each holder is a [`Lock`] with its
+//! own owner id, fencing token (written back to a quorum like an exclusive
+//! lock's), lease, watchdog and release, and the Redlock rules are those
+//! above. On a node a shared request never overtakes a queued one, so
+//! writers waiting with `WAIT` (single-node mode) are not starved by
+//! readers. Every user of a semaphore must give the same number of
+//! permits: a node refuses another number (`ERR LIMIT … does not match …`).
+//!
 //! # Features
 //!
 //! - `tracing`: spans for acquire, extend, release and `fencing_token`,
@@ -202,6 +216,7 @@ mod error;
 mod fanout;
 mod handle;
 mod hold;
+mod kind;
 mod ledger;
 mod lock;
 mod node;
@@ -212,6 +227,7 @@ mod protocol;
 mod quorum;
 mod redlock;
 mod scoped;
+mod semaphore;
 mod single;
 mod timing;
 mod watchdog;
@@ -221,11 +237,13 @@ pub mod blocking;
 pub use client::Redlock;
 pub use config::Config;
 pub use error::{Error, NodeError, Result};
+pub use kind::Kind;
 pub use lock::Lock;
 pub use node::IntoClient;
 pub use outcome::{Acquired, Extended, NodeOutcome, Release, Reply};
 pub use protocol::{LockInfo, NodeInfo};
 pub use scoped::LockContext;
+pub use semaphore::Semaphore;
 pub use watchdog::{LockStatus, Watchdog};
 
 /// Quorum arithmetic, exposed for callers that size deployments or check

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::handle::LockCore;
+use crate::kind::Kind;
 use crate::outcome::{Acquired, Extended, Release};
 use crate::quorum::Quorum;
 
 /// A lock on one resource, with its own random owner id.
 ///
-/// Create it with [`Redlock::lock`] (or acquire in one step with
-/// [`Redlock::acquire`]). All methods take `&self`; operations on one handle
+/// Create it with [`Redlock::lock`](crate::Redlock::lock) (or acquire in one step with
+/// [`Redlock::acquire`](crate::Redlock::acquire)). All methods take `&self`; operations on one handle
 /// run one at a time.
 ///
 /// Dropping a handle that still holds the lock releases it in the
@@ -23,10 +24,21 @@ pub struct Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Arc<Quorum>, resource: String, owner: String, ttl: Duration) -> Lock {
+    pub(crate) fn new(
+        client: Arc<Quorum>,
+        resource: String,
+        owner: String,
+        ttl: Duration,
+        kind: Kind,
+    ) -> Lock {
         Lock {
-            core: Arc::new(LockCore::new(client, resource, owner, ttl)),
+            core: Arc::new(LockCore::new(client, resource, owner, ttl, kind)),
         }
+    }
+
+    /// Exclusive, shared, or a semaphore permit.
+    pub fn kind(&self) -> Kind {
+        self.core.kind()
     }
 
     /// Acquires the lock, retrying until the retries or the acquire deadline

@@ -7,12 +7,19 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use crate::error::NodeError;
+use crate::kind::Kind;
 use crate::outcome::Reply;
 
-/// `LOCK.ACQUIRE key owner ttl-ms [WAIT timeout-ms]`
-pub fn acquire(key: &str, owner: &str, ttl: Duration, wait: Option<Duration>) -> Cmd {
+/// `LOCK.ACQUIRE key owner ttl-ms [SHARED [LIMIT n]] [WAIT timeout-ms]`
+pub fn acquire(key: &str, owner: &str, ttl: Duration, kind: Kind, wait: Option<Duration>) -> Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(millis(ttl));
+    if let Kind::Shared { permits } = kind {
+        cmd.arg("SHARED");
+        if let Some(n) = permits {
+            cmd.arg("LIMIT").arg(n.get());
+        }
+    }
     if let Some(wait) = wait {
         // The server reads 0 as "wait forever": never send it by rounding.
         cmd.arg("WAIT").arg(millis(wait).max(1));
@@ -218,12 +225,13 @@ mod tests {
     #[test]
     fn commands_follow_the_contract() {
         let ms = Duration::from_millis;
+        let exclusive = Kind::Exclusive;
         assert_eq!(
-            args(&acquire("k", "o", ms(30_000), None)),
+            args(&acquire("k", "o", ms(30_000), exclusive, None)),
             ["LOCK.ACQUIRE", "k", "o", "30000"]
         );
         assert_eq!(
-            args(&acquire("k", "o", ms(100), Some(ms(2_500)))),
+            args(&acquire("k", "o", ms(100), exclusive, Some(ms(2_500)))),
             ["LOCK.ACQUIRE", "k", "o", "100", "WAIT", "2500"]
         );
         // A sub-millisecond wait must not become WAIT 0 (wait forever).
@@ -232,9 +240,19 @@ mod tests {
                 "k",
                 "o",
                 ms(100),
+                exclusive,
                 Some(Duration::from_micros(300))
             ))[5],
             "1"
+        );
+        assert_eq!(
+            args(&acquire("k", "o", ms(100), Kind::SHARED, Some(ms(5)))),
+            ["LOCK.ACQUIRE", "k", "o", "100", "SHARED", "WAIT", "5"]
+        );
+        let three = std::num::NonZeroU32::new(3).unwrap();
+        assert_eq!(
+            args(&acquire("k", "o", ms(100), Kind::permit_of(three), None)),
+            ["LOCK.ACQUIRE", "k", "o", "100", "SHARED", "LIMIT", "3"]
         );
         assert_eq!(args(&release("k", "o", false)), ["LOCK.RELEASE", "k", "o"]);
         assert_eq!(

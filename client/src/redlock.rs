@@ -20,7 +20,7 @@ impl LockCore {
     /// the next attempt, ours or another client's, does not have to wait for
     /// leases to end.
     pub(crate) async fn attempt(&self) -> std::result::Result<Grant, Round> {
-        let cmd = protocol::acquire(self.resource(), self.owner(), self.ttl(), None);
+        let cmd = protocol::acquire(self.resource(), self.owner(), self.ttl(), self.kind(), None);
         let round = self.round(&cmd, protocol::parse_acquire).await;
         let granted = round.count(|r| matches!(r, Reply::Granted { .. }));
         let mut ledger = self.new_ledger();

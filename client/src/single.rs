@@ -86,7 +86,13 @@ impl LockCore {
         if wait.is_zero() {
             return Err(not_acquired(1, round.outcomes));
         }
-        let cmd = protocol::acquire(self.resource(), self.owner(), self.ttl(), Some(wait));
+        let cmd = protocol::acquire(
+            self.resource(),
+            self.owner(),
+            self.ttl(),
+            self.kind(),
+            Some(wait),
+        );
         let sent = Instant::now();
         let reply = tokio::select! {
             reply = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), conn.send(&cmd)) => match reply {

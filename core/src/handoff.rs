@@ -81,20 +81,18 @@ pub struct HandOff<W> {
 }
 
 impl<W: Request> HandOff<W> {
-    /// The owners granted, each once, with the lease end its hold had
-    /// before this hand-off (`None`: new): what the lease index files
+    /// The owners granted, each once, with the first change a grant made
+    /// to its hold in this hand-off (a new lock, a join, or a re-entry with
+    /// the lease end it had before): what the lease index files
     /// (`filing::on_change`) for the holds as the hand-off left them.
-    pub fn to_file(&self) -> Vec<(&[u8], Option<u64>)> {
-        let mut owners: Vec<(&[u8], Option<u64>)> = Vec::new();
+    pub fn to_file(&self) -> Vec<(&[u8], Change)> {
+        let mut owners: Vec<(&[u8], Change)> = Vec::new();
         for (waiter, answer) in &self.answered {
-            if let Answer::Granted {
-                change: Change::Stored { previous_deadline },
-                ..
-            } = answer
-            {
-                if owners.iter().all(|(owner, _)| *owner != waiter.owner()) {
-                    owners.push((waiter.owner(), *previous_deadline));
-                }
+            let Answer::Granted { change, .. } = answer else {
+                continue;
+            };
+            if owners.iter().all(|(owner, _)| *owner != waiter.owner()) {
+                owners.push((waiter.owner(), *change));
             }
         }
         owners
@@ -269,7 +267,15 @@ mod tests {
         assert_eq!(handed.stopped, Stopped::Held);
         assert_eq!(
             handed.to_file(),
-            vec![(&b"r1"[..], None), (&b"r2"[..], None)]
+            vec![
+                (
+                    &b"r1"[..],
+                    Change::Stored {
+                        previous_deadline: None
+                    }
+                ),
+                (&b"r2"[..], Change::Joined)
+            ]
         );
         let lock = slot.0.as_ref().unwrap();
         assert_eq!((lock.mode(), lock.holders().len()), (Mode::Shared, 2));
@@ -395,7 +401,15 @@ mod tests {
             panic!("not granted");
         };
         assert_eq!((holder.holds(), holder.deadline()), (2, 1_000));
-        assert_eq!(handed.to_file(), vec![(&b"a"[..], None)]);
+        assert_eq!(
+            handed.to_file(),
+            vec![(
+                &b"a"[..],
+                Change::Stored {
+                    previous_deadline: None
+                }
+            )]
+        );
         // b keeps its place ahead of a's third request.
         assert_eq!(queues.len(&"k"), 2);
         assert_eq!(queues.front(&"k"), Some(&W(b"b", 500)));

@@ -49,6 +49,8 @@ pub enum Change {
     Stored { previous_deadline: Option<u64> },
     /// The lock was released and its key removed.
     Deleted { deadline: u64 },
+    /// A new holder joined a shared lock that others hold (in place).
+    Joined,
     /// The owner's hold left a shared lock that others still hold;
     /// `entry` was its lease-index entry.
     Left { deadline: u64, entry: u64 },
@@ -423,9 +425,7 @@ pub fn acquire_with(
             token,
             reentered: false,
         },
-        change: Change::Stored {
-            previous_deadline: None,
-        },
+        change: Change::Joined,
     })
 }
 
@@ -659,7 +659,10 @@ pub fn apply(
             return stored(Some(previous));
         }
         lock.add_holder(Holder::new(owner, holds, token, deadline));
-        return stored(None);
+        return Outcome {
+            reply: (),
+            change: Change::Joined,
+        };
     }
     let previous_deadline = previous_deadline(slot);
     slot.store(Lock::shared(
@@ -1412,6 +1415,110 @@ mod tests {
             Some(Ended::Lock { deadline: 2_301 })
         );
         assert!(slot.0.is_none());
+    }
+
+    /// Random sequences of exclusive, shared and semaphore requests,
+    /// releases, extensions, expiries and clock steps on one key keep the
+    /// sharing rules: an exclusive lock has one holder, a semaphore no more
+    /// than its limit, each owner holds once, every fresh grant's token is
+    /// above every earlier one, and a refusal changes nothing.
+    #[test]
+    fn random_sequences_keep_the_sharing_rules() {
+        let mut seed: u64 = 0x5eed_5a7e;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let (mut node, mut slot, clock) = setup();
+        let owners: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+        let mut max_token = 0;
+        for step in 0..20_000 {
+            let owner = owners[next(4) as usize];
+            let before = slot.0.clone();
+            match next(6) {
+                0..=2 => {
+                    let (mode, limit) = match next(3) {
+                        0 => (Mode::Exclusive, None),
+                        1 => (Mode::Shared, None),
+                        _ => (Mode::Shared, NonZeroU32::new(2)),
+                    };
+                    let request = Request {
+                        owner,
+                        ttl_ms: 1 + next(300),
+                        mode,
+                        limit,
+                    };
+                    let admission = Admission {
+                        window: Window::Open,
+                        queued: next(10) == 0,
+                        max_holders: 3,
+                    };
+                    match acquire_with(&mut node, &mut slot, &clock, &request, &admission) {
+                        Ok(Outcome {
+                            reply: Acquired::Granted { token, reentered },
+                            ..
+                        }) => {
+                            if reentered {
+                                assert!(token <= max_token, "step {step}");
+                            } else {
+                                assert!(token > max_token, "step {step}: a stale fresh token");
+                                max_token = token;
+                            }
+                            let lock = slot.0.as_ref().unwrap();
+                            assert_eq!(lock.mode(), mode, "step {step}");
+                            assert_eq!(lock.holder(owner).map(Holder::token), Some(token));
+                        }
+                        Ok(Outcome {
+                            reply: Acquired::Busy,
+                            change,
+                        }) => {
+                            assert_eq!(change, Change::None);
+                            assert_eq!(slot.0, before, "step {step}: busy changed the lock");
+                        }
+                        Err(error) => {
+                            assert!(
+                                matches!(
+                                    error,
+                                    OpError::ModeHeld { .. } | OpError::LimitMismatch { .. }
+                                ),
+                                "step {step}: {error:?}"
+                            );
+                            assert_eq!(slot.0, before, "step {step}: an error changed the lock");
+                        }
+                    }
+                }
+                3 => {
+                    release(&mut node, &mut slot, &clock, owner, next(2) == 0);
+                }
+                4 => {
+                    extend(&mut node, &mut slot, &clock, owner, 1 + next(300));
+                }
+                _ => {
+                    clock.advance_ms(next(120));
+                    expire_if_due(&mut node, &mut slot, &clock);
+                }
+            }
+            if let Some(lock) = &slot.0 {
+                let holders = lock.holders();
+                assert!(!holders.is_empty(), "step {step}: a lock without holders");
+                for (i, h) in holders.iter().enumerate() {
+                    assert!(holders[..i].iter().all(|o| o.owner() != h.owner()));
+                    assert!(h.holds() >= 1);
+                }
+                match lock.mode() {
+                    Mode::Exclusive => assert_eq!(holders.len(), 1, "step {step}"),
+                    Mode::Shared => {
+                        let most = lock.limit().map_or(3, NonZeroU32::get) as usize;
+                        let now = clock.monotonic_ms();
+                        let live = holders.iter().filter(|h| !h.has_expired(now)).count();
+                        assert!(live <= most, "step {step}: {live} live holders of {most}");
+                    }
+                }
+            }
+        }
+        assert!(node.stats.shared_grants > 100 && node.stats.acquired > node.stats.shared_grants);
     }
 
     #[test]

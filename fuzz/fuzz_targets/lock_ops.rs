@@ -102,7 +102,7 @@ fn check_change(change: Change, before: &Option<Holder>, after: &Option<Holder>)
             );
             assert_eq!(Some(deadline), before.as_ref().map(Holder::deadline));
         }
-        Change::Left { .. } => panic!("Change::Left from an exclusive lock"),
+        Change::Left { .. } | Change::Joined => panic!("{change:?} from an exclusive lock"),
     }
 }
 

@@ -11,7 +11,6 @@ use redis_lock_core::{Lock, Slot};
 use redis_module::raw;
 
 use crate::ffi::{rm, Ctx, RString};
-use crate::stats::LIVE_LOCKS;
 
 /// Our data type, set once at load.
 pub static LOCK_TYPE_PTR: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
@@ -103,13 +102,14 @@ impl LockKey {
                 }
             }
             Pending::Store(lock) => {
+                let holders = lock.holders().len();
                 let value = Box::into_raw(lock).cast::<c_void>();
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
                 let status = crate::hints::own_change(|| {
                     rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value))
                 });
                 if status == Some(raw::REDISMODULE_OK as c_int) {
-                    LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
+                    crate::stats::value_counted(1, holders);
                 } else {
                     // SAFETY: Redis did not take the value; it is still ours.
                     drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
