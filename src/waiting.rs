@@ -91,6 +91,11 @@ pub fn block(ctx: Ctx, id: KeyId, request: &ops::Request, timeout_ms: u64) -> c_
 /// granted holds happen in one state borrow; then the change is committed,
 /// each grant propagated and announced, and each waiter answered.
 pub fn grant_waiters(target: &Target, key: &mut LockKey) {
+    // Every release comes here: nobody waiting anywhere is the O(1) common
+    // case, checked before the key's name is copied and hashed.
+    if with_state(|state| state.waiters.is_empty()).unwrap_or(true) {
+        return;
+    }
     let id = target.id();
     let Some(Some(handed)) = with_state(|state| {
         if !state.waiters.has_waiters(&id) {

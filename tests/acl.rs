@@ -105,7 +105,16 @@ fn a_user_without_write_commands_cannot_acquire_but_can_inspect() {
     let server = RedisServer::start();
     acl_setuser(
         &server,
-        &["reader", "on", ">pw", "~*", "-@all", "+@read", "+lock.info"],
+        &[
+            "reader",
+            "on",
+            ">pw",
+            "~*",
+            "-@all",
+            "+@read",
+            "+lock.info",
+            "+lock.holders",
+        ],
     );
     let mut admin = server.conn();
     let held = token(cmd(&mut admin, &["LOCK.ACQUIRE", "job", "worker", "60000"]).unwrap());
@@ -121,7 +130,16 @@ fn a_user_without_write_commands_cannot_acquire_but_can_inspect() {
         &["LOCK.FENCE", "job", "worker", "ATLEAST", "1"],
     );
     noperm(&mut reader, &["LOCK.DEBUG", "WALLCLOCK-OFFSET", "0"]);
+    noperm(
+        &mut reader,
+        &["LOCK.ACQUIRE", "fresh", "me", "60000", "SHARED"],
+    );
+    noperm(&mut reader, &["LOCK.DROP", "job", "worker"]);
     assert!(!exists(&server, "fresh"), "a refused acquire made a lock");
+    let Value::Array(holders) = cmd(&mut reader, &["LOCK.HOLDERS", "job"]).unwrap() else {
+        panic!("LOCK.HOLDERS of a held lock should be an array");
+    };
+    assert_eq!(holders.len(), 1);
 
     let Value::Array(info) = cmd(&mut reader, &["LOCK.INFO", "job"]).unwrap() else {
         panic!("LOCK.INFO of a held lock should be an array");

@@ -318,10 +318,10 @@ fn held_and_waited_for() -> (
     (nodes, slot, key, token, waiting)
 }
 
-#[test]
-fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
-    let (nodes, slot, key, token, waiting) = held_and_waited_for();
-    let (from, to) = (&nodes[0], &nodes[1]);
+/// Moves `slot`, holding `key`, from `from` to `to` by hand (`SETSLOT`
+/// importing/migrating, `MIGRATE`, `SETSLOT … NODE` everywhere).
+fn move_slot_by_hand(nodes: &[RedisServer], from: usize, to: usize, slot: i64, key: &str) {
+    let (from, to) = (&nodes[from], &nodes[to]);
     let (from_id, to_id) = (node_id(from), node_id(to));
     let slot_arg = slot.to_string();
     let set = |node: &RedisServer, args: &[&str]| {
@@ -338,15 +338,72 @@ fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
     let _: Value = redis::cmd("MIGRATE")
         .arg("127.0.0.1")
         .arg(to.port())
-        .arg(&key)
+        .arg(key)
         .arg(0)
         .arg(5000)
         .query(&mut from.conn())
         .unwrap();
-    for node in &nodes {
+    for node in nodes {
         set(node, &["NODE", &to_id]);
     }
-    after_the_move(from, to, &key, token, waiting);
+}
+
+#[test]
+fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
+    let (nodes, slot, key, token, waiting) = held_and_waited_for();
+    move_slot_by_hand(&nodes, 0, 1, slot, &key);
+    after_the_move(&nodes[0], &nodes[1], &key, token, waiting);
+}
+
+/// A shared lock's holders move with its slot: the same owners, holds and
+/// tokens on the new node, and a new holder there gets a greater token.
+#[test]
+fn a_shared_lock_moves_with_its_slot_holders_and_tokens_kept() {
+    let nodes = start_cluster();
+    let slot = lowest_slot(&nodes[0]);
+    let key = (0..)
+        .map(|i| format!("pool{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    let mut f = nodes[0].conn();
+    let take = |c: &mut redis::Connection, owner: &str| -> Option<i64> {
+        let reply = run(
+            c,
+            &["LOCK.ACQUIRE", &key, owner, "60000", "SHARED", "LIMIT", "4"],
+        );
+        int_or_nil(reply.unwrap(), "LOCK.ACQUIRE SHARED")
+    };
+    let tokens: Vec<i64> = ["a", "b", "c"]
+        .iter()
+        .map(|o| take(&mut f, o).unwrap())
+        .collect();
+    let before = run(&mut f, &["LOCK.HOLDERS", &key]).unwrap();
+    move_slot_by_hand(&nodes, 0, 1, slot, &key);
+    let mut t = nodes[1].conn();
+    let after = run(&mut t, &["LOCK.HOLDERS", &key]).unwrap();
+    let identity = |v: &Value| -> Vec<(Value, Value, Value)> {
+        let Value::Array(items) = v else {
+            panic!("{v:?}")
+        };
+        items
+            .iter()
+            .map(|item| {
+                let pairs = info_pairs(item.clone()).unwrap();
+                (pairs[0].1.clone(), pairs[1].1.clone(), pairs[2].1.clone())
+            })
+            .collect()
+    };
+    assert_eq!(identity(&after), identity(&before));
+    assert_eq!(
+        lock_stat(&mut f, "lock_held"),
+        0,
+        "a lock was left on the old node"
+    );
+    let d = take(&mut t, "d").unwrap();
+    assert!(
+        tokens.iter().all(|&t| d > t),
+        "a new holder's token is above the moved ones"
+    );
 }
 
 #[test]

@@ -33,6 +33,15 @@ fn shared(
         .map_err(|e| error_line(&e))
 }
 
+/// The value of field `name` in a reply's field/value pairs.
+fn field(pairs: &[(String, Value)], name: &str) -> Value {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {name} in {pairs:?}"))
+}
+
 /// One holder as `LOCK.HOLDERS` lists it: owner, holds, token, pttl.
 #[derive(Debug, PartialEq)]
 struct Holder {
@@ -51,13 +60,7 @@ fn holders(c: &mut Connection, key: &str) -> Vec<Holder> {
         .into_iter()
         .map(|item| {
             let pairs = info_pairs(item).unwrap();
-            let get = |name: &str| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-                    .unwrap_or_else(|| panic!("no {name} in {pairs:?}"))
-            };
+            let get = |name: &str| field(&pairs, name);
             let int = |name: &str| match get(name) {
                 Value::Int(n) => n,
                 other => panic!("{name}: {other:?}"),
@@ -84,13 +87,7 @@ fn owners(c: &mut Connection, key: &str) -> Vec<String> {
 /// waiters.
 fn shared_info(c: &mut Connection, key: &str) -> (String, Option<i64>, i64, i64) {
     let pairs = info_pairs(run(c, &["LOCK.INFO", key]).unwrap()).expect("held");
-    let get = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("no {name} in {pairs:?}"))
-    };
+    let get = |name: &str| field(&pairs, name);
     let names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["mode", "limit", "holders", "waiters"]);
     let mode = match get("mode") {

@@ -26,13 +26,7 @@ fn env_number(name: &str, default: usize) -> usize {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit_code(run().await)
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -39,13 +39,7 @@ impl Storage {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    match run().await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit_code(run().await)
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -12,13 +12,7 @@ use redis_lock_client::blocking::Redlock;
 use redis_lock_client::Config;
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    common::exit_code(run())
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {

@@ -487,45 +487,54 @@ pub fn release(
     owner: &[u8],
     all: bool,
 ) -> Outcome<Option<u32>> {
-    let (reply, change) = match live_holder(slot, clock, owner) {
-        Some(lock) => {
-            let left = if all {
-                0
-            } else {
-                lock.holds().saturating_sub(1)
-            };
-            let deadline = lock.deadline();
-            if left == 0 {
-                node.stats.released += 1;
-                // The last holder leaving removes the key; another leaves
-                // the others holding.
-                let left_shared = slot.lock().and_then(|l| l.remove_holder(owner));
-                match left_shared {
-                    Some(gone) => (
-                        Some(0),
-                        Change::Left {
-                            deadline,
-                            entry: gone.expiry_id(),
-                        },
-                    ),
-                    None => {
-                        slot.delete();
-                        (Some(0), Change::Deleted { deadline })
-                    }
-                }
-            } else {
-                lock.set_holds(left);
-                (
-                    Some(left),
-                    Change::Stored {
-                        previous_deadline: Some(deadline),
-                    },
-                )
-            }
-        }
-        _ => (None, Change::None),
+    let now = clock.monotonic_ms();
+    let Some(lock) = live(slot, clock) else {
+        return Outcome {
+            reply: None,
+            change: Change::None,
+        };
     };
-    Outcome { reply, change }
+    let Some(holder) = lock
+        .holder_mut(owner)
+        .filter(|holder| !holder.has_expired(now))
+    else {
+        return Outcome {
+            reply: None,
+            change: Change::None,
+        };
+    };
+    let left = if all {
+        0
+    } else {
+        holder.holds().saturating_sub(1)
+    };
+    let deadline = holder.deadline();
+    if left > 0 {
+        holder.set_holds(left);
+        return Outcome {
+            reply: Some(left),
+            change: Change::Stored {
+                previous_deadline: Some(deadline),
+            },
+        };
+    }
+    node.stats.released += 1;
+    // The last holder leaving removes the key; another leaves the others
+    // holding.
+    let change = match lock.remove_holder(owner) {
+        Some(gone) => Change::Left {
+            deadline,
+            entry: gone.expiry_id(),
+        },
+        None => {
+            slot.delete();
+            Change::Deleted { deadline }
+        }
+    };
+    Outcome {
+        reply: Some(0),
+        change,
+    }
 }
 
 /// Takes back one hold that a waiter was granted but never heard of (its

@@ -340,69 +340,51 @@ pub struct ApplyEffect<'a> {
     pub shared: Option<u32>,
 }
 
-/// Replicates `LOCK.APPLY name …` (to replicas and the AOF). The format
-/// strings and their arguments are kept together here, typed.
+/// `LOCK.APPLY name …` through a variadic API function (`Replicate` or
+/// `EmitAOF`) on `target`: the format strings and their arguments kept
+/// together, typed.
+macro_rules! apply_effect {
+    ($function:ident, $target:expr, $name:expr, $effect:expr) => {{
+        let effect: &ApplyEffect<'_> = $effect;
+        let owner = effect.owner.as_ptr().cast::<c_char>();
+        let (len, holds) = (effect.owner.len(), i64::from(effect.holds));
+        match effect.shared {
+            None => rm!($function(
+                $target,
+                c"LOCK.APPLY".as_ptr(),
+                c"sblll".as_ptr(),
+                $name,
+                owner,
+                len,
+                holds,
+                effect.token,
+                effect.wall_end_ms,
+            )),
+            Some(limit) => rm!($function(
+                $target,
+                c"LOCK.APPLY".as_ptr(),
+                c"sblllcl".as_ptr(),
+                $name,
+                owner,
+                len,
+                holds,
+                effect.token,
+                effect.wall_end_ms,
+                c"SHARED".as_ptr(),
+                i64::from(limit),
+            )),
+        };
+    }};
+}
+
+/// Replicates `LOCK.APPLY name …` (to replicas and the AOF).
 pub fn replicate_apply(ctx: Ctx, name: RString, effect: &ApplyEffect<'_>) {
-    let owner = effect.owner.as_ptr().cast::<c_char>();
-    let (len, holds) = (effect.owner.len(), i64::from(effect.holds));
-    match effect.shared {
-        None => rm!(RedisModule_Replicate(
-            ctx,
-            c"LOCK.APPLY".as_ptr(),
-            c"sblll".as_ptr(),
-            name,
-            owner,
-            len,
-            holds,
-            effect.token,
-            effect.wall_end_ms,
-        )),
-        Some(limit) => rm!(RedisModule_Replicate(
-            ctx,
-            c"LOCK.APPLY".as_ptr(),
-            c"sblllcl".as_ptr(),
-            name,
-            owner,
-            len,
-            holds,
-            effect.token,
-            effect.wall_end_ms,
-            c"SHARED".as_ptr(),
-            i64::from(limit),
-        )),
-    };
+    apply_effect!(RedisModule_Replicate, ctx, name, effect);
 }
 
 /// Writes `LOCK.APPLY key …` into an AOF rewrite.
 pub fn emit_aof_apply(aof: *mut raw::RedisModuleIO, key: RString, effect: &ApplyEffect<'_>) {
-    let owner = effect.owner.as_ptr().cast::<c_char>();
-    let (len, holds) = (effect.owner.len(), i64::from(effect.holds));
-    match effect.shared {
-        None => rm!(RedisModule_EmitAOF(
-            aof,
-            c"LOCK.APPLY".as_ptr(),
-            c"sblll".as_ptr(),
-            key,
-            owner,
-            len,
-            holds,
-            effect.token,
-            effect.wall_end_ms,
-        )),
-        Some(limit) => rm!(RedisModule_EmitAOF(
-            aof,
-            c"LOCK.APPLY".as_ptr(),
-            c"sblllcl".as_ptr(),
-            key,
-            owner,
-            len,
-            holds,
-            effect.token,
-            effect.wall_end_ms,
-            c"SHARED".as_ptr(),
-            i64::from(limit),
-        )),
-    };
+    apply_effect!(RedisModule_EmitAOF, aof, key, effect);
 }
 
 /// Replicates `LOCK.DROP name owner`: the owner's hold left a shared lock

@@ -1,6 +1,7 @@
 //! Where the examples find their nodes: command-line arguments, else the
 //! comma-separated `REDIS_LOCK_NODES`, else the five masters that
-//! `scripts/cluster.sh start` (`make cluster`) runs on ports 7101–7105.
+//! `scripts/cluster.sh start` (`make cluster`) runs on ports 7101–7105; and
+//! how an example exits.
 
 /// The node URLs to use. Bare `host:port` entries get a `redis://` prefix.
 pub fn node_urls() -> Vec<String> {
@@ -37,4 +38,15 @@ pub fn node_urls() -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The process's exit status for an example's outcome; an error is printed.
+pub fn exit_code(outcome: Result<(), Box<dyn std::error::Error>>) -> std::process::ExitCode {
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
