@@ -160,3 +160,33 @@ fn the_blocking_api_takes_shared_locks_and_permits() {
     b.release().unwrap();
     assert_eq!(info_int(&cluster.servers[1], "pool", "holders"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watchdogs_keep_each_reader_past_its_ttl() {
+    let cluster = Cluster::start(5);
+    let redlock = cluster.client_with(Config {
+        node_timeout: Duration::from_millis(100),
+        ..test_config()
+    });
+    let ttl = Duration::from_millis(600);
+    let r1 = redlock.acquire_shared("kept", ttl).await.unwrap();
+    let r2 = redlock.acquire_shared("kept", ttl).await.unwrap();
+    let (g1, g2) = (r1.watchdog().unwrap(), r2.watchdog().unwrap());
+    // Three full TTLs pass: without renewals both leases would have ended.
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!g1.is_lost() && !g2.is_lost());
+    for node in 0..5 {
+        assert_eq!(holders_on(&cluster, node, "kept"), 2, "node {node}");
+    }
+    let writer = impatient(&cluster).lock("kept", ttl).unwrap();
+    assert!(matches!(
+        writer.try_acquire().await,
+        Err(Error::NotAcquired { .. })
+    ));
+    assert_eq!(g1.release().await.unwrap().released, 5);
+    for node in 0..5 {
+        assert_eq!(holders_on(&cluster, node, "kept"), 1, "node {node}");
+    }
+    g2.release().await.unwrap();
+    writer.acquire().await.unwrap();
+}
