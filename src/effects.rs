@@ -8,6 +8,7 @@ use std::ffi::{c_int, CStr};
 use redis_lock_core::{filing, lease, Change, Holder, Now, Slot};
 use redis_module::raw;
 
+use crate::ffi::key::LockKey;
 use crate::ffi::{self, Ctx, RString};
 use crate::propagation;
 use crate::state::{KeyId, ModuleState, CLOCK};
@@ -66,7 +67,7 @@ impl<'a> Target<'a> {
 /// left without an entry (and never ends).
 pub fn file(
     state: &mut ModuleState,
-    slot: &mut impl Slot,
+    slot: &mut LockKey,
     owner: &[u8],
     change: Change,
     key: impl FnOnce() -> KeyId,
@@ -74,7 +75,11 @@ pub fn file(
     let previous_deadline = match change {
         Change::Stored { previous_deadline } => previous_deadline,
         Change::Joined => {
-            crate::stats::holders_counted(1);
+            // A join to a value not committed yet (a hand-off that made the
+            // lock and admitted more shared waiters) is counted with it.
+            if !slot.stores_new_value() {
+                crate::stats::holders_counted(1);
+            }
             None
         }
         Change::Left { entry, .. } => {

@@ -27,8 +27,10 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
             recovery::refusal(redis_lock_core::Clock::monotonic_ms(&crate::state::CLOCK))
                 .unwrap_or(0);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let fields: [(&CStr, i64); 23] = [
+        let holders = crate::stats::LIVE_HOLDERS.load(Ordering::Relaxed);
+        let fields: [(&CStr, i64); 24] = [
             (c"held", held),
+            (c"holders", holders),
             (c"acquired", count(stats.acquired)),
             (c"reentered", count(stats.reentered)),
             (c"contended", count(stats.contended)),

@@ -335,6 +335,9 @@ fn waiting_readers_are_admitted_together_up_to_the_limit() {
     let (a, b) = (a.join().unwrap().unwrap(), b.join().unwrap().unwrap());
     assert!(b > a);
     assert_eq!(owners(&mut c, "pool"), ["a", "b"]);
+    // One hand-off made the lock and admitted both: each holder counted
+    // once (the lease sweep compares this count with the index).
+    assert_eq!(lock_stat(&mut c, "lock_holders"), 2);
     assert_eq!(
         queued(&mut c, "pool"),
         2,
@@ -348,6 +351,7 @@ fn waiting_readers_are_admitted_together_up_to_the_limit() {
     release(&mut c, "pool", "d");
     assert!(w.join().unwrap().unwrap() > d);
     assert_eq!(held(&mut c, "pool").owner, b"w");
+    assert_eq!(lock_stat(&mut c, "lock_holders"), 1);
 }
 
 #[test]

@@ -91,6 +91,12 @@ impl LockKey {
         unsafe { value.as_mut() }
     }
 
+    /// A new value is pending: it is counted when it is committed, with
+    /// every holder it has by then.
+    pub fn stores_new_value(&self) -> bool {
+        matches!(self.pending, Pending::Store(_))
+    }
+
     /// Carries out a pending store or delete. Call it with no module-state
     /// borrow held: Redis calls our type callbacks from inside.
     pub fn commit(&mut self) {
