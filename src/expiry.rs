@@ -62,12 +62,9 @@ fn settle(ctx: Ctx) {
         || started.elapsed(),
         || {
             let now = CLOCK.monotonic_ms();
-            let Some(due) = with_state(|state| {
-                let due = state.deadlines.pop_due(now, BATCH);
-                // A batch of stale entries is empty with more due behind it.
-                (!due.is_empty() || state.deadlines.has_due(now)).then_some(due)
-            })
-            .flatten() else {
+            let Some(due) =
+                with_state(|state| state.deadlines.next_due_batch(now, BATCH)).flatten()
+            else {
                 return false;
             };
             for (id, key) in due {

@@ -287,12 +287,9 @@ pub fn end_due_waits(batch: usize, budget: std::time::Duration) {
         || started.elapsed(),
         || {
             let now = CLOCK.monotonic_ms();
-            let Some(due) = with_state(|state| {
-                let due = state.wait_deadlines.pop_due(now, batch);
-                // A batch of stale entries is empty with more due behind it.
-                (!due.is_empty() || state.wait_deadlines.has_due(now)).then_some(due)
-            })
-            .flatten() else {
+            let Some(due) =
+                with_state(|state| state.wait_deadlines.next_due_batch(now, batch)).flatten()
+            else {
                 return false;
             };
             for (_, address) in due {

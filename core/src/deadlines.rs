@@ -277,6 +277,14 @@ impl<K> DeadlineIndex<K> {
         due
     }
 
+    /// [`DeadlineIndex::pop_due`], or `None` once nothing more is due: a
+    /// batch of stale items may be empty with more due behind it, so an
+    /// empty batch alone does not end the work.
+    pub fn next_due_batch(&mut self, now: u64, limit: usize) -> Option<Vec<(u64, K)>> {
+        let due = self.pop_due(now, limit);
+        (!due.is_empty() || self.has_due(now)).then_some(due)
+    }
+
     /// Rewrites or drops every key: `map` returns the new key, or `None` to
     /// drop the entry (used for `FLUSHDB` and `SWAPDB`).
     pub fn remap(&mut self, mut map: impl FnMut(&K) -> Option<K>) {
@@ -647,5 +655,21 @@ mod tests {
             );
         }
         assert!(rebuilds >= 3, "only {rebuilds} rebuilds of the heap");
+    }
+
+    #[test]
+    fn a_due_batch_is_none_only_when_nothing_more_is_due() {
+        let mut index = DeadlineIndex::new();
+        let stale = index.insert(5, "stale");
+        index.insert(6, "live");
+        index.remove(stale);
+        // The first batch of one item finds only the stale one: empty, yet
+        // more is due behind it.
+        assert_eq!(index.next_due_batch(10, 1), Some(vec![]));
+        let batch = index.next_due_batch(10, 1).unwrap();
+        assert_eq!(batch.iter().map(|(_, k)| *k).collect::<Vec<_>>(), ["live"]);
+        assert_eq!(index.next_due_batch(10, 1), None);
+        index.insert(20, "later");
+        assert_eq!(index.next_due_batch(10, 64), None);
     }
 }
