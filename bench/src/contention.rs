@@ -40,7 +40,7 @@ impl Mode {
     }
 }
 
-async fn connect(url: &str) -> Result<MultiplexedConnection> {
+pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
     let config = AsyncConnectionConfig::new().set_response_timeout(None);
     Ok(redis::Client::open(url)?
         .get_multiplexed_async_connection_with_config(&config)
@@ -255,8 +255,8 @@ async fn handoffs(mode: Mode, url: &str, sha: &str, plan: &Plan) -> Result<Hando
 }
 
 /// `waiters` from `LOCK.INFO` (0 when there is no lock).
-async fn waiters(conn: &mut MultiplexedConnection) -> Result<i64> {
-    let info: Value = redis::cmd("LOCK.INFO").arg(KEY).query_async(conn).await?;
+async fn waiters(conn: &mut MultiplexedConnection, key: &str) -> Result<i64> {
+    let info: Value = redis::cmd("LOCK.INFO").arg(key).query_async(conn).await?;
     let pairs: Vec<(Value, Value)> = match info {
         Value::Array(items) => items
             .chunks(2)
@@ -275,9 +275,13 @@ async fn waiters(conn: &mut MultiplexedConnection) -> Result<i64> {
         .unwrap_or(0))
 }
 
-async fn until_waiters(conn: &mut MultiplexedConnection, n: i64) -> Result<()> {
+pub(crate) async fn until_waiters(
+    conn: &mut MultiplexedConnection,
+    key: &str,
+    n: i64,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while waiters(conn).await? < n {
+    while waiters(conn, key).await? < n {
         if Instant::now() > deadline {
             return Err(format!("never saw {n} waiters queued").into());
         }
@@ -315,7 +319,7 @@ async fn fifo_check(url: &str) -> Result<(usize, usize)> {
             give_back(&mut conn, Mode::Wait, &owner, "").await?;
             Ok::<_, crate::Error>((got, n))
         }));
-        until_waiters(&mut holder, i as i64 + 1).await?;
+        until_waiters(&mut holder, KEY, i as i64 + 1).await?;
     }
     give_back(&mut holder, Mode::Wait, "fifo-holder", "").await?;
     let mut in_order = 0;
@@ -366,7 +370,7 @@ async fn grant_latency(
         sent + Duration::from_millis(lease_ms)
     } else {
         match mode {
-            Mode::Wait => until_waiters(&mut watcher, 1).await?,
+            Mode::Wait => until_waiters(&mut watcher, KEY, 1).await?,
             // A poller in its steady rhythm, at a random phase.
             Mode::Poll | Mode::PollPolite => {
                 let phase = u64::from(sent.elapsed().subsec_nanos() % 10);

@@ -10,7 +10,7 @@
 //! `--quick` (or `QUICK=1`) runs every section with fewer requests, shorter
 //! windows and one round (about two minutes). `--only` runs some sections
 //! (1 acquire, 2 release, 3 re-entry, 4 memory, 5 clients, 6 contention,
-//! 7 scale). `--out` writes the report elsewhere than BENCHMARKS.md at the
+//! 7 scale, 8 do no harm, 9 shared locks and semaphores). `--out` writes the report elsewhere than BENCHMARKS.md at the
 //! workspace root (the charts go beside it).
 
 mod churn;
@@ -20,6 +20,7 @@ mod host;
 mod micro;
 mod report;
 mod server;
+mod shared;
 mod tools;
 
 use std::path::{Path, PathBuf};
@@ -159,7 +160,7 @@ fn parse_args() -> Result<Args> {
                 }
             }
             "-h" | "--help" => {
-                println!("redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8]");
+                println!("redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
@@ -249,6 +250,11 @@ fn run() -> Result<bool> {
             if let Err(e) = micro::scale(&server, &scripts, &plan, load_time, &runtime, &mut report)
             {
                 fail(&mut report, 7, e);
+            }
+        }
+        if wanted(9) {
+            if let Err(e) = shared::run(&server, &plan, &mut report) {
+                fail(&mut report, 9, e);
             }
         }
         if wanted(6) {

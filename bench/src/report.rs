@@ -67,7 +67,7 @@ pub struct Report {
     pub expiry_series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
-pub const SECTIONS: [(u8, &str); 8] = [
+pub const SECTIONS: [(u8, &str); 9] = [
     (1, "Acquire on fresh keys"),
     (2, "Release"),
     (3, "Re-entrant acquire"),
@@ -76,6 +76,7 @@ pub const SECTIONS: [(u8, &str); 8] = [
     (6, "Contention: 32 tasks on one key"),
     (7, "Scale: many live locks, mass expiry"),
     (8, "Do no harm: plain commands with and without the module"),
+    (9, "Shared locks and semaphores"),
 ];
 
 pub fn loadavg() -> String {
