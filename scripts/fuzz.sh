@@ -3,7 +3,7 @@
 # crate: argument parsing, sequences of lock operations, and the decoding of
 # saved lock values).
 #
-#   scripts/fuzz.sh short            about 30 s of fuzzing in all (`make test`)
+#   scripts/fuzz.sh short            about 40 s of fuzzing in all (`make test`)
 #   scripts/fuzz.sh long             10 minutes in all (`make fuzz`);
 #                                    FUZZ_SECONDS=N sets the total instead
 #   scripts/fuzz.sh MODE TARGET...   only these targets (see `cargo fuzz list`)
@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 mode=${1:-short}
 [ $# -gt 0 ] && shift
 case "$mode" in
-short) total=30 ;;
+short) total=40 ;;
 long) total=${FUZZ_SECONDS:-600} ;;
 *)
     echo "usage: $0 short|long [TARGET...]" >&2

@@ -355,10 +355,10 @@ fn a_slot_moved_by_hand_never_grants_its_lock_on_the_old_node() {
     after_the_move(&nodes[0], &nodes[1], &key, token, waiting);
 }
 
-/// A shared lock's holders move with its slot: the same owners, holds and
-/// tokens on the new node, and a new holder there gets a greater token.
-#[test]
-fn a_shared_lock_moves_with_its_slot_holders_and_tokens_kept() {
+/// A shared lock's holders move with its slot (moved by `mover`): the same
+/// owners, holds and tokens on the new node, and a new holder there gets a
+/// greater token.
+fn a_shared_lock_moves_with_its_slot(mover: fn(&[RedisServer], usize, usize, i64, &str)) {
     let nodes = start_cluster();
     let slot = lowest_slot(&nodes[0]);
     let key = (0..)
@@ -378,7 +378,7 @@ fn a_shared_lock_moves_with_its_slot_holders_and_tokens_kept() {
         .map(|o| take(&mut f, o).unwrap())
         .collect();
     let before = run(&mut f, &["LOCK.HOLDERS", &key]).unwrap();
-    move_slot_by_hand(&nodes, 0, 1, slot, &key);
+    mover(&nodes, 0, 1, slot, &key);
     let mut t = nodes[1].conn();
     let after = run(&mut t, &["LOCK.HOLDERS", &key]).unwrap();
     let identity = |v: &Value| -> Vec<(Value, Value, Value)> {
@@ -393,23 +393,40 @@ fn a_shared_lock_moves_with_its_slot_holders_and_tokens_kept() {
             })
             .collect()
     };
+    assert_eq!(identity(&after).len(), 3);
     assert_eq!(identity(&after), identity(&before));
     assert_eq!(
         lock_stat(&mut f, "lock_held"),
         0,
         "a lock was left on the old node"
     );
+    let err = error_of(
+        &mut f,
+        &["LOCK.ACQUIRE", &key, "d", "1000", "SHARED", "LIMIT", "4"],
+    );
+    assert!(err.starts_with("MOVED "), "{err}");
     let d = take(&mut t, "d").unwrap();
     assert!(
         tokens.iter().all(|&t| d > t),
         "a new holder's token is above the moved ones"
     );
+    assert_eq!(take(&mut t, "e"), None, "the LIMIT moved with the lock");
 }
 
 #[test]
-fn a_slot_moved_by_cluster_reshard_never_grants_its_lock_on_the_old_node() {
-    let (nodes, slot, key, token, waiting) = held_and_waited_for();
-    let (from, to) = (&nodes[0], &nodes[1]);
+fn a_shared_lock_moves_with_its_slot_holders_and_tokens_kept() {
+    a_shared_lock_moves_with_its_slot(move_slot_by_hand);
+}
+
+#[test]
+fn a_shared_lock_moves_with_a_cluster_reshard_holders_and_tokens_kept() {
+    a_shared_lock_moves_with_its_slot(|nodes, from, to, slot, _key| {
+        reshard_one_slot(&nodes[from], &nodes[to], slot);
+    });
+}
+
+/// `redis-cli --cluster reshard` of one slot (the lowest of `from`) to `to`.
+fn reshard_one_slot(from: &RedisServer, to: &RedisServer, slot: i64) {
     let output = Command::new(testkit::cli_binary())
         .args([
             "--cluster",
@@ -433,5 +450,11 @@ fn a_slot_moved_by_cluster_reshard_never_grants_its_lock_on_the_old_node() {
     );
     let mut t = to.conn();
     assert!(wait_until(SOON, || owner_port(&mut t, slot) == to.port()));
-    after_the_move(from, to, &key, token, waiting);
+}
+
+#[test]
+fn a_slot_moved_by_cluster_reshard_never_grants_its_lock_on_the_old_node() {
+    let (nodes, slot, key, token, waiting) = held_and_waited_for();
+    reshard_one_slot(&nodes[0], &nodes[1], slot);
+    after_the_move(&nodes[0], &nodes[1], &key, token, waiting);
 }

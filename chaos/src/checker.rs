@@ -7,17 +7,28 @@
 //! that moment plus the validity the client reported, cut short when the
 //! holder starts releasing.
 //!
+//! A hold is exclusive (a mutex, or a writer of a read-write lock), shared
+//! (a reader) or a permit of a semaphore of `n` permits; only exclusive
+//! holders write to the store, readers read from it.
+//!
 //! Violations:
 //!
 //! - **overlap**: two holders of one resource whose validity windows
-//!   intersect (mutual exclusion broken);
+//!   intersect when one of them is exclusive (mutual exclusion broken; a
+//!   reader's window overlapping a writer's is one);
+//! - **too many permits**: more than `n` permit windows of a semaphore open
+//!   at once;
 //! - **token order**: a holder whose acquisition began after an earlier
 //!   holder's window ended, but whose token is not greater (fencing broken:
 //!   the earlier, stale holder could still overwrite it);
 //! - **fenced out while valid**: a write rejected while its holder's window
 //!   was still open. A newer token was accepted before, so its holder held
 //!   the lock while this one did, or an earlier holder got a token at least
-//!   as large as this one's: one of the two above, seen from the store.
+//!   as large as this one's: one of the two above, seen from the store;
+//! - **read saw a newer write**: a reader, inside its window, found a write
+//!   whose token is not below its own. Tokens only grow, so that writer was
+//!   granted after this reader, while the reader held the lock: a writer
+//!   overlapped it, or the reader's token is not above an earlier writer's.
 //!
 //! A write rejected after its holder's window ended (a client paused past
 //! its validity) is the fencing working, not a violation. A late write
@@ -46,6 +57,25 @@ pub struct Holder {
     pub token: Option<u64>,
     /// Indices of the nodes that granted the acquisition.
     pub granted_by: Vec<usize>,
+    pub kind: HoldKind,
+}
+
+/// How a resource is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldKind {
+    /// A mutex, or the writer of a read-write lock: alone.
+    Exclusive,
+    /// A reader of a read-write lock: with other readers, never a writer.
+    Shared,
+    /// One permit of a semaphore of this many permits.
+    Permit(u32),
+}
+
+impl HoldKind {
+    /// Two holds of one resource that may not overlap in time.
+    fn conflicts(self, other: HoldKind) -> bool {
+        self == HoldKind::Exclusive || other == HoldKind::Exclusive
+    }
 }
 
 /// A holder's handle in the checker.
@@ -67,6 +97,10 @@ pub enum WriteOutcome {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteCounts {
+    /// Fenced reads by readers (shared holds).
+    pub reads: u64,
+    /// Permit holds that reached their work (they do not use the store).
+    pub permits: u64,
     pub accepted: u64,
     /// Of `accepted`: after the holder's window ended.
     pub accepted_late: u64,
@@ -80,6 +114,8 @@ impl WriteCounts {
     }
 
     pub fn add(&mut self, other: &WriteCounts) {
+        self.reads += other.reads;
+        self.permits += other.permits;
         self.accepted += other.accepted;
         self.accepted_late += other.accepted_late;
         self.rejected_stale += other.rejected_stale;
@@ -90,22 +126,28 @@ impl WriteCounts {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ViolationKind {
     Overlap,
+    TooManyPermits,
     TokenOrder,
     FencedOutWhileValid,
+    ReadSawNewerWrite,
 }
 
 impl ViolationKind {
-    pub const ALL: [ViolationKind; 3] = [
+    pub const ALL: [ViolationKind; 5] = [
         ViolationKind::Overlap,
+        ViolationKind::TooManyPermits,
         ViolationKind::TokenOrder,
         ViolationKind::FencedOutWhileValid,
+        ViolationKind::ReadSawNewerWrite,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
             ViolationKind::Overlap => "overlapping validity windows",
+            ViolationKind::TooManyPermits => "more permit windows open than permits",
             ViolationKind::TokenOrder => "token not above an earlier holder's",
             ViolationKind::FencedOutWhileValid => "write rejected inside its validity window",
+            ViolationKind::ReadSawNewerWrite => "read inside its window saw a newer write",
         }
     }
 }
@@ -139,7 +181,10 @@ impl Violation {
     pub fn describe(&self, origin: Instant) -> String {
         let (first, second) = match self.kind {
             ViolationKind::FencedOutWhileValid => ("accepted", "rejected"),
-            ViolationKind::Overlap | ViolationKind::TokenOrder => ("earlier ", "later   "),
+            ViolationKind::ReadSawNewerWrite => ("written ", "reader  "),
+            ViolationKind::Overlap | ViolationKind::TooManyPermits | ViolationKind::TokenOrder => {
+                ("earlier ", "later   ")
+            }
         };
         let mut text = format!(
             "{} on {}:\n    {first}: {}\n    {second}: {}",
@@ -149,7 +194,11 @@ impl Violation {
             describe_holder(&self.later, origin)
         );
         if let Some(at) = self.at {
-            text.push_str(&format!("\n    rejected write at {}", ms_since(origin, at)));
+            let what = match self.kind {
+                ViolationKind::ReadSawNewerWrite => "read",
+                _ => "rejected write",
+            };
+            text.push_str(&format!("\n    {what} at {}", ms_since(origin, at)));
         }
         text
     }
@@ -160,8 +209,9 @@ fn describe_holder(holder: &Holder, origin: Instant) -> String {
         .token
         .map_or_else(|| "none".to_string(), |t| t.to_string());
     format!(
-        "client {} token {token}, acquire from {}, window {} .. {}, granted by nodes {:?}",
+        "client {} ({:?}) token {token}, acquire from {}, window {} .. {}, granted by nodes {:?}",
         holder.client,
+        holder.kind,
         ms_since(origin, holder.acquire_started),
         ms_since(origin, holder.window_start),
         ms_since(origin, holder.window_end),
@@ -186,6 +236,15 @@ pub struct Findings {
 impl Findings {
     pub fn count(&self, kind: ViolationKind) -> usize {
         self.violations.iter().filter(|v| v.kind == kind).count()
+    }
+
+    /// Violations between a reader and a writer of a read-write lock.
+    pub fn reader_writer(&self) -> usize {
+        self.violations
+            .iter()
+            .filter(|v| v.kind != ViolationKind::TooManyPermits)
+            .filter(|v| v.earlier.kind == HoldKind::Shared || v.later.kind == HoldKind::Shared)
+            .count()
     }
 }
 
@@ -235,8 +294,46 @@ impl Checker {
             window_end: window_start + validity,
             token: None,
             granted_by,
+            kind: HoldKind::Exclusive,
         });
         HolderId(inner.holders.len() - 1)
+    }
+
+    /// The hold is not exclusive (holds are exclusive unless set).
+    pub fn set_kind(&self, id: HolderId, kind: HoldKind) {
+        if let Some(holder) = self.inner().holders.get_mut(id.0) {
+            holder.kind = kind;
+        }
+    }
+
+    /// A permit holder reached its work (the store is not involved).
+    pub fn permit_work(&self) {
+        self.inner().writes.permits += 1;
+    }
+
+    /// A fenced read by reader `id` with `token`, now: a violation when the
+    /// store holds a write with a token not below it while the reader's
+    /// window is open. Returns whether the read was consistent.
+    pub fn read(&self, id: HolderId, token: u64) -> bool {
+        let mut inner = self.inner();
+        let now = Instant::now();
+        inner.writes.reads += 1;
+        let Some(holder) = inner.holders.get(id.0).cloned() else {
+            return true;
+        };
+        match inner.highest.get(&holder.resource).copied() {
+            Some((highest, by)) if highest >= token && now < holder.window_end => {
+                let earlier = inner.holders[by].clone();
+                inner.fenced_out.push(Violation {
+                    kind: ViolationKind::ReadSawNewerWrite,
+                    earlier,
+                    later: holder,
+                    at: Some(now),
+                });
+                false
+            }
+            _ => true,
+        }
     }
 
     pub fn set_token(&self, id: HolderId, token: u64) {
@@ -331,8 +428,10 @@ impl Checker {
     }
 }
 
-/// Holders (of one resource) whose window starts before an earlier-starting
-/// window ends.
+/// Holders (of one resource) whose window starts while an earlier-starting
+/// window it conflicts with is open, and permits that start while the
+/// semaphore's other permits are all open. Concurrency only grows when a
+/// window starts, so checking at every start finds every excess.
 fn overlaps(holders: &[&Holder], out: &mut Vec<Violation>) {
     let mut sorted: Vec<&Holder> = holders
         .iter()
@@ -340,21 +439,32 @@ fn overlaps(holders: &[&Holder], out: &mut Vec<Violation>) {
         .filter(|h| h.window_end > h.window_start)
         .collect();
     sorted.sort_by_key(|h| h.window_start);
-    let mut reach: Option<&Holder> = None;
+    let mut open: Vec<&Holder> = Vec::new();
     for holder in sorted {
-        if let Some(earlier) = reach {
-            if holder.window_start < earlier.window_end {
+        open.retain(|o| o.window_end > holder.window_start);
+        if let Some(earlier) = open.iter().find(|o| o.kind.conflicts(holder.kind)) {
+            out.push(Violation {
+                kind: ViolationKind::Overlap,
+                earlier: (*earlier).clone(),
+                later: holder.clone(),
+                at: None,
+            });
+        }
+        if let HoldKind::Permit(permits) = holder.kind {
+            let mut others = open
+                .iter()
+                .filter(|o| matches!(o.kind, HoldKind::Permit(_)));
+            let first = others.next();
+            if let Some(earlier) = first.filter(|_| 1 + others.count() >= permits as usize) {
                 out.push(Violation {
-                    kind: ViolationKind::Overlap,
-                    earlier: earlier.clone(),
+                    kind: ViolationKind::TooManyPermits,
+                    earlier: (*earlier).clone(),
                     later: holder.clone(),
                     at: None,
                 });
             }
         }
-        if reach.map_or(true, |r| holder.window_end > r.window_end) {
-            reach = Some(holder);
-        }
+        open.push(holder);
     }
 }
 
@@ -468,6 +578,67 @@ mod tests {
         let findings = checker.findings();
         assert_eq!(findings.count(ViolationKind::TokenOrder), 1);
         assert_eq!(findings.violations[0].earlier.token, Some(50));
+    }
+
+    #[test]
+    fn readers_overlap_each_other_but_not_a_writer() {
+        let checker = Checker::new();
+        let t0 = Instant::now();
+        let reader = |client, from: u64, token| {
+            let id = checker.begin_hold("rw", client, t0, t0 + ms(from), ms(100), vec![]);
+            checker.set_kind(id, HoldKind::Shared);
+            checker.set_token(id, token);
+        };
+        reader(0, 0, 1);
+        reader(1, 50, 2);
+        reader(2, 60, 3);
+        assert!(checker.findings().violations.is_empty());
+        let writer = checker.begin_hold("rw", 3, t0 + ms(100), t0 + ms(120), ms(100), vec![]);
+        checker.set_token(writer, 4);
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::Overlap), 1);
+        assert_eq!(findings.violations[0].earlier.kind, HoldKind::Shared);
+    }
+
+    #[test]
+    fn more_permits_than_the_semaphore_has_are_found() {
+        let checker = Checker::new();
+        let t0 = Instant::now();
+        let permit = |client, from: u64| {
+            let id = checker.begin_hold("sem", client, t0, t0 + ms(from), ms(100), vec![]);
+            checker.set_kind(id, HoldKind::Permit(2));
+            checker.set_token(id, client as u64 + 1);
+        };
+        permit(0, 0);
+        permit(1, 10);
+        // Starts after the first ended: two open at most.
+        permit(2, 100);
+        assert!(checker.findings().violations.is_empty());
+        permit(3, 105);
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::TooManyPermits), 1);
+        assert_eq!(findings.count(ViolationKind::Overlap), 0);
+    }
+
+    #[test]
+    fn a_read_that_sees_a_newer_write_inside_its_window_is_found() {
+        let checker = Checker::new();
+        let t0 = Instant::now();
+        let writer = checker.begin_hold("rw", 0, t0, t0, ms(60_000), vec![]);
+        assert_eq!(
+            checker.write(writer, 5),
+            WriteOutcome::Accepted { late: false }
+        );
+        checker.end_hold(writer);
+        let reader = checker.begin_hold("rw", 1, t0, t0, ms(60_000), vec![]);
+        checker.set_kind(reader, HoldKind::Shared);
+        assert!(checker.read(reader, 6));
+        let stale = checker.begin_hold("rw", 2, t0, t0, ms(60_000), vec![]);
+        checker.set_kind(stale, HoldKind::Shared);
+        assert!(!checker.read(stale, 5));
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::ReadSawNewerWrite), 1);
+        assert_eq!(findings.writes.reads, 2);
     }
 
     #[test]

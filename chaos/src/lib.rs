@@ -33,7 +33,7 @@ use crate::cluster::Cluster;
 use crate::faults::{FaultLog, Injector};
 use crate::plan::{Mix, Phase};
 use crate::report::{ClientFigures, PhaseSummary, Summary};
-use crate::workload::{ClientStats, Shared, Workload};
+use crate::workload::{ClientStats, Resource, ResourceKind, Shared, Workload};
 
 /// What can stop a run (violations do not: they are its result).
 #[derive(Debug)]
@@ -64,8 +64,13 @@ pub struct Settings {
     pub seed: u64,
     /// Concurrent client tasks.
     pub clients: usize,
-    /// Resources they contend for.
+    /// Mutexes they contend for.
     pub resources: usize,
+    /// Read-write locks (a third of the holds write, the rest read).
+    pub read_write: usize,
+    /// Semaphores of `permits` permits.
+    pub semaphores: usize,
+    pub permits: u32,
     /// The safe mix, or one that breaks the rules on purpose.
     pub mix: Mix,
     /// Print every fault as it is injected (stderr).
@@ -81,10 +86,49 @@ impl Default for Settings {
             seed: 1,
             clients: 32,
             resources: 4,
+            read_write: 1,
+            semaphores: 1,
+            permits: 2,
             mix: Mix::Safe,
             verbose: false,
             interrupt: Arc::new(AtomicBool::new(false)),
         }
+    }
+}
+
+impl Settings {
+    /// Phase `phase`'s resources: mutexes `r<i>`, read-write locks `rw<i>`,
+    /// semaphores `sem<i>`.
+    pub fn resource_list(&self, phase: usize) -> Vec<Resource> {
+        let named = |prefix: &str, count: usize, kind: ResourceKind| {
+            (0..count)
+                .map(|i| Resource {
+                    name: format!("chaos:phase{phase}:{prefix}{i}"),
+                    kind,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut all = named("r", self.resources, ResourceKind::Mutex);
+        all.extend(named("rw", self.read_write, ResourceKind::ReadWrite));
+        all.extend(named(
+            "sem",
+            self.semaphores,
+            ResourceKind::Semaphore(self.permits),
+        ));
+        all
+    }
+
+    /// "4 mutexes, 1 read-write lock, 1 semaphore of 2 permits"
+    pub fn describe_resources(&self) -> String {
+        let count =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        format!(
+            "{}, {}, {} of {} permits",
+            count(self.resources, "mutex", "mutexes"),
+            count(self.read_write, "read-write lock", "read-write locks"),
+            count(self.semaphores, "semaphore", "semaphores"),
+            self.permits
+        )
     }
 }
 
@@ -122,7 +166,7 @@ pub async fn run(settings: &Settings) -> Result<Summary, Error> {
         seed: settings.seed,
         mix: plan.mix,
         clients: settings.clients,
-        resources: settings.resources,
+        resources: settings.describe_resources(),
         phases,
         interrupted: settings.interrupt.load(Ordering::Relaxed),
     })
@@ -182,9 +226,7 @@ async fn run_phase(
     };
     let workload = Workload {
         clients: settings.clients,
-        resources: (0..settings.resources)
-            .map(|r| format!("chaos:phase{}:r{r}", index + 1))
-            .collect(),
+        resources: settings.resource_list(index + 1),
         ttl_ms: phase.ttl_ms.clone(),
         seed: phase_seed.wrapping_add(1),
     };

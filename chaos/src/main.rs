@@ -2,11 +2,13 @@
 //!
 //! ```text
 //! chaos [--seconds N] [--seed N] [--clients N] [--resources N]
+//!       [--read-write N] [--semaphores N] [--permits N]
 //!       [--negative-control | --mix NAME] [--verbose]
 //! ```
 //!
 //! Defaults: `CHAOS_SECONDS` or 180 s, `CHAOS_SEED` or a random seed
-//! (printed), 32 clients, 4 resources. Exit status: 0 when the safe mix saw
+//! (printed), 32 clients, 4 mutexes, 1 read-write lock, 1 semaphore of 2
+//! permits. Exit status: 0 when the safe mix saw
 //! no violation (the negative control: when it saw some), 1 otherwise, 2 on
 //! a usage or setup error.
 
@@ -18,6 +20,7 @@ use chaos::plan::Mix;
 use chaos::Settings;
 
 const USAGE: &str = "usage: chaos [--seconds N] [--seed N] [--clients N] [--resources N]
+             [--read-write N] [--semaphores N] [--permits N]
              [--negative-control | --mix NAME] [--verbose]
 
 Runs Redlock over five module-loaded redis-server processes while faults are
@@ -26,7 +29,10 @@ injected, checks every holder with a fenced store, and prints a summary.
   --seconds N          run length (default: $CHAOS_SECONDS or 180)
   --seed N             fault schedule seed (default: $CHAOS_SEED or random)
   --clients N          concurrent client tasks (default 32)
-  --resources N        resources they contend for (default 4)
+  --resources N        mutexes they contend for (default 4)
+  --read-write N       read-write locks: a third of the holds write, the rest read (default 1)
+  --semaphores N       semaphores (default 1)
+  --permits N          permits of each semaphore (default 2)
   --negative-control   no persistence and no recovery window: must report violations
   --mix NAME           safe (default), negative-control, or clock-step (AOF always
                        without a recovery window, clocks stepped back: breaks rule 2)
@@ -64,6 +70,9 @@ fn parse_args() -> Result<Option<Settings>, String> {
             "--seed" => seed = Some(parse_number("--seed", args.next())?),
             "--clients" => settings.clients = parse_number("--clients", args.next())?,
             "--resources" => settings.resources = parse_number("--resources", args.next())?,
+            "--read-write" => settings.read_write = parse_number("--read-write", args.next())?,
+            "--semaphores" => settings.semaphores = parse_number("--semaphores", args.next())?,
+            "--permits" => settings.permits = parse_number("--permits", args.next())?,
             "--negative-control" => settings.mix = Mix::NegativeControl,
             "--mix" => {
                 let name = args.next().ok_or("--mix needs a value")?;
@@ -77,8 +86,12 @@ fn parse_args() -> Result<Option<Settings>, String> {
     if !(seconds.is_finite() && seconds > 0.0) {
         return Err("--seconds must be positive".into());
     }
-    if settings.clients == 0 || settings.resources == 0 {
-        return Err("--clients and --resources must be positive".into());
+    if settings.clients == 0 || settings.resources + settings.read_write + settings.semaphores == 0
+    {
+        return Err("--clients and the number of resources must be positive".into());
+    }
+    if settings.permits == 0 {
+        return Err("--permits must be positive".into());
     }
     settings.duration = Duration::from_secs_f64(seconds);
     settings.seed = seed.unwrap_or_else(rand::random);
@@ -123,12 +136,12 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "chaos: seed {} ({}), {:.0} s, {} clients on {} resources; reproduce the fault schedule with --seed {}",
+        "chaos: seed {} ({}), {:.0} s, {} clients on {}; reproduce the fault schedule with --seed {}",
         settings.seed,
         settings.mix.name(),
         settings.duration.as_secs_f64(),
         settings.clients,
-        settings.resources,
+        settings.describe_resources(),
         settings.seed
     );
     let result = runtime.block_on(async {

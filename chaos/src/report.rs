@@ -22,6 +22,8 @@ pub struct ClientFigures {
     pub release_calls: u64,
     pub releases_lapsed: u64,
     pub pauses: u64,
+    pub shared_grants: u64,
+    pub permit_grants: u64,
     pub other_errors: u64,
     pub first_error: Option<String>,
     /// Holds that extended, re-entered, ran a watchdog; cancellations.
@@ -41,6 +43,8 @@ impl ClientFigures {
             release_calls: get(&stats.release_calls),
             releases_lapsed: get(&stats.releases_lapsed),
             pauses: get(&stats.pauses),
+            shared_grants: get(&stats.shared_grants),
+            permit_grants: get(&stats.permit_grants),
             other_errors: get(&stats.other_errors),
             first_error: stats.first_error(),
             styles: stats.styles.figures(),
@@ -62,6 +66,8 @@ impl ClientFigures {
         self.release_calls += other.release_calls;
         self.releases_lapsed += other.releases_lapsed;
         self.pauses += other.pauses;
+        self.shared_grants += other.shared_grants;
+        self.permit_grants += other.permit_grants;
         self.other_errors += other.other_errors;
         self.styles.add(&other.styles);
         if self.first_error.is_none() {
@@ -92,6 +98,8 @@ pub struct Figures {
     pub faults: FaultCounts,
     pub writes: WriteCounts,
     pub violations: BTreeMap<ViolationKind, usize>,
+    /// Of `violations`: between a reader and a writer.
+    pub reader_writer: usize,
 }
 
 impl Figures {
@@ -111,6 +119,7 @@ impl Figures {
         for kind in ViolationKind::ALL {
             *self.violations.entry(kind).or_default() += phase.findings.count(kind);
         }
+        self.reader_writer += phase.findings.reader_writer();
     }
 }
 
@@ -128,7 +137,8 @@ pub struct Summary {
     pub seed: u64,
     pub mix: Mix,
     pub clients: usize,
-    pub resources: usize,
+    /// What the clients contend for.
+    pub resources: String,
     pub phases: Vec<PhaseSummary>,
     /// Stopped early (Ctrl-C).
     pub interrupted: bool,
@@ -170,6 +180,13 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
         "  grants      {} (not acquired {}; tokens lost {}; lapsed releases {}; other errors {})",
         c.grants, c.not_acquired, c.tokens_lost, c.releases_lapsed, c.other_errors
     )?;
+    writeln!(
+        f,
+        "  kinds       exclusive {}, shared (readers) {}, semaphore permits {}",
+        c.grants - c.shared_grants - c.permit_grants,
+        c.shared_grants,
+        c.permit_grants
+    )?;
     writeln!(f, "  holds       {}", c.styles)?;
     let faults = &figures.faults;
     let by_kind: Vec<String> = FaultKind::ALL
@@ -200,6 +217,11 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
     let w = &figures.writes;
     writeln!(
         f,
+        "  store       reads {}, permit holds at work {}",
+        w.reads, w.permits
+    )?;
+    writeln!(
+        f,
         "  writes      accepted {} (after the window: {}), rejected {} (stale holders: {}, inside the window: {})",
         w.accepted,
         w.accepted_late,
@@ -213,9 +235,10 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
         .collect();
     writeln!(
         f,
-        "  VIOLATIONS  {} ({})",
+        "  VIOLATIONS  {} ({}; between a reader and a writer: {})",
         figures.violations(),
-        kinds.join(", ")
+        kinds.join(", "),
+        figures.reader_writer
     )
 }
 
@@ -224,7 +247,7 @@ impl fmt::Display for Summary {
         let total = self.total();
         writeln!(
             f,
-            "chaos summary: seed {}, {:.0} s, {} clients, {} resources, {}{}",
+            "chaos summary: seed {}, {:.0} s, {} clients, {}, {}{}",
             self.seed,
             total.seconds,
             self.clients,

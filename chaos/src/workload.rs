@@ -8,6 +8,11 @@
 //! holder sleeps past its validity after taking its token and only then
 //! writes: the GC pause of the Redlock debate.
 //!
+//! Resources are mutexes, read-write locks (a third of the holds write
+//! under the exclusive lock and make the fenced write; the others read
+//! under a shared lock and make a fenced read) and semaphores (each hold is
+//! one permit; it does not use the store, the checker counts open permits).
+//!
 //! Holds come in styles: plain; extended to a shorter or longer TTL; a
 //! re-entry (a second `acquire` on the held handle, then two releases); or
 //! under a watchdog that renews across more than a TTL of work. After every
@@ -25,7 +30,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redis_lock_client::{Error as LockError, Lock, Redlock};
 
-use crate::checker::{Checker, WriteOutcome};
+use crate::checker::{Checker, HoldKind, WriteOutcome};
 
 /// Counters shared by the client tasks.
 #[derive(Debug, Default)]
@@ -42,6 +47,9 @@ pub struct ClientStats {
     pub releases_lapsed: AtomicU64,
     /// Client pauses performed (sleep past the validity before writing).
     pub pauses: AtomicU64,
+    /// Of `grants`: readers of read-write locks, and semaphore permits.
+    pub shared_grants: AtomicU64,
+    pub permit_grants: AtomicU64,
     /// Errors other than "not acquired" / "quorum lost".
     pub other_errors: AtomicU64,
     first_error: Mutex<Option<String>>,
@@ -137,11 +145,27 @@ impl ClientStats {
     }
 }
 
+/// A resource the clients contend for.
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub name: String,
+    pub kind: ResourceKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourceKind {
+    Mutex,
+    /// Writers exclusive, readers shared.
+    ReadWrite,
+    /// A semaphore of this many permits.
+    Semaphore(u32),
+}
+
 /// What the clients do.
 #[derive(Clone, Debug)]
 pub struct Workload {
     pub clients: usize,
-    pub resources: Vec<String>,
+    pub resources: Vec<Resource>,
     pub ttl_ms: RangeInclusive<u64>,
     pub seed: u64,
 }
@@ -200,9 +224,28 @@ pub fn spawn(workload: &Workload, shared: &Shared) -> Vec<tokio::task::JoinHandl
 async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng: StdRng) {
     let stats = &shared.stats;
     while !shared.stop.load(Ordering::Relaxed) {
-        let resource = &workload.resources[rng.random_range(0..workload.resources.len())];
+        let Resource { name, kind } =
+            &workload.resources[rng.random_range(0..workload.resources.len())];
+        let resource = name.as_str();
         let ttl = Duration::from_millis(rng.random_range(workload.ttl_ms.clone()));
-        let mut lock = match shared.redlock.lock(resource.as_str(), ttl) {
+        let write = rng.random_bool(1.0 / 3.0);
+        let (made, kind) = match *kind {
+            ResourceKind::Mutex => (shared.redlock.lock(resource, ttl), HoldKind::Exclusive),
+            ResourceKind::ReadWrite if write => {
+                (shared.redlock.lock(resource, ttl), HoldKind::Exclusive)
+            }
+            ResourceKind::ReadWrite => {
+                (shared.redlock.lock_shared(resource, ttl), HoldKind::Shared)
+            }
+            ResourceKind::Semaphore(permits) => (
+                shared
+                    .redlock
+                    .semaphore(resource, permits)
+                    .and_then(|s| s.permit(ttl)),
+                HoldKind::Permit(permits),
+            ),
+        };
+        let mut lock = match made {
             Ok(lock) => lock,
             Err(error) => {
                 stats.note_error(&error);
@@ -258,7 +301,17 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
             validity,
             granted_by,
         );
+        shared.checker.set_kind(id, kind);
         stats.grants.fetch_add(1, Ordering::Relaxed);
+        match kind {
+            HoldKind::Exclusive => {}
+            HoldKind::Shared => {
+                stats.shared_grants.fetch_add(1, Ordering::Relaxed);
+            }
+            HoldKind::Permit(_) => {
+                stats.permit_grants.fetch_add(1, Ordering::Relaxed);
+            }
+        }
 
         stats.fence_calls.fetch_add(1, Ordering::Relaxed);
         let token = match lock.fencing_token().await {
@@ -326,12 +379,20 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
             let left = lock.validity().unwrap_or(Duration::ZERO);
             tokio::time::sleep(left.min(validity).mul_f64(work_before)).await;
         }
-        match shared.checker.write(id, token) {
-            WriteOutcome::Accepted { .. } => {
-                let left = lock.validity().unwrap_or(Duration::ZERO);
-                tokio::time::sleep(left.min(validity).mul_f64(work_after)).await;
+        let carry_on = match kind {
+            HoldKind::Exclusive => matches!(
+                shared.checker.write(id, token),
+                WriteOutcome::Accepted { .. }
+            ),
+            HoldKind::Shared => shared.checker.read(id, token),
+            HoldKind::Permit(_) => {
+                shared.checker.permit_work();
+                true
             }
-            WriteOutcome::RejectedStale | WriteOutcome::RejectedWhileValid => {}
+        };
+        if carry_on {
+            let left = lock.validity().unwrap_or(Duration::ZERO);
+            tokio::time::sleep(left.min(validity).mul_f64(work_after)).await;
         }
         shared.checker.end_hold(id);
         for _ in 1..holds {

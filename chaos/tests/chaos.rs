@@ -1,7 +1,8 @@
 //! Short chaos runs against real servers: the safe mix must show no
-//! violation while doing real work under every fault kind, and the negative
-//! control (no persistence, no recovery window) must show violations, or
-//! the checker proves nothing. `make chaos` runs the long version.
+//! violation while doing real work under every fault kind (mutexes,
+//! readers and writers of a read-write lock, semaphore permits), and the
+//! negative control (no persistence, no recovery window) must show
+//! violations of each kind of resource, or the checker proves nothing. `make chaos` runs the long version.
 //!
 //! The seed is fixed (override with `CHAOS_SEED`) so the fault schedule is
 //! the same each time; the summary is printed either way.
@@ -42,9 +43,22 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
         );
     }
     assert_eq!(
-        total.writes.accepted + total.writes.rejected() + total.clients.styles.watchdog_losses,
+        total.writes.accepted
+            + total.writes.rejected()
+            + total.writes.reads
+            + total.writes.permits
+            + total.clients.styles.watchdog_losses,
         total.clients.tokens,
-        "every holder with a token writes once, unless its watchdog reported the lock lost"
+        "every holder with a token writes, reads or works once, unless its watchdog reported the lock lost"
+    );
+    // Readers and permit holders ran under the faults too.
+    assert!(
+        total.clients.shared_grants >= 5 && total.writes.reads >= 5,
+        "too few readers:\n{summary}"
+    );
+    assert!(
+        total.clients.permit_grants >= 5 && total.writes.permits >= 5,
+        "too few permits:\n{summary}"
     );
     // Every fault kind of the mix was injected, and the pauses happened.
     for kind in Plan::safe().fault_kinds() {
@@ -76,7 +90,7 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_negative_control_reports_violations() {
     let settings = Settings {
-        duration: Duration::from_secs(12),
+        duration: Duration::from_secs(16),
         seed: seed(),
         mix: Mix::NegativeControl,
         ..Settings::default()
@@ -87,6 +101,14 @@ async fn the_negative_control_reports_violations() {
     assert!(
         total.violations_of(ViolationKind::Overlap) > 0,
         "restarted nodes without their locks must let two holders overlap:\n{summary}"
+    );
+    assert!(
+        total.violations_of(ViolationKind::TooManyPermits) > 0,
+        "restarted nodes without their locks must hand out more permits than a semaphore has:\n{summary}"
+    );
+    assert!(
+        total.reader_writer > 0,
+        "restarted nodes without their locks must let a reader and a writer overlap:\n{summary}"
     );
     assert!(summary.passed());
     assert!(total.faults.injected(FaultKind::RestartMajority) >= 1);
