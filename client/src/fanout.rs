@@ -57,7 +57,8 @@ pub(crate) async fn round(
                 .unwrap_or(Err(NodeError::Timeout(timeout)))
                 .and_then(parse),
         })
-        .collect();
+        .collect::<Vec<_>>();
+    crate::metrics::node_errors(&outcomes);
     Round {
         outcomes,
         started: start,

@@ -157,6 +157,16 @@ impl LockCore {
     }
 }
 
+impl Drop for LockCore {
+    fn drop(&mut self) {
+        // A hold nobody released (no runtime to release it on): the handle
+        // stops holding with it.
+        if self.state().holds > 0 {
+            crate::metrics::held(-1.0);
+        }
+    }
+}
+
 /// What a node's answer to a lease-setting command (`ACQUIRE`, `EXTEND`)
 /// tells the ledger.
 pub(crate) fn answer(outcome: &NodeOutcome) -> Answer {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::handle::{answers, detached, trace_outcomes, LockCore, State};
 use crate::ledger::Answer;
+use crate::metrics;
 use crate::outcome::{Extended, Release, Reply};
 use crate::protocol;
 
@@ -19,7 +20,7 @@ impl LockCore {
     )]
     pub(crate) async fn extend(self: &Arc<Self>, ttl: Duration) -> Result<Extended> {
         let core = Arc::clone(self);
-        detached(async move {
+        let result = detached(async move {
             let _op = core.op().await;
             if core.state().holds == 0 {
                 return Err(Error::NotHeld);
@@ -80,7 +81,11 @@ impl LockCore {
                 }
             }
         })
-        .await
+        .await;
+        if !matches!(result, Err(Error::NotHeld)) {
+            metrics::extension(result.is_ok());
+        }
+        result
     }
 
     #[cfg_attr(
@@ -116,17 +121,20 @@ impl LockCore {
                     }
                 }
                 *state = State::default();
+                metrics::held(-1.0);
             }
             let round = core.release_everywhere().await;
             trace_outcomes(&round.outcomes);
-            Ok(Release {
+            let release = Ok(Release {
                 holds_left: 0,
                 released: round.count(|r| matches!(r, Reply::Released { .. })),
                 not_held: round.count(|r| matches!(r, Reply::NotHeld)),
                 failed: round.outcomes.iter().filter(|o| o.is_failure()).count(),
                 quorum,
                 outcomes: round.outcomes,
-            })
+            });
+            metrics::release(&release);
+            release
         })
         .await
     }

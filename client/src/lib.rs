@@ -208,6 +208,10 @@
 //!
 //! - `tracing`: spans for acquire, extend, release and `fencing_token`,
 //!   with trace events for each node's outcome.
+//! - `tls`: `rediss://` nodes through rustls, and `Tls` for a private CA
+//!   and client certificates (mutual TLS).
+//! - `metrics`: lock metrics through the `metrics` crate's facade (see the
+//!   `metrics` example and the crate README for the series).
 
 mod acquire;
 mod client;
@@ -219,6 +223,7 @@ mod hold;
 mod kind;
 mod ledger;
 mod lock;
+mod metrics;
 mod node;
 mod node_error;
 mod outcome;
@@ -230,6 +235,8 @@ mod scoped;
 mod semaphore;
 mod single;
 mod timing;
+#[cfg(feature = "tls")]
+mod tls;
 mod watchdog;
 
 pub mod blocking;
@@ -244,6 +251,8 @@ pub use outcome::{Acquired, Extended, NodeOutcome, Release, Reply};
 pub use protocol::{LockInfo, NodeInfo};
 pub use scoped::LockContext;
 pub use semaphore::Semaphore;
+#[cfg(feature = "tls")]
+pub use tls::{Tls, TlsNode};
 pub use watchdog::{LockStatus, Watchdog};
 
 /// Quorum arithmetic, exposed for callers that size deployments or check

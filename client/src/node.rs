@@ -22,6 +22,17 @@ impl IntoClient for redis::Client {
 
 impl IntoClient for &str {
     fn into_client(self) -> Result<redis::Client> {
+        let tls = self.starts_with("rediss://") || self.starts_with("valkeys://");
+        #[cfg(feature = "tls")]
+        if tls {
+            crate::tls::ensure_crypto_provider();
+        }
+        #[cfg(not(feature = "tls"))]
+        if tls {
+            return Err(Error::InvalidConfig(format!(
+                "node URL {self:?}: TLS needs redis-lock-client's `tls` feature"
+            )));
+        }
         redis::Client::open(self)
             .map_err(|e| Error::InvalidConfig(format!("node URL {self:?}: {e}")))
     }

@@ -77,7 +77,10 @@ impl LockCore {
             .await
         {
             Ok(conn) => conn,
-            Err(error) => return Err(single_node_failure(vec![outcome(Err(error))])),
+            Err(error) => {
+                crate::metrics::node_error(node.name(), &error);
+                return Err(single_node_failure(vec![outcome(Err(error))]));
+            }
         };
         // The timer starts once the connection is there.
         let wait = deadline
@@ -140,7 +143,10 @@ impl LockCore {
                     drop(op);
                 });
                 let error = match other {
-                    Some(Err(error)) => error,
+                    Some(Err(error)) => {
+                        crate::metrics::node_error(node.name(), &error);
+                        error
+                    }
                     _ => crate::error::NodeError::Timeout(sent.elapsed()),
                 };
                 Err(single_node_failure(vec![outcome(Err(error))]))

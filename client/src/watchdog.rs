@@ -235,10 +235,7 @@ async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
         let latest_start = signal_at.checked_sub(node_timeout).unwrap_or(signal_at);
         tokio::time::sleep_until(next.min(latest_start)).await;
         if Instant::now() >= signal_at {
-            let _ = status.send(LockStatus::Lost {
-                outcomes: last_outcomes,
-            });
-            return;
+            return report_lost(&status, last_outcomes);
         }
         tokio::select! {
             result = core.renew() => match result {
@@ -248,15 +245,13 @@ async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
                 }
                 Err(Error::QuorumLost { outcomes, .. }) => {
                     if majority_denies(&outcomes, quorum) {
-                        let _ = status.send(LockStatus::Lost { outcomes });
-                        return;
+                        return report_lost(&status, outcomes);
                     }
                     last_outcomes = outcomes;
                     next = Instant::now() + retry_pause;
                 }
                 Err(Error::Expired) => {
-                    let _ = status.send(LockStatus::Lost { outcomes: last_outcomes });
-                    return;
+                    return report_lost(&status, last_outcomes);
                 }
                 Err(_) => {
                     // Not held any more: released through another handle.
@@ -264,11 +259,16 @@ async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
                 }
             },
             () = tokio::time::sleep_until(signal_at) => {
-                let _ = status.send(LockStatus::Lost { outcomes: last_outcomes });
-                return;
+                return report_lost(&status, last_outcomes);
             }
         }
     }
+}
+
+/// Tells the holder its lock is lost, with the last round's outcomes.
+fn report_lost(status: &watch::Sender<LockStatus>, outcomes: Vec<NodeOutcome>) {
+    crate::metrics::lost();
+    let _ = status.send(LockStatus::Lost { outcomes });
 }
 
 /// Whether enough nodes answered "not held" that the rest cannot form a
