@@ -322,6 +322,41 @@ fn a_reader_never_overtakes_a_queued_writer() {
     assert_eq!(owners(&mut c, "doc"), ["r2"]);
 }
 
+/// R R W R R queued behind a writer: the first two readers together, then
+/// the writer, then the last two together; tokens in that order.
+#[test]
+fn a_mixed_queue_is_admitted_in_runs_of_readers_around_the_writer() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "doc", "first", 60_000).unwrap();
+    let r1 = spawn_wait(&server, "doc", "r1", 60_000, Some(None), 10_000);
+    let r2 = spawn_wait(&server, "doc", "r2", 60_000, Some(None), 10_000);
+    let w = spawn_wait(&server, "doc", "w", 60_000, None, 10_000);
+    let r3 = spawn_wait(&server, "doc", "r3", 60_000, Some(None), 10_000);
+    let r4 = spawn_wait(&server, "doc", "r4", 60_000, Some(None), 10_000);
+    assert_eq!(release(&mut c, "doc", "first"), Some(0));
+    let (t1, t2) = (r1.join().unwrap().unwrap(), r2.join().unwrap().unwrap());
+    assert!(t2 > t1);
+    assert_eq!(owners(&mut c, "doc"), ["r1", "r2"]);
+    assert_eq!(queued(&mut c, "doc"), 3, "r3 and r4 stay behind the writer");
+    assert_eq!(release(&mut c, "doc", "r1"), Some(0));
+    assert_eq!(
+        queued(&mut c, "doc"),
+        3,
+        "the writer waits for the last reader"
+    );
+    assert_eq!(release(&mut c, "doc", "r2"), Some(0));
+    let tw = w.join().unwrap().unwrap();
+    assert!(tw > t2);
+    assert_eq!(held(&mut c, "doc").owner, b"w");
+    assert_eq!(queued(&mut c, "doc"), 2);
+    assert_eq!(release(&mut c, "doc", "w"), Some(0));
+    let (t3, t4) = (r3.join().unwrap().unwrap(), r4.join().unwrap().unwrap());
+    assert!(t4 > t3 && t3 > tw);
+    assert_eq!(owners(&mut c, "doc"), ["r3", "r4"]);
+    assert_eq!(queued(&mut c, "doc"), 0);
+}
+
 #[test]
 fn waiting_readers_are_admitted_together_up_to_the_limit() {
     let server = RedisServer::start();

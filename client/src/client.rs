@@ -76,6 +76,62 @@ impl Redlock {
         })
     }
 
+    /// [`Redlock::with_config`], then [`Redlock::verify`]: the settings are
+    /// checked against the servers before the first lock.
+    pub async fn connect<I>(nodes: I, config: Config) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: IntoClient,
+    {
+        let redlock = Self::with_config(nodes, config)?;
+        redlock.verify().await?;
+        Ok(redlock)
+    }
+
+    /// Checks every node that answers now: the redis-lock module is loaded,
+    /// and `WAITAOF` exists when [`Config::acknowledge`] asks for fsyncs
+    /// (Redis 7.0 has none). A node that does not answer is not an error
+    /// here: it is a failed node in each round until it answers.
+    pub async fn verify(&self) -> Result<()> {
+        let mut cmd = redis::cmd("COMMAND");
+        cmd.arg("INFO").arg("LOCK.ACQUIRE").arg("WAITAOF");
+        // Connecting may take longer than one reply.
+        let timeout = self
+            .quorum
+            .config()
+            .node_timeout
+            .max(Duration::from_secs(1));
+        let fsyncs = self
+            .quorum
+            .config()
+            .acknowledge
+            .is_some_and(|ack| ack.needs_waitaof());
+        let replies = join_all(
+            self.quorum
+                .nodes()
+                .iter()
+                .map(|node| async { (node.name(), node.call(&cmd, timeout).await) }),
+        )
+        .await;
+        for (node, reply) in replies {
+            let Ok(redis::Value::Array(infos)) = reply else {
+                continue;
+            };
+            let known = |i: usize| !matches!(infos.get(i), None | Some(redis::Value::Nil));
+            if !known(0) {
+                return Err(Error::InvalidConfig(format!(
+                    "node {node}: the redis-lock module is not loaded (no LOCK.ACQUIRE)"
+                )));
+            }
+            if fsyncs && !known(1) {
+                return Err(Error::InvalidConfig(format!(
+                    "node {node}: the server has no WAITAOF (Redis before 7.2), so it cannot acknowledge fsyncs: drop fsync_local/fsync_replicas from Config::acknowledge or use Redis 7.2+ or Valkey"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// A handle for `resource` with a fresh owner id, not yet acquired.
     pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> Result<Lock> {
         self.lock_as(resource.into(), ttl, Kind::Exclusive)

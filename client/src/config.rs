@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::acknowledge::Acknowledge;
 use crate::error::{Error, Result};
 use crate::timing;
 
@@ -49,6 +50,10 @@ pub struct Config {
     /// (and `with_lock` cancels its work), so that work stopped on the
     /// signal stops while the lock is still certainly held.
     pub watchdog_margin: Duration,
+    /// What a node must confirm (replicas, fsync) after it grants, extends
+    /// or fences before it counts; asked in the same write as the command
+    /// (see [`Acknowledge`]). `None`: the node's reply is enough.
+    pub acknowledge: Option<Acknowledge>,
     /// For the chaos suite's negative control only: after a failed
     /// extension or re-entry, keep the validity from before it (the unsafe
     /// rule of earlier clients: the round may have shortened leases).
@@ -68,6 +73,7 @@ impl Default for Config {
             drift_min: Duration::from_millis(2),
             watchdog_interval: None,
             watchdog_margin: Duration::from_millis(10),
+            acknowledge: None,
             unsafe_keep_validity_on_failure: false,
         }
     }
@@ -89,6 +95,10 @@ impl Config {
             ("drift_min", Some(self.drift_min)),
             ("watchdog_interval", self.watchdog_interval),
             ("watchdog_margin", Some(self.watchdog_margin)),
+            (
+                "acknowledge timeout",
+                self.acknowledge.map(|ack| ack.timeout),
+            ),
         ] {
             if value.is_some_and(|value| value > MAX_DURATION) {
                 return invalid(format!("{name} must be at most one year"));
@@ -106,7 +116,16 @@ impl Config {
         if self.watchdog_interval.is_some_and(|i| i.is_zero()) {
             return invalid("watchdog_interval must be positive");
         }
+        if let Some(ack) = &self.acknowledge {
+            ack.validate()?;
+        }
         Ok(())
+    }
+
+    /// The longest a round that sets leases may take: the per-node timeout,
+    /// plus the acknowledgement timeout when acknowledgements are asked.
+    pub fn round_timeout(&self) -> Duration {
+        self.node_timeout + self.acknowledge.map_or(Duration::ZERO, |ack| ack.timeout)
     }
 
     /// Rejects a TTL with which no acquisition could ever be valid: one that
@@ -121,20 +140,20 @@ impl Config {
             return invalid("ttl is too large");
         }
         let drift = self.drift(ttl);
-        if ttl <= self.node_timeout + drift {
+        if ttl <= self.round_timeout() + drift {
             return invalid(format!(
-                "ttl ({} ms) must exceed node_timeout ({} ms) plus drift ({} ms)",
+                "ttl ({} ms) must exceed node_timeout ({} ms, with the acknowledgement timeout) plus drift ({} ms)",
                 ttl.as_millis(),
-                self.node_timeout.as_millis(),
+                self.round_timeout().as_millis(),
                 drift.as_millis()
             ));
         }
         if let Some(interval) = self.watchdog_interval {
-            if interval + self.node_timeout + self.watchdog_margin >= ttl - drift {
+            if interval + self.round_timeout() + self.watchdog_margin >= ttl - drift {
                 return invalid(format!(
                     "watchdog_interval ({} ms) plus node_timeout ({} ms) plus watchdog_margin ({} ms) must be shorter than ttl minus drift ({} ms): a renewal must be able to finish before the lock's validity ends",
                     interval.as_millis(),
-                    self.node_timeout.as_millis(),
+                    self.round_timeout().as_millis(),
                     self.watchdog_margin.as_millis(),
                     (ttl - drift).as_millis()
                 ));
@@ -154,7 +173,7 @@ impl Config {
     /// single-node wait lasts this long when no `acquire_timeout` is set.
     pub fn retry_budget(&self) -> Duration {
         let rounds = self
-            .node_timeout
+            .round_timeout()
             .saturating_mul(2)
             .saturating_mul(self.retry_count.saturating_add(1));
         rounds

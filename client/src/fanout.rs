@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::{maybe_done, poll_fn, MaybeDone};
 use redis::{Cmd, Value};
 
+use crate::acknowledge::Acknowledge;
 use crate::node::Node;
 use crate::node_error::NodeError;
 use crate::outcome::{NodeOutcome, Reply, Round};
@@ -26,11 +27,12 @@ pub(crate) async fn round(
     cmd: &Cmd,
     timeout: Duration,
     parse: fn(Value) -> Result<Reply, NodeError>,
+    ack: Option<&Acknowledge>,
 ) -> Round {
     let start = Instant::now();
     let mut calls: Vec<Pin<Box<MaybeDone<_>>>> = nodes
         .iter()
-        .map(|node| Box::pin(maybe_done(node.send(cmd))))
+        .map(|node| Box::pin(maybe_done(node.send(cmd, ack))))
         .collect();
     let all_answered = poll_fn(|cx| {
         let mut waiting = false;

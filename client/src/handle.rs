@@ -140,20 +140,24 @@ impl LockCore {
         state.ledger.validity(self.quorum())
     }
 
-    /// `cmd` to every node of this lock's client at once, each bounded by
-    /// the configured per-node timeout.
+    /// `cmd`, which sets leases or tokens (acquire, extend, fence), to
+    /// every node of this lock's client at once, each bounded by the
+    /// configured per-node timeout, with the acknowledgements the settings
+    /// ask for.
     pub async fn round(
         &self,
         cmd: &Cmd,
         parse: fn(Value) -> std::result::Result<Reply, NodeError>,
     ) -> Round {
-        self.client.round(cmd, parse).await
+        self.client.round(cmd, parse, true).await
     }
 
     /// `LOCK.RELEASE key owner ALL` on every node at once.
     pub async fn release_everywhere(&self) -> Round {
         let cmd = protocol::release(&self.resource, &self.owner, true);
-        self.round(&cmd, protocol::parse_release).await
+        self.client
+            .round(&cmd, protocol::parse_release, false)
+            .await
     }
 }
 

@@ -213,9 +213,12 @@
 //! - `metrics`: lock metrics through the `metrics` crate's facade (see the
 //!   `metrics` example and the crate README for the series).
 
+mod acknowledge;
 mod acquire;
 mod client;
 mod config;
+#[cfg(feature = "tls")]
+mod crypto;
 mod error;
 mod fanout;
 mod handle;
@@ -241,6 +244,7 @@ mod watchdog;
 
 pub mod blocking;
 
+pub use acknowledge::Acknowledge;
 pub use client::Redlock;
 pub use config::Config;
 pub use error::{Error, NodeError, Result};

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
+use crate::acknowledge::Acknowledge;
 use crate::error::{Error, NodeError, Result};
 
 /// Something that names a node: a `redis://` URL or a ready-made
@@ -25,7 +26,7 @@ impl IntoClient for &str {
         let tls = self.starts_with("rediss://") || self.starts_with("valkeys://");
         #[cfg(feature = "tls")]
         if tls {
-            crate::tls::ensure_crypto_provider();
+            crate::crypto::ensure_provider();
         }
         #[cfg(not(feature = "tls"))]
         if tls {
@@ -92,17 +93,18 @@ impl Node {
 
     /// Sends `cmd` on the shared connection and waits at most `timeout`.
     pub async fn call(&self, cmd: &Cmd, timeout: Duration) -> Result<Value, NodeError> {
-        match tokio::time::timeout(timeout, self.send(cmd)).await {
+        match tokio::time::timeout(timeout, self.send(cmd, None)).await {
             Ok(result) => result,
             Err(_) => Err(NodeError::Timeout(timeout)),
         }
     }
 
-    /// Sends `cmd` on the shared connection with no time bound of its own:
-    /// the caller bounds it (a round bounds all its nodes with one timer).
-    pub async fn send(&self, cmd: &Cmd) -> Result<Value, NodeError> {
+    /// Sends `cmd` (and the acknowledgements `ack` asks for, in the same
+    /// write) on the shared connection with no time bound of its own: the
+    /// caller bounds it (a round bounds all its nodes with one timer).
+    pub async fn send(&self, cmd: &Cmd, ack: Option<&Acknowledge>) -> Result<Value, NodeError> {
         let mut conn = self.conn.clone();
-        conn.send_packed_command(cmd).await.map_err(node_error)
+        send_on(&mut conn, cmd, ack).await
     }
 
     /// Opens a connection of its own for a command that blocks on the
@@ -162,9 +164,10 @@ pub(crate) struct WaitingConn {
 }
 
 impl WaitingConn {
-    /// Sends `cmd` and waits for its reply, with no time bound of its own.
-    pub async fn send(&mut self, cmd: &Cmd) -> Result<Value, NodeError> {
-        self.conn.send_packed_command(cmd).await.map_err(node_error)
+    /// Sends `cmd` (with the acknowledgements `ack` asks for) and waits for
+    /// its reply, with no time bound of its own.
+    pub async fn send(&mut self, cmd: &Cmd, ack: Option<&Acknowledge>) -> Result<Value, NodeError> {
+        send_on(&mut self.conn, cmd, ack).await
     }
 
     /// `CLIENT UNBLOCK id`, to end this connection's wait from another one.
@@ -174,6 +177,30 @@ impl WaitingConn {
         cmd.arg("UNBLOCK").arg(id);
         Some(cmd)
     }
+}
+
+/// `cmd` on `conn`; with `ack`, followed in the same write by the
+/// acknowledgement commands, whose replies decide whether it counts.
+async fn send_on<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    cmd: &Cmd,
+    ack: Option<&Acknowledge>,
+) -> Result<Value, NodeError> {
+    let Some(ack) = ack else {
+        return conn.req_packed_command(cmd).await.map_err(node_error);
+    };
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd.clone());
+    let extra = ack.commands();
+    let count = 1 + extra.len();
+    for command in extra {
+        pipe.add_command(command);
+    }
+    let replies = conn
+        .req_packed_commands(&pipe, 0, count)
+        .await
+        .map_err(node_error)?;
+    ack.accept(replies)
 }
 
 fn node_error(error: redis::RedisError) -> NodeError {

@@ -18,6 +18,10 @@ pub enum NodeError {
     /// The node replied with something the module contract does not allow
     /// (for example a module that is not loaded, or another version).
     UnexpectedReply(String),
+    /// The node made the change but did not acknowledge it as
+    /// [`Config::acknowledge`](crate::Config::acknowledge) asks (too few
+    /// replicas, or not fsynced, within the timeout): counted as failed.
+    Unacknowledged(String),
 }
 
 impl fmt::Display for NodeError {
@@ -27,6 +31,7 @@ impl fmt::Display for NodeError {
             NodeError::Connection(why) => write!(f, "connection failed: {why}"),
             NodeError::Reply(message) => write!(f, "error reply: {message}"),
             NodeError::UnexpectedReply(what) => write!(f, "unexpected reply: {what}"),
+            NodeError::Unacknowledged(why) => write!(f, "not acknowledged: {why}"),
         }
     }
 }

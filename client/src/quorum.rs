@@ -50,13 +50,22 @@ impl Quorum {
         &self.config
     }
 
-    /// `cmd` to every node at once, each bounded by the per-node timeout.
+    /// `cmd` to every node at once, each bounded by the per-node timeout;
+    /// `acknowledged`: a command that sets leases or tokens, followed in the
+    /// same write by the acknowledgements the settings ask for (and bounded
+    /// by their timeout too).
     pub async fn round(
         &self,
         cmd: &Cmd,
         parse: fn(Value) -> std::result::Result<Reply, NodeError>,
+        acknowledged: bool,
     ) -> Round {
-        fanout::round(&self.nodes, cmd, self.config.node_timeout, parse).await
+        let ack = self.config.acknowledge.filter(|_| acknowledged);
+        let timeout = match ack {
+            Some(_) => self.config.round_timeout(),
+            None => self.config.node_timeout,
+        };
+        fanout::round(&self.nodes, cmd, timeout, parse, ack.as_ref()).await
     }
 }
 

@@ -90,7 +90,7 @@ impl LockCore {
             // Another attempt is one acquire round and one undo round after
             // the pause: start it only if it can end before the deadline.
             let fits = deadline.map_or(true, |deadline| {
-                Instant::now() + delay + config.node_timeout * 2 <= deadline
+                Instant::now() + delay + config.round_timeout() * 2 <= deadline
             });
             let not_acquired = || Error::NotAcquired {
                 attempts,

@@ -65,7 +65,9 @@ impl LockCore {
             return Err(Error::InvalidConfig("no nodes".into()));
         };
         let room = deadline.saturating_duration_since(Instant::now());
-        if !patient || room <= config.node_timeout {
+        // The reply allowance: one round, with its acknowledgements.
+        let allowance = config.round_timeout();
+        if !patient || room <= allowance {
             return Err(not_acquired(1, round.outcomes));
         }
         let outcome = |result| NodeOutcome {
@@ -73,7 +75,7 @@ impl LockCore {
             result,
         };
         let mut conn = match node
-            .open_waiting(config.node_timeout.min(room - config.node_timeout))
+            .open_waiting(config.node_timeout.min(room - allowance))
             .await
         {
             Ok(conn) => conn,
@@ -85,7 +87,7 @@ impl LockCore {
         // The timer starts once the connection is there.
         let wait = deadline
             .saturating_duration_since(Instant::now())
-            .saturating_sub(config.node_timeout);
+            .saturating_sub(allowance);
         if wait.is_zero() {
             return Err(not_acquired(1, round.outcomes));
         }
@@ -98,7 +100,7 @@ impl LockCore {
         );
         let sent = Instant::now();
         let reply = tokio::select! {
-            reply = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), conn.send(&cmd)) => match reply {
+            reply = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), conn.send(&cmd, config.acknowledge.as_ref())) => match reply {
                 Ok(reply) => Some(reply.and_then(protocol::parse_acquire)),
                 Err(_) => None,
             },
@@ -134,7 +136,7 @@ impl LockCore {
                     if let Some(unblock) = unblock {
                         let _ = tokio::time::timeout(timeout, shared.send(&unblock)).await;
                     }
-                    let undone = tokio::time::timeout(timeout, conn.send(&release)).await;
+                    let undone = tokio::time::timeout(timeout, conn.send(&release, None)).await;
                     if !matches!(undone, Ok(Ok(_))) {
                         // The waiting connection broke: its wait ended with
                         // it, and a grant made before that is released here.
@@ -175,7 +177,8 @@ impl LockCore {
             &[crate::ledger::Answer::Holds(Some(token))],
         );
         let mut outcomes = vec![outcome];
-        if sent.elapsed() > config.node_timeout && Instant::now() + config.node_timeout <= deadline
+        if sent.elapsed() > config.node_timeout
+            && Instant::now() + config.round_timeout() <= deadline
         {
             let cmd = protocol::extend(self.resource(), self.owner(), self.ttl());
             let round = self.round(&cmd, protocol::parse_extend).await;

@@ -90,7 +90,7 @@ impl IntoClient for TlsNode {
                 self.url
             )));
         }
-        ensure_crypto_provider();
+        crate::crypto::ensure_provider();
         let certificates = TlsCertificates {
             client_tls: self
                 .tls
@@ -103,14 +103,5 @@ impl IntoClient for TlsNode {
         };
         redis::Client::build_with_tls(self.url.as_str(), certificates)
             .map_err(|e| Error::InvalidConfig(format!("node URL {:?}: {e}", self.url)))
-    }
-}
-
-/// rustls needs one process-wide crypto provider: ring, unless the
-/// application installed another first.
-pub(crate) fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err only if another thread installed one meanwhile: that one is used.
-        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }

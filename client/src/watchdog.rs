@@ -201,7 +201,8 @@ impl Renewable for LockCore {
         let config = self.client().config();
         Timing {
             interval: config.watchdog_interval_for(self.ttl()),
-            node_timeout: config.node_timeout,
+            // A renewal round waits for its acknowledgements too.
+            node_timeout: config.round_timeout(),
             margin: config.watchdog_margin,
             quorum: self.quorum(),
         }

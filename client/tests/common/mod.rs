@@ -89,7 +89,7 @@ pub fn info_int(server: &RedisServer, key: &str, name: &str) -> Option<i64> {
     })
 }
 
-fn field(server: &RedisServer, key: &str, name: &str) -> Option<Value> {
+pub fn field(server: &RedisServer, key: &str, name: &str) -> Option<Value> {
     let fields: Vec<(Value, Value)> = match raw(server, &["LOCK.INFO", key]) {
         Value::Nil => return None,
         Value::Array(items) => items
