@@ -13,6 +13,10 @@
 #   REDIS_LOCK_MODULE  the module (default target/release/libredis_lock.so,
 #                built with cargo if missing)
 #   MODULE_ARGS  extra module arguments, e.g. "max-ttl 60000"
+#   REDIS_CLUSTER=1  instead: a Redis Cluster of three masters with one
+#                replica each (default ports 7201..7206), made with
+#                redis-cli --cluster create, for Redlock::cluster (the
+#                client's `cluster` example)
 #
 # The nodes are independent masters (no replication between them), as
 # Redlock requires, and each logs every write to its AOF with fsync on every
@@ -24,8 +28,18 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RUN_DIR="${RUN_DIR:-$ROOT/.redis-cluster}"
 MODULE="${REDIS_LOCK_MODULE:-$ROOT/target/release/libredis_lock.so}"
 
+CLUSTER_MODE="${REDIS_CLUSTER:-}"
+[[ "$CLUSTER_MODE" == 0 ]] && CLUSTER_MODE=""
+if [[ -n "$CLUSTER_MODE" ]]; then
+    RUN_DIR="${RUN_DIR:-$ROOT/.redis-cluster}/redis-cluster"
+fi
+
 if [[ -n "${PORTS:-}" ]]; then
     read -r -a PORT_LIST <<<"${PORTS//,/ }"
+elif [[ -n "$CLUSTER_MODE" ]]; then
+    base="${BASE_PORT:-7201}"
+    PORT_LIST=()
+    for i in 0 1 2 3 4 5; do PORT_LIST+=($((base + i))); done
 else
     base="${BASE_PORT:-7101}"
     PORT_LIST=("$base" $((base + 1)) $((base + 2)) $((base + 3)) $((base + 4)))
@@ -82,12 +96,16 @@ start() {
             die "port $port is taken by a server this script did not start"
         fi
         mkdir -p "$RUN_DIR/$port"
+        local cluster_args=()
+        if [[ -n "$CLUSTER_MODE" ]]; then
+            cluster_args=(--cluster-enabled yes --cluster-config-file nodes.conf)
+        fi
         # shellcheck disable=SC2086 # MODULE_ARGS is a word list on purpose
         redis-server --port "$port" --bind 127.0.0.1 --daemonize yes \
             --dir "$RUN_DIR/$port" --pidfile "$RUN_DIR/$port/redis.pid" \
             --logfile "$RUN_DIR/$port/redis.log" \
             --save "" --appendonly yes --appendfsync always \
-            --loadmodule "$MODULE" ${MODULE_ARGS:-}
+            "${cluster_args[@]}" --loadmodule "$MODULE" ${MODULE_ARGS:-}
     done
     for port in "${PORT_LIST[@]}"; do
         if ! wait_for ping "$port"; then
@@ -95,6 +113,28 @@ start() {
             die "node $port did not answer PING (log above)"
         fi
     done
+    if [[ -n "$CLUSTER_MODE" ]]; then
+        if ! redis-cli -p "${PORT_LIST[0]}" CLUSTER INFO | grep -q cluster_state:ok; then
+            redis-cli --cluster create "${PORT_LIST[@]/#/127.0.0.1:}" \
+                --cluster-replicas 1 --cluster-yes >"$RUN_DIR/create.log" 2>&1 ||
+                { cat "$RUN_DIR/create.log" >&2; die "redis-cli --cluster create failed"; }
+        fi
+        cluster_ok() { redis-cli -p "${PORT_LIST[0]}" CLUSTER INFO | grep -q cluster_state:ok; }
+        TIMEOUT=30 wait_for cluster_ok || die "the cluster never reached cluster_state:ok"
+        replicas_synced() {
+            local port synced=0
+            for port in "${PORT_LIST[@]}"; do
+                if redis-cli -p "$port" INFO replication | grep -q '^master_link_status:up'; then
+                    synced=$((synced + 1))
+                fi
+            done
+            ((synced == 3))
+        }
+        TIMEOUT=30 wait_for replicas_synced || die "the replicas never synced"
+        echo "Redis Cluster up: ${PORT_LIST[*]/#/127.0.0.1:} (3 masters, 1 replica each; data in $RUN_DIR)"
+        echo "export REDIS_LOCK_CLUSTER=$(printf 'redis://127.0.0.1:%s,' "${PORT_LIST[@]}" | sed 's/,$//')"
+        return
+    fi
     echo "cluster up: ${PORT_LIST[*]/#/127.0.0.1:} (data in $RUN_DIR)"
     echo "export REDIS_LOCK_NODES=$(printf 'redis://127.0.0.1:%s,' "${PORT_LIST[@]}" | sed 's/,$//')"
 }

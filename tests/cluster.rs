@@ -6,70 +6,14 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
 use common::*;
 use redis::Value;
-
-fn cluster_options() -> ServerOptions {
-    ServerOptions::default().args([
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-    ])
-}
+use testkit::cluster::{lowest_slot, node_id, RedisCluster};
 
 /// Three empty cluster nodes joined into one cluster with every slot served.
 fn start_cluster() -> Vec<RedisServer> {
-    let nodes: Vec<RedisServer> = (0..3)
-        .map(|_| RedisServer::start_with(cluster_options()))
-        .collect();
-    let mut create = Command::new(testkit::cli_binary());
-    create.arg("--cluster").arg("create");
-    for node in &nodes {
-        create.arg(format!("127.0.0.1:{}", node.port()));
-    }
-    create.args(["--cluster-replicas", "0", "--cluster-yes"]);
-    let output = create.output().expect("redis-cli must be installed");
-    assert!(
-        output.status.success(),
-        "redis-cli --cluster create failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    for node in &nodes {
-        let mut c = node.conn();
-        let ok = wait_until(Duration::from_secs(30), || {
-            let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap();
-            info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:3")
-        });
-        assert!(ok, "node {} never saw the cluster ok", node.port());
-    }
-    nodes
-}
-
-/// The port of the node serving `slot`, from CLUSTER SLOTS.
-fn owner_port(c: &mut redis::Connection, slot: i64) -> u16 {
-    let slots: Value = redis::cmd("CLUSTER").arg("SLOTS").query(c).unwrap();
-    let Value::Array(ranges) = slots else {
-        panic!("{slots:?}")
-    };
-    for range in ranges {
-        let Value::Array(parts) = range else { continue };
-        let (Value::Int(lo), Value::Int(hi), Value::Array(master)) =
-            (&parts[0], &parts[1], &parts[2])
-        else {
-            continue;
-        };
-        if (*lo..=*hi).contains(&slot) {
-            let Value::Int(port) = master[1] else {
-                panic!("{master:?}")
-            };
-            return u16::try_from(port).unwrap();
-        }
-    }
-    panic!("no node serves slot {slot}");
+    RedisCluster::start(3, 0).nodes
 }
 
 /// One key per node: (key, port of the node that owns it).
@@ -83,7 +27,7 @@ fn key_per_node(nodes: &[RedisServer]) -> Vec<(String, u16)> {
             .arg(&key)
             .query(&mut c)
             .unwrap();
-        let port = owner_port(&mut c, slot);
+        let port = RedisCluster::owner_port(&nodes[0], slot);
         if !found.iter().any(|(_, p)| *p == port) {
             found.push((key, port));
         }
@@ -243,21 +187,6 @@ fn key_slot(key: &str) -> i64 {
         }
     }
     i64::from(crc & 16383)
-}
-
-fn node_id(node: &RedisServer) -> String {
-    redis::cmd("CLUSTER")
-        .arg("MYID")
-        .query(&mut node.conn())
-        .unwrap()
-}
-
-/// The lowest slot `node` serves.
-fn lowest_slot(node: &RedisServer) -> i64 {
-    let mut c = node.conn();
-    (0..16384)
-        .find(|&slot| owner_port(&mut c, slot) == node.port())
-        .unwrap()
 }
 
 const NOT_SERVED: &str = "TRYAGAIN the lock's hash slot is being migrated or is served by another node: retry the command (it is redirected to the node that serves the key)";
@@ -421,40 +350,13 @@ fn a_shared_lock_moves_with_its_slot_holders_and_tokens_kept() {
 #[test]
 fn a_shared_lock_moves_with_a_cluster_reshard_holders_and_tokens_kept() {
     a_shared_lock_moves_with_its_slot(|nodes, from, to, slot, _key| {
-        reshard_one_slot(&nodes[from], &nodes[to], slot);
+        RedisCluster::reshard_one_slot(&nodes[from], &nodes[to], slot);
     });
-}
-
-/// `redis-cli --cluster reshard` of one slot (the lowest of `from`) to `to`.
-fn reshard_one_slot(from: &RedisServer, to: &RedisServer, slot: i64) {
-    let output = Command::new(testkit::cli_binary())
-        .args([
-            "--cluster",
-            "reshard",
-            &format!("127.0.0.1:{}", from.port()),
-        ])
-        .args([
-            "--cluster-from",
-            &node_id(from),
-            "--cluster-to",
-            &node_id(to),
-        ])
-        .args(["--cluster-slots", "1", "--cluster-yes"])
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "reshard failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let mut t = to.conn();
-    assert!(wait_until(SOON, || owner_port(&mut t, slot) == to.port()));
 }
 
 #[test]
 fn a_slot_moved_by_cluster_reshard_never_grants_its_lock_on_the_old_node() {
     let (nodes, slot, key, token, waiting) = held_and_waited_for();
-    reshard_one_slot(&nodes[0], &nodes[1], slot);
+    RedisCluster::reshard_one_slot(&nodes[0], &nodes[1], slot);
     after_the_move(&nodes[0], &nodes[1], &key, token, waiting);
 }

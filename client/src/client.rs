@@ -76,6 +76,38 @@ impl Redlock {
         })
     }
 
+    /// A Redis Cluster as the lock service: one logical node that sends
+    /// each lock's commands to the shard serving its key (through the
+    /// `redis` crate's cluster connection, which follows `MOVED`/`ASK` and
+    /// retries `TRYAGAIN` while slots move). Like a single node it waits on
+    /// the server (`WAIT`), and fencing, the watchdog and acknowledged
+    /// grants (`WAIT` to the shard's replicas) work as there. `seeds` are
+    /// `redis://host:port` URLs of any of the cluster's nodes.
+    pub fn cluster<I>(seeds: I) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        Self::cluster_with_config(seeds, Config::default())
+    }
+
+    /// [`Redlock::cluster`] with the given settings.
+    pub fn cluster_with_config<I>(seeds: I, config: Config) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Runtime(
+                "the async client needs a tokio runtime".into(),
+            ));
+        }
+        let seeds = seeds.into_iter().map(Into::into).collect();
+        Ok(Redlock {
+            quorum: Arc::new(Quorum::cluster(seeds, config)?),
+        })
+    }
+
     /// [`Redlock::with_config`], then [`Redlock::verify`]: the settings are
     /// checked against the servers before the first lock.
     pub async fn connect<I>(nodes: I, config: Config) -> Result<Redlock>

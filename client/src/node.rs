@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::acknowledge::Acknowledge;
@@ -51,12 +53,43 @@ impl IntoClient for &String {
     }
 }
 
+/// Where a node's connections go: one server, or a Redis Cluster that acts
+/// as one logical node (each lock goes to the shard that serves its key).
+/// One per node, so the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
+enum Target {
+    Server(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A connection of the node.
+#[derive(Clone)]
+enum Conn {
+    /// The node's shared, reconnecting connection to its server.
+    Server(ConnectionManager),
+    /// The cluster's connection: routes by key, follows `MOVED`/`ASK`,
+    /// retries `TRYAGAIN`.
+    Cluster(ClusterConnection),
+    /// A connection of its own to a server (for one blocking command).
+    Own(MultiplexedConnection),
+}
+
+impl Conn {
+    async fn send(&mut self, cmd: &Cmd, ack: Option<&Acknowledge>) -> Result<Value, NodeError> {
+        match self {
+            Conn::Server(conn) => send_on(conn, cmd, ack).await,
+            Conn::Cluster(conn) => send_on(conn, cmd, ack).await,
+            Conn::Own(conn) => send_on(conn, cmd, ack).await,
+        }
+    }
+}
+
 /// A node with one multiplexed connection that every lock of the client
 /// shares (commands from concurrent locks are pipelined on it).
 pub(crate) struct Node {
     name: String,
-    client: redis::Client,
-    conn: ConnectionManager,
+    target: Target,
+    conn: Conn,
 }
 
 impl Node {
@@ -71,7 +104,7 @@ impl Node {
         // comes back is used again within a round or two.
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(None)
-            .set_connection_timeout(Some(node_timeout.max(Duration::from_millis(250))))
+            .set_connection_timeout(Some(connect_timeout(node_timeout)))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100));
@@ -83,10 +116,32 @@ impl Node {
         tokio::spawn(async move {
             let _ = warm.send_packed_command(&redis::cmd("PING")).await;
         });
-        Ok(Node { name, client, conn })
+        Ok(Node {
+            name,
+            target: Target::Server(client),
+            conn: Conn::Server(conn),
+        })
     }
 
-    /// `host:port`, used in every report.
+    /// A Redis Cluster, reached through `seeds` (any of its nodes), as one
+    /// logical node. Connects in the background, like [`Node::new`].
+    pub fn cluster(seeds: Vec<String>, node_timeout: Duration) -> Result<Node> {
+        let name = format!("cluster({})", seeds.join(","));
+        let client = ClusterClient::builder(seeds.iter().map(String::as_str))
+            .connection_timeout(connect_timeout(node_timeout))
+            .build()
+            .map_err(|e| Error::InvalidConfig(format!("{name}: {e}")))?;
+        let conn = client.get_pending_async_connection_with_config(
+            ClusterConfig::new().set_connection_timeout(connect_timeout(node_timeout)),
+        );
+        Ok(Node {
+            name,
+            target: Target::Cluster(client),
+            conn: Conn::Cluster(conn),
+        })
+    }
+
+    /// `host:port` (or `cluster(seeds)`), used in every report.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -103,8 +158,7 @@ impl Node {
     /// write) on the shared connection with no time bound of its own: the
     /// caller bounds it (a round bounds all its nodes with one timer).
     pub async fn send(&self, cmd: &Cmd, ack: Option<&Acknowledge>) -> Result<Value, NodeError> {
-        let mut conn = self.conn.clone();
-        send_on(&mut conn, cmd, ack).await
+        self.conn.clone().send(cmd, ack).await
     }
 
     /// Opens a connection of its own for a command that blocks on the
@@ -112,29 +166,42 @@ impl Node {
     /// client id: Redis serves a blocked client's later commands only once
     /// it is unblocked, so on the shared connection the wait would stall
     /// every other lock of this client. The caller's timer for the wait
-    /// starts after this returns.
+    /// starts after this returns. In a cluster it is a cluster connection
+    /// of its own (no client id: a wait there ends by its own timeout).
     pub async fn open_waiting(&self, timeout: Duration) -> Result<WaitingConn, NodeError> {
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(None)
-            .set_connection_timeout(Some(timeout));
         let open = async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            let id = conn
-                .send_packed_command(redis::cmd("CLIENT").arg("ID"))
-                .await?;
-            Ok::<_, redis::RedisError>((conn, id))
+            match &self.target {
+                Target::Server(client) => {
+                    let config = AsyncConnectionConfig::new()
+                        .set_response_timeout(None)
+                        .set_connection_timeout(Some(timeout));
+                    let mut conn = client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?;
+                    let id = conn
+                        .send_packed_command(redis::cmd("CLIENT").arg("ID"))
+                        .await?;
+                    let id = match id {
+                        Value::Int(id) => Some(id),
+                        _ => None,
+                    };
+                    Ok::<_, redis::RedisError>(WaitingConn {
+                        conn: Conn::Own(conn),
+                        id,
+                    })
+                }
+                Target::Cluster(client) => {
+                    let config = ClusterConfig::new().set_connection_timeout(timeout);
+                    let conn = client.get_async_connection_with_config(config).await?;
+                    Ok(WaitingConn {
+                        conn: Conn::Cluster(conn),
+                        id: None,
+                    })
+                }
+            }
         };
         match tokio::time::timeout(timeout, open).await {
-            Ok(Ok((conn, id))) => Ok(WaitingConn {
-                conn,
-                id: match id {
-                    Value::Int(id) => Some(id),
-                    _ => None,
-                },
-            }),
+            Ok(Ok(conn)) => Ok(conn),
             Ok(Err(error)) => Err(node_error(error)),
             Err(_) => Err(NodeError::Timeout(timeout)),
         }
@@ -147,19 +214,25 @@ impl Node {
     }
 }
 
+/// How long setting up a connection may take: at least 250 ms, whatever
+/// the per-node timeout.
+fn connect_timeout(node_timeout: Duration) -> Duration {
+    node_timeout.max(Duration::from_millis(250))
+}
+
 /// The node's shared connection, detached from the node.
-pub(crate) struct SharedConn(ConnectionManager);
+pub(crate) struct SharedConn(Conn);
 
 impl SharedConn {
     pub async fn send(&mut self, cmd: &Cmd) -> Result<Value, NodeError> {
-        self.0.send_packed_command(cmd).await.map_err(node_error)
+        self.0.send(cmd, None).await
     }
 }
 
 /// A connection of its own for one blocking command. Commands sent on it
 /// after the blocking one are served after it, in order.
 pub(crate) struct WaitingConn {
-    conn: MultiplexedConnection,
+    conn: Conn,
     id: Option<i64>,
 }
 
@@ -167,7 +240,7 @@ impl WaitingConn {
     /// Sends `cmd` (with the acknowledgements `ack` asks for) and waits for
     /// its reply, with no time bound of its own.
     pub async fn send(&mut self, cmd: &Cmd, ack: Option<&Acknowledge>) -> Result<Value, NodeError> {
-        send_on(&mut self.conn, cmd, ack).await
+        self.conn.send(cmd, ack).await
     }
 
     /// `CLIENT UNBLOCK id`, to end this connection's wait from another one.

@@ -37,6 +37,22 @@ impl Quorum {
         })
     }
 
+    /// A Redis Cluster as the one node (reached through `seeds`): each lock
+    /// is served by the shard that owns its key.
+    pub fn cluster(seeds: Vec<String>, config: Config) -> Result<Quorum> {
+        config.validate()?;
+        if seeds.is_empty() {
+            return Err(Error::InvalidConfig(
+                "a cluster needs at least one seed node".into(),
+            ));
+        }
+        Ok(Quorum {
+            quorum: 1,
+            nodes: vec![Node::cluster(seeds, config.node_timeout)?],
+            config,
+        })
+    }
+
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }

@@ -480,3 +480,4 @@ pub fn wait_replicated(primary: &RedisServer, replica: &RedisServer) {
         replica.log()
     );
 }
+pub mod cluster;

@@ -1,7 +1,8 @@
 //! Where the examples find their nodes: command-line arguments, else the
 //! comma-separated `REDIS_LOCK_NODES`, else the five masters that
 //! `scripts/cluster.sh start` (`make cluster`) runs on ports 7101–7105; and
-//! how an example exits.
+//! how an example exits. Each example uses some of these.
+#![allow(dead_code)]
 
 /// The node URLs to use. Bare `host:port` entries get a `redis://` prefix.
 pub fn node_urls() -> Vec<String> {

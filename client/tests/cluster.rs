@@ -1,0 +1,205 @@
+//! A Redis Cluster as the lock service (`Redlock::cluster`), on a real
+//! cluster of module-loaded nodes made with `redis-cli --cluster create`:
+//! locks spread over every shard; a contended lock is waited for on the
+//! server; the watchdog renews; a slot moved by `redis-cli --cluster
+//! reshard` keeps its lock (same owner and token) and the client follows
+//! it; with acknowledged grants, a shard's failover keeps its locks.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{field, holder, test_config};
+use redis::Value;
+use redis_lock_client::{Acknowledge, Config, Redlock};
+use testkit::cluster::{lowest_slot, RedisCluster};
+use testkit::RedisServer;
+
+fn config() -> Config {
+    Config {
+        node_timeout: Duration::from_millis(500),
+        ..test_config()
+    }
+}
+
+fn token_on(server: &RedisServer, key: &str) -> Option<i64> {
+    match field(server, key, "token") {
+        Some(Value::Int(token)) => Some(token),
+        None => None,
+        other => panic!("token is {other:?}"),
+    }
+}
+
+/// Retries `op` until it succeeds (the client's cluster connection learns a
+/// new topology on the first errors after a change).
+async fn eventually<T, E: std::fmt::Debug, F: std::future::Future<Output = Result<T, E>>>(
+    mut op: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match op().await {
+            Ok(value) => return value,
+            Err(error) if Instant::now() > deadline => panic!("still failing: {error:?}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn locks_spread_over_the_shards_wait_on_the_server_and_are_renewed() {
+    let cluster = RedisCluster::start(3, 0);
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), config()).unwrap();
+
+    // Thirty locks: every master serves some, each with its own token.
+    let mut locks = Vec::new();
+    for i in 0..30 {
+        let name = format!("job:{i}");
+        let lock = eventually(|| redlock.acquire(name.clone(), Duration::from_secs(30))).await;
+        let token = lock.fencing_token().await.unwrap();
+        let master = cluster.master_of(&name);
+        assert_eq!(holder(master, &name).as_deref(), Some(lock.owner()));
+        assert_eq!(token_on(master, &name), Some(token as i64));
+        locks.push((name, lock));
+    }
+    for master in &cluster.nodes {
+        let held = locks
+            .iter()
+            .filter(|(name, _)| cluster.master_of(name).port() == master.port())
+            .count();
+        assert!(held > 0, "no lock on the shard at {}", master.port());
+    }
+
+    // A contended lock is waited for on the shard that serves it.
+    let (name, first) = locks.remove(0);
+    let waiter = {
+        let redlock = redlock.clone();
+        let name = name.clone();
+        tokio::spawn(async move { redlock.acquire(name, Duration::from_secs(30)).await })
+    };
+    let master = cluster.master_of(&name);
+    assert!(testkit::wait_until(Duration::from_secs(5), || {
+        field(master, &name, "waiters") == Some(Value::Int(1))
+    }));
+    let first_token = first.fencing_token().await.unwrap();
+    first.release().await.unwrap();
+    let second = waiter.await.unwrap().unwrap();
+    assert!(second.fencing_token().await.unwrap() > first_token);
+    second.release().await.unwrap();
+    for (_, lock) in locks {
+        lock.release().await.unwrap();
+    }
+
+    // The watchdog renews through the cluster past three TTLs.
+    let ttl = Duration::from_millis(900);
+    let guard = redlock
+        .acquire("watched", ttl)
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    tokio::time::sleep(ttl * 3).await;
+    assert!(guard.is_held());
+    let master = cluster.master_of("watched");
+    assert_eq!(holder(master, "watched").as_deref(), Some(guard.owner()));
+    guard.release().await.unwrap();
+    assert_eq!(holder(master, "watched"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_keeps_its_owner_and_token_while_its_slot_moves() {
+    let cluster = RedisCluster::start(3, 0);
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let slot = lowest_slot(from);
+    let name = (0..)
+        .map(|i| format!("moving{i}"))
+        .find(|k| cluster.key_slot(k) == slot)
+        .unwrap();
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), config()).unwrap();
+    let lock = redlock
+        .acquire(name.clone(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let token = lock.fencing_token().await.unwrap();
+
+    RedisCluster::reshard_one_slot(from, to, slot);
+
+    assert_eq!(holder(to, &name).as_deref(), Some(lock.owner()));
+    assert_eq!(token_on(to, &name), Some(token as i64));
+    let left: i64 = redis::cmd("DBSIZE").query(&mut from.conn()).unwrap();
+    assert_eq!(left, 0, "the lock left the old node");
+    // The client follows the slot (MOVED) for the held lock's operations.
+    eventually(|| lock.extend()).await;
+    let rival = redlock.lock(name.clone(), Duration::from_secs(5)).unwrap();
+    assert!(
+        rival.try_acquire().await.is_err(),
+        "the moved lock is still held"
+    );
+    let release = lock.release().await.unwrap();
+    assert_eq!(release.released, 1);
+    assert_eq!(holder(to, &name), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_acknowledged_lock_survives_the_failover_of_its_shard() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let acked = Config {
+        acknowledge: Some(Acknowledge::replicas(1).within(Duration::from_millis(500))),
+        ..config()
+    };
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), acked).unwrap();
+    let name = "acked:job";
+    let lock = eventually(|| redlock.acquire(name, Duration::from_secs(60))).await;
+    let token = lock.fencing_token().await.unwrap();
+
+    // The shard's master dies at once; its replica takes over.
+    let master_port = cluster.master_of(name).port();
+    let replica_port = cluster.replica_of(cluster.node(master_port)).port();
+    cluster
+        .nodes
+        .iter_mut()
+        .find(|n| n.port() == master_port)
+        .unwrap()
+        .kill9();
+    let replica = cluster.node(replica_port);
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query(&mut replica.conn())
+        .unwrap();
+    assert!(testkit::wait_until(Duration::from_secs(20), || {
+        RedisCluster::owner_port(replica, cluster.key_slot(name)) == replica.port()
+    }));
+
+    // The promoted replica holds the lock: same owner, same token, and a
+    // rival is refused there.
+    assert_eq!(holder(replica, name).as_deref(), Some(lock.owner()));
+    assert_eq!(token_on(replica, name), Some(token as i64));
+    let refused: Value = redis::cmd("LOCK.ACQUIRE")
+        .arg(name)
+        .arg("rival")
+        .arg(5_000)
+        .query(&mut replica.conn())
+        .unwrap();
+    assert_eq!(refused, Value::Nil);
+    // With no replica left, an acknowledged renewal cannot be given: the
+    // old master comes back as the new one's replica, and the client,
+    // which found the new master, renews there.
+    cluster
+        .nodes
+        .iter_mut()
+        .find(|n| n.port() == master_port)
+        .unwrap()
+        .restart();
+    let replica = cluster.node(replica_port);
+    assert!(testkit::wait_until(Duration::from_secs(30), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.conn())
+            .unwrap();
+        info.contains("connected_slaves:1")
+    }));
+    eventually(|| lock.extend()).await;
+    lock.release().await.unwrap();
+    assert_eq!(holder(replica, name), None);
+}
