@@ -216,6 +216,7 @@
 mod acknowledge;
 mod acquire;
 mod client;
+mod coalesce;
 mod config;
 #[cfg(feature = "tls")]
 mod crypto;

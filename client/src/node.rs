@@ -9,6 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::acknowledge::Acknowledge;
+use crate::coalesce::Coalescer;
 use crate::error::{Error, NodeError, Result};
 
 /// Something that names a node: a `redis://` URL or a ready-made
@@ -90,6 +91,9 @@ pub(crate) struct Node {
     name: String,
     target: Target,
     conn: Conn,
+    /// One write for the commands of concurrent locks (a server's shared
+    /// connection; a cluster's connection routes each command itself).
+    coalescer: Option<Coalescer<ConnectionManager>>,
 }
 
 impl Node {
@@ -119,6 +123,7 @@ impl Node {
         Ok(Node {
             name,
             target: Target::Server(client),
+            coalescer: Some(Coalescer::start(conn.clone(), node_error)),
             conn: Conn::Server(conn),
         })
     }
@@ -138,6 +143,7 @@ impl Node {
             name,
             target: Target::Cluster(client),
             conn: Conn::Cluster(conn),
+            coalescer: None,
         })
     }
 
@@ -158,7 +164,10 @@ impl Node {
     /// write) on the shared connection with no time bound of its own: the
     /// caller bounds it (a round bounds all its nodes with one timer).
     pub async fn send(&self, cmd: &Cmd, ack: Option<&Acknowledge>) -> Result<Value, NodeError> {
-        self.conn.clone().send(cmd, ack).await
+        match (&self.coalescer, ack) {
+            (Some(coalescer), None) => coalescer.send(cmd).await,
+            _ => self.conn.clone().send(cmd, ack).await,
+        }
     }
 
     /// Opens a connection of its own for a command that blocks on the
