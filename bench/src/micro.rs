@@ -47,17 +47,23 @@ pub struct Scripts {
 }
 
 pub fn load_scripts(server: &Server) -> Result<Scripts> {
+    let [unlock, redisson] = script_load(server, [UNLOCK_LUA, REDISSON_LUA])?;
+    Ok(Scripts { unlock, redisson })
+}
+
+/// `SCRIPT LOAD` of each body: their SHA1s, in order.
+pub fn script_load<const N: usize>(server: &Server, bodies: [&str; N]) -> Result<[String; N]> {
     let mut conn = server.conn()?;
-    let mut load = |body: &str| -> Result<String> {
-        Ok(redis::cmd("SCRIPT")
+    let mut shas = Vec::with_capacity(N);
+    for body in bodies {
+        let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
             .arg(body)
-            .query(&mut conn)?)
-    };
-    Ok(Scripts {
-        unlock: load(UNLOCK_LUA)?,
-        redisson: load(REDISSON_LUA)?,
-    })
+            .query(&mut conn)?;
+        shas.push(sha);
+    }
+    shas.try_into()
+        .map_err(|_| "SCRIPT LOAD returned fewer SHA1s than scripts".into())
 }
 
 fn key(prefix: &str, i: u64) -> String {

@@ -165,18 +165,20 @@ struct Shas {
 }
 
 fn load(server: &Server) -> Result<Shas> {
-    let mut conn = server.conn()?;
-    let mut load = |body: &str| -> Result<String> {
-        Ok(redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(body)
-            .query(&mut conn)?)
-    };
+    let [read_lock, read_unlock, permit_acquire, permit_release] = crate::micro::script_load(
+        server,
+        [
+            READ_LOCK_LUA,
+            READ_UNLOCK_LUA,
+            PERMIT_ACQUIRE_LUA,
+            PERMIT_RELEASE_LUA,
+        ],
+    )?;
     Ok(Shas {
-        read_lock: load(READ_LOCK_LUA)?,
-        read_unlock: load(READ_UNLOCK_LUA)?,
-        permit_acquire: load(PERMIT_ACQUIRE_LUA)?,
-        permit_release: load(PERMIT_RELEASE_LUA)?,
+        read_lock,
+        read_unlock,
+        permit_acquire,
+        permit_release,
     })
 }
 
@@ -348,22 +350,29 @@ fn owner(t: usize) -> String {
     format!("{OWNER}:{}", t + 1)
 }
 
+/// Our cycle: `LOCK.ACQUIRE name owner LEASE SHARED [LIMIT n]`, then
+/// `LOCK.RELEASE name owner`.
+fn native_cycle(buf: &mut Vec<u8>, name: &str, who: &str, limit: Option<&str>) {
+    let mut acquire: Vec<&[u8]> = vec![
+        b"LOCK.ACQUIRE",
+        name.as_bytes(),
+        who.as_bytes(),
+        LEASE.as_bytes(),
+        b"SHARED",
+    ];
+    if let Some(limit) = limit {
+        acquire.extend([&b"LIMIT"[..], limit.as_bytes()]);
+    }
+    resp(buf, &acquire);
+    resp(buf, &[b"LOCK.RELEASE", name.as_bytes(), who.as_bytes()]);
+}
+
 /// One read-lock cycle: ours or Redisson's, on lock `rw:{t}:{slot}`.
 fn read_cycle(native: bool, shas: &Shas, t: usize, slot: usize, n: u64, buf: &mut Vec<u8>) {
     let name = format!("rw:{t}:{slot}");
     let who = owner(t);
     if native {
-        resp(
-            buf,
-            &[
-                b"LOCK.ACQUIRE",
-                name.as_bytes(),
-                who.as_bytes(),
-                LEASE.as_bytes(),
-                b"SHARED",
-            ],
-        );
-        resp(buf, &[b"LOCK.RELEASE", name.as_bytes(), who.as_bytes()]);
+        native_cycle(buf, &name, &who, None);
         return;
     }
     let timeout_prefix = format!("{{{name}}}:{who}:rwlock_timeout");
@@ -408,20 +417,7 @@ fn read_cycle(native: bool, shas: &Shas, t: usize, slot: usize, n: u64, buf: &mu
 fn permit_cycle(native: bool, shas: &Shas, t: usize, slot: usize, n: u64, buf: &mut Vec<u8>) {
     let name = format!("sem:{t}:{slot}");
     if native {
-        let who = owner(t);
-        resp(
-            buf,
-            &[
-                b"LOCK.ACQUIRE",
-                name.as_bytes(),
-                who.as_bytes(),
-                LEASE.as_bytes(),
-                b"SHARED",
-                b"LIMIT",
-                PERMITS.as_bytes(),
-            ],
-        );
-        resp(buf, &[b"LOCK.RELEASE", name.as_bytes(), who.as_bytes()]);
+        native_cycle(buf, &name, &owner(t), Some(PERMITS));
         return;
     }
     // A permit id is 16 random bytes, sent raw (Redisson decodes the hex).

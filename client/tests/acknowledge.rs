@@ -17,7 +17,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{field, holder, test_config};
+use common::{holder, test_config, token_on};
 use redis::Value;
 use redis_lock_client::{Acknowledge, Config, Error, NodeError, Redlock};
 use testkit::{wait_replicated, RedisServer, ServerOptions};
@@ -28,14 +28,6 @@ fn acked(ack: Acknowledge) -> Config {
         retry_count: 0,
         acknowledge: Some(ack.within(Duration::from_millis(500))),
         ..test_config()
-    }
-}
-
-fn token_on(server: &RedisServer, key: &str) -> Option<i64> {
-    match field(server, key, "token") {
-        Some(Value::Int(token)) => Some(token),
-        None => None,
-        other => panic!("token is {other:?}"),
     }
 }
 

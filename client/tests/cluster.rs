@@ -10,24 +10,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{field, holder, test_config};
+use common::{field, holder, test_config, token_on};
 use redis::Value;
 use redis_lock_client::{Acknowledge, Config, Redlock};
 use testkit::cluster::{lowest_slot, RedisCluster};
-use testkit::RedisServer;
 
 fn config() -> Config {
     Config {
         node_timeout: Duration::from_millis(500),
         ..test_config()
-    }
-}
-
-fn token_on(server: &RedisServer, key: &str) -> Option<i64> {
-    match field(server, key, "token") {
-        Some(Value::Int(token)) => Some(token),
-        None => None,
-        other => panic!("token is {other:?}"),
     }
 }
 

@@ -14,43 +14,16 @@
 //! - replies agree with the state (INFO, RELEASE's holds left, FENCE's token).
 #![no_main]
 
+#[path = "common/input.rs"]
+mod input;
+
+use input::Input;
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::MAX_WAIT_MS;
 use redis_lock_core::ops::{self, Acquired, Change, OpError};
 use redis_lock_core::testing::MemorySlot;
 use redis_lock_core::token::MAX_TOKEN;
 use redis_lock_core::{Clock, Holder, ManualClock, Node};
-
-/// Reads the input; past its end every read is 0.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn u8(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((first, rest)) => {
-                self.0 = rest;
-                *first
-            }
-            None => 0,
-        }
-    }
-
-    fn u64(&mut self) -> u64 {
-        (0..8).fold(0, |acc, _| acc << 8 | u64::from(self.u8()))
-    }
-
-    /// A number with its edges likely: 0, 1, max-1, max, or anything.
-    fn up_to(&mut self, max: u64) -> u64 {
-        match self.u8() % 8 {
-            0 => 0,
-            1 => 1.min(max),
-            2 => max.saturating_sub(1),
-            3 => max,
-            4 => u64::from(self.u8()).min(max),
-            _ => self.u64() % max.saturating_add(1).max(1),
-        }
-    }
-}
 
 const OWNERS: [&[u8]; 3] = [b"a", b"b", b"\x00\xff"];
 const SLOTS: usize = 3;

@@ -27,31 +27,16 @@
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
 
+#[path = "common/input.rs"]
+mod input;
+
+use input::Input;
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::handoff::{self, Answer, Rules, Stopped};
 use redis_lock_core::ops::{self, Acquired, Admission, Change, OpError, Request, Window};
 use redis_lock_core::testing::MemorySlot;
 use redis_lock_core::waiters::WaitQueues;
 use redis_lock_core::{Clock, Holder, Lock, ManualClock, Mode, Node};
-
-/// Reads the input; past its end every read is 0.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn u8(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((first, rest)) => {
-                self.0 = rest;
-                *first
-            }
-            None => 0,
-        }
-    }
-
-    fn u16(&mut self) -> u64 {
-        u64::from(self.u8()) << 8 | u64::from(self.u8())
-    }
-}
 
 const OWNERS: [&[u8]; 5] = [b"a", b"b", b"c", b"d", b"\x00\xff"];
 /// `lock.max-holders` in the model: small, so the cap is reached.

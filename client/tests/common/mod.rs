@@ -116,3 +116,12 @@ pub async fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> b
     }
     check()
 }
+
+/// The token of `key` on this node, if it is held.
+pub fn token_on(server: &RedisServer, key: &str) -> Option<i64> {
+    match field(server, key, "token") {
+        Some(Value::Int(token)) => Some(token),
+        None => None,
+        other => panic!("token is {other:?}"),
+    }
+}
