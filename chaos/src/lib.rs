@@ -254,9 +254,11 @@ async fn run_phase(
         .await
         .map_err(|e| Error::Fault(format!("the injector failed: {e}")))?;
     for client in clients {
-        // A client task that panicked shows up as missing operations; the
-        // checker's record stays valid.
-        let _ = client.await;
+        // A client task that panicked fails the run (the checker's record
+        // stays valid, but the task's later holds are missing).
+        if client.await.is_err() {
+            stats.panicked.fetch_add(1, Ordering::Relaxed);
+        }
     }
     let seconds = origin.elapsed().as_secs_f64();
     cluster.settle().await;

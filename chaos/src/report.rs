@@ -25,6 +25,7 @@ pub struct ClientFigures {
     pub shared_grants: u64,
     pub permit_grants: u64,
     pub other_errors: u64,
+    pub panicked: u64,
     pub first_error: Option<String>,
     /// Holds that extended, re-entered, ran a watchdog; cancellations.
     pub styles: crate::workload::StyleFigures,
@@ -46,6 +47,7 @@ impl ClientFigures {
             shared_grants: get(&stats.shared_grants),
             permit_grants: get(&stats.permit_grants),
             other_errors: get(&stats.other_errors),
+            panicked: get(&stats.panicked),
             first_error: stats.first_error(),
             styles: stats.styles.figures(),
         }
@@ -69,6 +71,7 @@ impl ClientFigures {
         self.shared_grants += other.shared_grants;
         self.permit_grants += other.permit_grants;
         self.other_errors += other.other_errors;
+        self.panicked += other.panicked;
         self.styles.add(&other.styles);
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
@@ -154,14 +157,37 @@ impl Summary {
     }
 
     /// The safe run passes with no violation; a mix that breaks the rules
-    /// (the negative control) passes when it found some.
+    /// (the negative control) passes when it found some. Either way a run
+    /// whose clients hit unexpected errors or panicked, or whose faults
+    /// failed, proves nothing and does not pass.
     pub fn passed(&self) -> bool {
-        let violations = self.total().violations();
-        if self.mix.expects_violations() {
+        let total = self.total();
+        let violations = total.violations();
+        let found = if self.mix.expects_violations() {
             violations > 0
         } else {
             violations == 0
+        };
+        found && self.troubles(&total).is_empty()
+    }
+
+    /// What makes the run's verdict worthless, if anything.
+    pub fn troubles(&self, total: &Figures) -> Vec<String> {
+        let mut troubles = Vec::new();
+        if total.clients.other_errors > 0 {
+            troubles.push(format!(
+                "{} unexpected client errors",
+                total.clients.other_errors
+            ));
         }
+        if total.clients.panicked > 0 {
+            troubles.push(format!("{} client tasks panicked", total.clients.panicked));
+        }
+        let failed: u64 = total.faults.failed.values().sum();
+        if failed > 0 {
+            troubles.push(format!("{failed} faults failed"));
+        }
+        troubles
     }
 }
 
@@ -180,6 +206,9 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
         "  grants      {} (not acquired {}; tokens lost {}; lapsed releases {}; other errors {})",
         c.grants, c.not_acquired, c.tokens_lost, c.releases_lapsed, c.other_errors
     )?;
+    if c.panicked > 0 {
+        writeln!(f, "  PANICKED    {} client tasks", c.panicked)?;
+    }
     writeln!(
         f,
         "  kinds       exclusive {}, shared (readers) {}, semaphore permits {}",
@@ -294,6 +323,14 @@ impl fmt::Display for Summary {
             write_figures(f, &total)?;
         }
         let violations = total.violations();
+        let troubles = self.troubles(&total);
+        if !troubles.is_empty() {
+            return write!(
+                f,
+                "RESULT: FAIL, the run proves nothing: {} ({violations} violation(s))",
+                troubles.join(", ")
+            );
+        }
         match (self.mix.expects_violations(), self.passed()) {
             (false, true) => write!(f, "RESULT: PASS, no violations"),
             (false, false) => write!(f, "RESULT: FAIL, {violations} violation(s)"),
@@ -308,5 +345,71 @@ impl fmt::Display for Summary {
                 self.mix.name()
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(mix: Mix, clients: ClientFigures, violations: usize) -> Summary {
+        let mut findings = Findings::default();
+        let holder = crate::checker::Holder {
+            resource: "r".into(),
+            client: 0,
+            acquire_started: std::time::Instant::now(),
+            window_start: std::time::Instant::now(),
+            window_end: std::time::Instant::now(),
+            token: None,
+            granted_by: Vec::new(),
+            kind: crate::checker::HoldKind::Exclusive,
+        };
+        for _ in 0..violations {
+            findings.violations.push(crate::checker::Violation {
+                kind: ViolationKind::Overlap,
+                earlier: holder.clone(),
+                later: holder.clone(),
+                at: None,
+            });
+        }
+        Summary {
+            seed: 1,
+            mix,
+            clients: 1,
+            resources: String::new(),
+            phases: vec![PhaseSummary {
+                name: "p".into(),
+                nodes: Vec::new(),
+                ttl_ms: (1, 2),
+                seconds: 1.0,
+                clients,
+                faults: FaultCounts::default(),
+                findings,
+                examples: Vec::new(),
+            }],
+            interrupted: false,
+        }
+    }
+
+    #[test]
+    fn errors_or_panics_make_any_verdict_a_failure() {
+        assert!(summary(Mix::Safe, ClientFigures::default(), 0).passed());
+        assert!(!summary(Mix::Safe, ClientFigures::default(), 1).passed());
+        assert!(summary(Mix::NegativeControl, ClientFigures::default(), 1).passed());
+        let errors = ClientFigures {
+            other_errors: 1,
+            ..ClientFigures::default()
+        };
+        assert!(!summary(Mix::Safe, errors.clone(), 0).passed());
+        assert!(!summary(Mix::NegativeControl, errors, 3).passed());
+        let panicked = ClientFigures {
+            panicked: 1,
+            ..ClientFigures::default()
+        };
+        let run = summary(Mix::Safe, panicked, 0);
+        assert!(!run.passed());
+        assert!(run
+            .to_string()
+            .contains("proves nothing: 1 client tasks panicked"));
     }
 }

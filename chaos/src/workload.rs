@@ -52,6 +52,8 @@ pub struct ClientStats {
     pub permit_grants: AtomicU64,
     /// Errors other than "not acquired" / "quorum lost".
     pub other_errors: AtomicU64,
+    /// Client tasks that panicked (counted when the phase ends).
+    pub panicked: AtomicU64,
     first_error: Mutex<Option<String>>,
     pub styles: StyleStats,
 }
@@ -248,8 +250,10 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         let mut lock = match made {
             Ok(lock) => lock,
             Err(error) => {
+                // Counted (and failing the run); the task goes on.
                 stats.note_error(&error);
-                return;
+                pause(&mut rng, 0..=50).await;
+                continue;
             }
         };
         let acquire_started = Instant::now();
@@ -286,7 +290,10 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
             }
         };
         let window_start = Instant::now();
-        let validity = lock.validity().unwrap_or(Duration::ZERO);
+        // The validity the client reported with the grant: never empty (an
+        // acquisition succeeds only with some left), so every holder's
+        // window takes part in the checks.
+        let validity = acquired.validity;
         let granted_by = acquired
             .outcomes
             .iter()
