@@ -36,9 +36,23 @@ async fn a_grant_acknowledged_by_the_replica_survives_a_failover() {
     let mut primary = RedisServer::start();
     let replica = RedisServer::start();
     replica.replicate_from(&primary);
-    let redlock = Redlock::connect([primary.url()], acked(Acknowledge::replicas(1)))
-        .await
-        .unwrap();
+    // The primary counts the replica as online and acknowledging (on a
+    // loaded machine this lags the replica's own "link up").
+    wait_replicated(&primary, &replica);
+    assert!(testkit::wait_until(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut primary.conn())
+            .unwrap();
+        info.contains("state=online")
+    }));
+    // A generous acknowledgement timeout: this test is about what an
+    // acknowledged grant survives, not about a slow machine.
+    let config = Config {
+        acknowledge: Some(Acknowledge::replicas(1).within(Duration::from_secs(5))),
+        ..acked(Acknowledge::replicas(1))
+    };
+    let redlock = Redlock::connect([primary.url()], config).await.unwrap();
 
     let lock = redlock
         .acquire("ack:failover", Duration::from_secs(30))
