@@ -40,11 +40,7 @@ async fn a_grant_acknowledged_by_the_replica_survives_a_failover() {
     // loaded machine this lags the replica's own "link up").
     wait_replicated(&primary, &replica);
     assert!(testkit::wait_until(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut primary.conn())
-            .unwrap();
-        info.contains("state=online")
+        primary.replication_info().contains("state=online")
     }));
     // A generous acknowledgement timeout: this test is about what an
     // acknowledged grant survives, not about a slow machine.

@@ -185,11 +185,7 @@ async fn an_acknowledged_lock_survives_the_failover_of_its_shard() {
         .restart();
     let replica = cluster.node(replica_port);
     assert!(testkit::wait_until(Duration::from_secs(30), || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut replica.conn())
-            .unwrap();
-        info.contains("connected_slaves:1")
+        replica.replication_info().contains("connected_slaves:1")
     }));
     eventually(|| lock.extend()).await;
     lock.release().await.unwrap();

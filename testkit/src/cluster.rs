@@ -51,9 +51,8 @@ impl RedisCluster {
         cluster.wait_ok(&cluster.nodes.iter().collect::<Vec<_>>());
         // Every replica in sync with its master.
         for master in &cluster.nodes[..masters] {
-            let mut c = master.conn();
             let synced = wait_until(Duration::from_secs(30), || {
-                let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+                let info = master.replication_info();
                 info.contains(&format!("connected_slaves:{replicas}"))
                     && !info.contains("state=wait_bgsave")
             });

@@ -368,20 +368,23 @@ impl RedisServer {
     /// Makes this server a replica of `primary` and waits until the initial
     /// sync is done.
     pub fn replicate_from(&self, primary: &RedisServer) {
-        let mut conn = self.conn();
         let _: () = redis::cmd("REPLICAOF")
             .arg("127.0.0.1")
             .arg(primary.port())
-            .query(&mut conn)
+            .query(&mut self.conn())
             .unwrap();
         let synced = wait_until(Duration::from_secs(30), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut conn)
-                .unwrap();
-            info.contains("master_link_status:up")
+            self.replication_info().contains("master_link_status:up")
         });
         assert!(synced, "replica did not sync; log:\n{}", self.log());
+    }
+
+    /// `INFO replication`.
+    pub fn replication_info(&self) -> String {
+        redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut self.conn())
+            .unwrap()
     }
 }
 
@@ -450,11 +453,7 @@ impl Drop for RedisServer {
 
 /// One numeric field of `INFO replication`.
 fn replication_offset(server: &RedisServer, field: &str) -> i64 {
-    let mut conn = server.conn();
-    let info: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut conn)
-        .unwrap();
+    let info = server.replication_info();
     info.lines()
         .find_map(|line| {
             line.strip_prefix(field)?
