@@ -32,12 +32,12 @@ test: build
 	@python3 scripts/check-layers.py src client/src
 	@for server in $(TEST_SERVERS); do \
 		case $$server in \
-		redis) bin=redis-server ;; \
-		valkey) bin=$(VALKEY_SERVER) ;; \
+		redis) bin=redis-server; tls=redis-server ;; \
+		valkey) bin=$(VALKEY_SERVER); tls=$$(scripts/valkey-tls.sh) || exit 1 ;; \
 		*) echo "unknown server $$server (redis or valkey)"; exit 2 ;; \
 		esac; \
-		echo "== tests on $$($$bin --version)"; \
-		REDIS_LOCK_SERVER=$$bin $(CARGO) test --release --workspace $(CLIENT_FEATURES) $(CARGO_TEST_ARGS) || exit 1; \
+		echo "== tests on $$($$bin --version) (TLS tests: $$($$tls --version))"; \
+		REDIS_LOCK_SERVER=$$bin REDIS_LOCK_TLS_SERVER=$$tls $(CARGO) test --release --workspace $(CLIENT_FEATURES) $(CARGO_TEST_ARGS) || exit 1; \
 	done
 	$(MAKE) --no-print-directory sanitize
 	scripts/fuzz.sh short

