@@ -122,10 +122,43 @@ impl Redlock {
         I: IntoIterator,
         I::Item: IntoClient,
     {
+        Self::on_runtime(|| crate::Redlock::with_config(nodes, config))
+    }
+
+    /// A Redis Cluster as the lock service ([`crate::Redlock::cluster`]).
+    pub fn cluster<I>(seeds: I) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        Self::cluster_with_config(seeds, Config::default())
+    }
+
+    /// [`Redlock::cluster`] with the given settings.
+    pub fn cluster_with_config<I>(seeds: I, config: Config) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        Self::on_runtime(|| crate::Redlock::cluster_with_config(seeds, config))
+    }
+
+    /// [`Redlock::cluster`] over TLS ([`crate::Redlock::cluster_tls`]).
+    #[cfg(feature = "tls")]
+    pub fn cluster_tls<I>(seeds: I, tls: &crate::Tls, config: Config) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        Self::on_runtime(|| crate::Redlock::cluster_tls(seeds, tls, config))
+    }
+
+    /// Makes the async client inside a runtime of its own.
+    fn on_runtime(make: impl FnOnce() -> Result<crate::Redlock>) -> Result<Redlock> {
         let runtime = Arc::new(Runtime::new()?);
         let inner = {
             let _entered = runtime.get()?.enter();
-            crate::Redlock::with_config(nodes, config)?
+            make()?
         };
         Ok(Redlock { inner, runtime })
     }

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::kind::Kind;
 use crate::lock::Lock;
-use crate::node::IntoClient;
+use crate::node::{ClusterTls, IntoClient};
 use crate::owner::new_owner_id;
 use crate::protocol::{self, NodeInfo};
 use crate::quorum::Quorum;
@@ -97,6 +97,36 @@ impl Redlock {
         I: IntoIterator,
         I::Item: Into<String>,
     {
+        Self::cluster_from(seeds, config, ClusterTls::default())
+    }
+
+    /// [`Redlock::cluster_with_config`] over TLS with `tls`'s settings (a
+    /// private CA, a client certificate): `seeds` are `rediss://` URLs, and
+    /// every shard the cluster connection reaches is trusted the same way
+    /// (the nodes must announce their TLS ports: `tls-cluster yes`).
+    #[cfg(feature = "tls")]
+    pub fn cluster_tls<I>(seeds: I, tls: &crate::Tls, config: Config) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let seeds: Vec<String> = seeds.into_iter().map(Into::into).collect();
+        if let Some(plain) = seeds.iter().find(|seed| !seed.starts_with("rediss://")) {
+            return Err(Error::InvalidConfig(format!(
+                "seed {plain:?}: TLS settings need rediss:// URLs"
+            )));
+        }
+        let tls = ClusterTls {
+            certificates: Some(tls.certificates()),
+        };
+        Self::cluster_from(seeds, config, tls)
+    }
+
+    fn cluster_from<I>(seeds: I, config: Config, tls: ClusterTls) -> Result<Redlock>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(Error::Runtime(
                 "the async client needs a tokio runtime".into(),
@@ -104,7 +134,7 @@ impl Redlock {
         }
         let seeds = seeds.into_iter().map(Into::into).collect();
         Ok(Redlock {
-            quorum: Arc::new(Quorum::cluster(seeds, config)?),
+            quorum: Arc::new(Quorum::cluster(seeds, config, tls)?),
         })
     }
 

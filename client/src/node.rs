@@ -24,9 +24,21 @@ impl IntoClient for redis::Client {
     }
 }
 
+fn is_tls_url(url: &str) -> bool {
+    url.starts_with("rediss://") || url.starts_with("valkeys://")
+}
+
+/// The TLS certificates of a cluster's connections ([`crate::Tls`]'s, with
+/// the `tls` feature); the default trusts the system's roots.
+#[derive(Default)]
+pub(crate) struct ClusterTls {
+    #[cfg(feature = "tls")]
+    pub certificates: Option<redis::TlsCertificates>,
+}
+
 impl IntoClient for &str {
     fn into_client(self) -> Result<redis::Client> {
-        let tls = self.starts_with("rediss://") || self.starts_with("valkeys://");
+        let tls = is_tls_url(self);
         #[cfg(feature = "tls")]
         if tls {
             crate::crypto::ensure_provider();
@@ -130,10 +142,26 @@ impl Node {
 
     /// A Redis Cluster, reached through `seeds` (any of its nodes), as one
     /// logical node. Connects in the background, like [`Node::new`].
-    pub fn cluster(seeds: Vec<String>, node_timeout: Duration) -> Result<Node> {
+    pub fn cluster(seeds: Vec<String>, node_timeout: Duration, tls: ClusterTls) -> Result<Node> {
         let name = format!("cluster({})", seeds.join(","));
-        let client = ClusterClient::builder(seeds.iter().map(String::as_str))
-            .connection_timeout(connect_timeout(node_timeout))
+        if seeds.iter().any(|seed| is_tls_url(seed)) {
+            #[cfg(feature = "tls")]
+            crate::crypto::ensure_provider();
+            #[cfg(not(feature = "tls"))]
+            return Err(Error::InvalidConfig(format!(
+                "{name}: TLS needs redis-lock-client's `tls` feature"
+            )));
+        }
+        #[allow(unused_mut)]
+        let mut builder = ClusterClient::builder(seeds.iter().map(String::as_str))
+            .connection_timeout(connect_timeout(node_timeout));
+        #[cfg(feature = "tls")]
+        if let Some(certificates) = tls.certificates {
+            builder = builder.certs(certificates);
+        }
+        #[cfg(not(feature = "tls"))]
+        let ClusterTls {} = tls;
+        let client = builder
             .build()
             .map_err(|e| Error::InvalidConfig(format!("{name}: {e}")))?;
         let conn = client.get_pending_async_connection_with_config(
@@ -293,6 +321,13 @@ fn node_error(error: redis::RedisError) -> NodeError {
         redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
     ) {
         NodeError::Reply(error.to_string())
+    } else if error.kind() == redis::ErrorKind::ClusterConnectionNotFound {
+        // The cluster connection keeps no cause (a refused connection and a
+        // failed TLS handshake read the same), so say where to look.
+        NodeError::Connection(format!(
+            "{error} (no node of the cluster could be reached: check the seeds' \
+             addresses and, for rediss:// seeds, the TLS settings)"
+        ))
     } else {
         NodeError::Connection(error.to_string())
     }

@@ -7,7 +7,7 @@ use redis::{Cmd, Value};
 use crate::config::Config;
 use crate::error::{Error, NodeError, Result};
 use crate::fanout;
-use crate::node::Node;
+use crate::node::{ClusterTls, Node};
 use crate::outcome::{Reply, Round};
 use crate::timing;
 
@@ -39,7 +39,7 @@ impl Quorum {
 
     /// A Redis Cluster as the one node (reached through `seeds`): each lock
     /// is served by the shard that owns its key.
-    pub fn cluster(seeds: Vec<String>, config: Config) -> Result<Quorum> {
+    pub fn cluster(seeds: Vec<String>, config: Config, tls: ClusterTls) -> Result<Quorum> {
         config.validate()?;
         if seeds.is_empty() {
             return Err(Error::InvalidConfig(
@@ -48,7 +48,7 @@ impl Quorum {
         }
         Ok(Quorum {
             quorum: 1,
-            nodes: vec![Node::cluster(seeds, config.node_timeout)?],
+            nodes: vec![Node::cluster(seeds, config.node_timeout, tls)?],
             config,
         })
     }

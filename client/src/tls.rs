@@ -66,6 +66,20 @@ impl Tls {
         self
     }
 
+    /// The certificates as the `redis` crate takes them.
+    pub(crate) fn certificates(&self) -> TlsCertificates {
+        TlsCertificates {
+            client_tls: self
+                .identity
+                .clone()
+                .map(|(client_cert, client_key)| ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
+            root_cert: self.ca.clone(),
+        }
+    }
+
     /// A node at `url` (`rediss://host:port[/db]`) with these settings.
     pub fn node(&self, url: impl Into<String>) -> TlsNode {
         TlsNode {
@@ -91,17 +105,7 @@ impl IntoClient for TlsNode {
             )));
         }
         crate::crypto::ensure_provider();
-        let certificates = TlsCertificates {
-            client_tls: self
-                .tls
-                .identity
-                .map(|(client_cert, client_key)| ClientTlsConfig {
-                    client_cert,
-                    client_key,
-                }),
-            root_cert: self.tls.ca,
-        };
-        redis::Client::build_with_tls(self.url.as_str(), certificates)
+        redis::Client::build_with_tls(self.url.as_str(), self.tls.certificates())
             .map_err(|e| Error::InvalidConfig(format!("node URL {:?}: {e}", self.url)))
     }
 }

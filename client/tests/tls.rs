@@ -14,12 +14,13 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::{holder, test_config};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use redis_lock_client::{Config, Error, Redlock, Tls};
+use testkit::cluster::{cluster_options, RedisCluster};
 use testkit::{free_port, RedisServer, ServerOptions};
 
 /// A CA and the PEM files it signed.
@@ -65,38 +66,78 @@ struct TlsServer {
     tls_port: u16,
 }
 
-fn tls_server(pki: &Pki, auth_clients: bool) -> TlsServer {
-    let tls_port = free_port();
-    let dir =
-        std::env::temp_dir().join(format!("redis-lock-tls-{}-{tls_port}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let write = |file: &str, pem: &str| -> String {
-        let path = dir.join(file);
-        std::fs::write(&path, pem).unwrap();
-        path.display().to_string()
-    };
-    let args = vec![
-        "--tls-port".to_string(),
-        tls_port.to_string(),
-        "--tls-cert-file".into(),
-        write("server.crt", &pki.server_cert),
-        "--tls-key-file".into(),
-        write("server.key", &pki.server_key),
-        "--tls-ca-cert-file".into(),
-        write("ca.crt", &pki.ca),
-        "--tls-auth-clients".into(),
-        if auth_clients { "yes" } else { "no" }.into(),
-    ];
-    let server = RedisServer::start_with(ServerOptions::default().tls().args(args));
+/// `pki`'s files written to a folder of their own (removed on drop), and
+/// the server arguments of a TLS port that uses them.
+struct TlsFiles {
+    dir: PathBuf,
+    cert: String,
+    key: String,
+    ca: String,
+}
+
+impl TlsFiles {
+    fn write(pki: &Pki) -> TlsFiles {
+        let dir = std::env::temp_dir().join(format!(
+            "redis-lock-tls-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |file: &str, pem: &str| -> String {
+            let path = dir.join(file);
+            std::fs::write(&path, pem).unwrap();
+            path.display().to_string()
+        };
+        TlsFiles {
+            cert: write("server.crt", &pki.server_cert),
+            key: write("server.key", &pki.server_key),
+            ca: write("ca.crt", &pki.ca),
+            dir,
+        }
+    }
+
+    /// `options` with a TLS port on the TLS-capable server binary.
+    fn options(&self, options: ServerOptions, tls_port: u16, auth_clients: bool) -> ServerOptions {
+        let auth = if auth_clients { "yes" } else { "no" };
+        let port = tls_port.to_string();
+        options.tls().args([
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &self.cert,
+            "--tls-key-file",
+            &self.key,
+            "--tls-ca-cert-file",
+            &self.ca,
+            "--tls-auth-clients",
+            auth,
+        ])
+    }
+}
+
+impl Drop for TlsFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The Valkey pass tests TLS on Valkey, not on a stand-in.
+fn assert_server_kind(server: &RedisServer) {
     if testkit::is_valkey() {
-        // The Valkey pass tests TLS on Valkey, not on a stand-in.
         let info: String = redis::cmd("INFO")
             .arg("server")
             .query(&mut server.conn())
             .unwrap();
         assert!(info.contains("valkey_version:"), "{info}");
     }
-    let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
+
+fn tls_server(pki: &Pki, auth_clients: bool) -> TlsServer {
+    let files = TlsFiles::write(pki);
+    let tls_port = free_port();
+    let server =
+        RedisServer::start_with(files.options(ServerOptions::default(), tls_port, auth_clients));
+    assert_server_kind(&server);
     TlsServer { server, tls_port }
 }
 
@@ -107,13 +148,19 @@ impl TlsServer {
 
     /// Clients connected through the TLS port (`CLIENT LIST`'s `laddr`).
     fn tls_clients(&self) -> usize {
-        let list: String = redis::cmd("CLIENT")
-            .arg("LIST")
-            .query(&mut self.server.conn())
-            .unwrap();
-        let laddr = format!("laddr=127.0.0.1:{} ", self.tls_port);
-        list.lines().filter(|l| l.contains(&laddr)).count()
+        tls_clients(&self.server, self.tls_port)
     }
+}
+
+/// Clients of `server` connected through its TLS port (`CLIENT LIST`'s
+/// `laddr`).
+fn tls_clients(server: &RedisServer, tls_port: u16) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.conn())
+        .unwrap();
+    let laddr = format!("laddr=127.0.0.1:{tls_port} ");
+    list.lines().filter(|l| l.contains(&laddr)).count()
 }
 
 fn mutual(pki: &Pki) -> Tls {
@@ -232,6 +279,145 @@ fn tls_settings_need_a_rediss_url() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let _guard = runtime.enter();
     let error = Redlock::new([tls.node("redis://127.0.0.1:6379")])
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("rediss://"), "{error}");
+}
+
+/// A Redis Cluster whose nodes speak TLS to clients and to each other
+/// (`tls-cluster yes`: they announce their TLS ports), and the TLS port of
+/// each node (by its plain port).
+fn tls_cluster(files: &TlsFiles) -> (RedisCluster, Vec<(u16, u16)>) {
+    let mut tls_ports = Vec::new();
+    let cluster = RedisCluster::start_with(3, 0, || {
+        let tls_port = free_port();
+        tls_ports.push(tls_port);
+        files.options(cluster_options(), tls_port, true).args([
+            "--tls-cluster",
+            "yes",
+            "--tls-replication",
+            "yes",
+        ])
+    });
+    let ports = cluster
+        .nodes
+        .iter()
+        .map(|node| node.port())
+        .zip(tls_ports)
+        .collect();
+    for node in &cluster.nodes {
+        assert_server_kind(node);
+    }
+    (cluster, ports)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tls_cluster_serves_locks_on_every_shard_to_the_async_and_blocking_clients() {
+    let pki = pki("cluster");
+    let files = TlsFiles::write(&pki);
+    let (cluster, ports) = tls_cluster(&files);
+    let seeds: Vec<String> = ports
+        .iter()
+        .map(|(_, tls)| format!("rediss://127.0.0.1:{tls}"))
+        .collect();
+    let tls = mutual(&pki);
+    let redlock = Redlock::cluster_tls(seeds.clone(), &tls, short_config()).unwrap();
+
+    // Locks on every shard, fenced, each held by its owner on the master
+    // that serves its key; the shards were reached through their TLS ports.
+    let mut locks = Vec::new();
+    for i in 0..12 {
+        let name = format!("tls-job:{i}");
+        let lock = redlock.acquire(name.clone(), Duration::from_secs(30)).await;
+        let lock = lock.unwrap_or_else(|e| panic!("{name}: {e}"));
+        let token = lock.fencing_token().await.unwrap();
+        assert!(token > 0);
+        let master = cluster.master_of(&name);
+        assert_eq!(holder(master, &name).as_deref(), Some(lock.owner()));
+        locks.push((name, lock));
+    }
+    for (plain, tls_port) in &ports {
+        let node = cluster.node(*plain);
+        assert!(
+            locks
+                .iter()
+                .any(|(name, _)| cluster.master_of(name).port() == *plain),
+            "no lock on the shard at {plain}"
+        );
+        assert!(
+            tls_clients(node, *tls_port) >= 1,
+            "no TLS client on {plain}"
+        );
+    }
+    for (name, lock) in locks {
+        assert_eq!(lock.release().await.unwrap().released, 1);
+        assert_eq!(holder(cluster.master_of(&name), &name), None);
+    }
+
+    // The blocking client's cluster mode, over the same TLS settings.
+    let blocking_seeds = seeds.clone();
+    // (On a thread of its own: the blocking API refuses to run inside the
+    // test's runtime.)
+    let (owner, lock) = std::thread::spawn(move || {
+        let redlock =
+            redis_lock_client::blocking::Redlock::cluster_tls(blocking_seeds, &tls, short_config())
+                .unwrap();
+        let lock = redlock
+            .acquire("tls-blocking", Duration::from_secs(30))
+            .unwrap();
+        let owner = lock.owner().to_string();
+        (owner, lock)
+    })
+    .join()
+    .unwrap();
+    let master = cluster.master_of("tls-blocking");
+    assert_eq!(
+        holder(master, "tls-blocking").as_deref(),
+        Some(owner.as_str())
+    );
+    let released = std::thread::spawn(move || lock.release().unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(released.released, 1);
+    assert_eq!(holder(master, "tls-blocking"), None);
+
+    // Seeds whose certificate the client does not trust (the system's
+    // roots): a clear error, within the round's bounds, no lock taken.
+    let untrusted = Redlock::cluster_with_config(
+        seeds,
+        Config {
+            retry_count: 0,
+            ..short_config()
+        },
+    )
+    .unwrap();
+    let started = Instant::now();
+    let error = untrusted
+        .acquire("tls-untrusted", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The cluster connection keeps no cause; the error says where to look.
+    let text = error.to_string();
+    assert!(
+        text.contains("could be reached") && text.contains("TLS settings"),
+        "{error}"
+    );
+    assert_eq!(
+        holder(cluster.master_of("tls-untrusted"), "tls-untrusted"),
+        None
+    );
+}
+
+#[test]
+fn a_tls_cluster_needs_rediss_seeds() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _guard = runtime.enter();
+    let error = Redlock::cluster_tls(["redis://127.0.0.1:7000"], &Tls::new(), Config::default())
         .err()
         .unwrap();
     assert!(error.to_string().contains("rediss://"), "{error}");

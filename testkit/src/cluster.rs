@@ -31,8 +31,19 @@ impl RedisCluster {
     /// `masters` masters with `replicas` replicas each, every slot served,
     /// every node seeing the cluster ok.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| RedisServer::start_with(cluster_options()))
+        Self::start_with(masters, replicas, cluster_options)
+    }
+
+    /// [`RedisCluster::start`] with each node's options from `options`
+    /// (which starts from [`cluster_options`]), e.g. a TLS port each.
+    pub fn start_with(
+        masters: usize,
+        replicas: usize,
+        options: impl FnMut() -> ServerOptions,
+    ) -> RedisCluster {
+        let nodes: Vec<RedisServer> = std::iter::repeat_with(options)
+            .take(masters * (1 + replicas))
+            .map(RedisServer::start_with)
             .collect();
         let mut create = Command::new(cli_binary());
         create.arg("--cluster").arg("create");
