@@ -16,6 +16,7 @@ use crate::ledger::{Answer, Ledger};
 use crate::outcome::{NodeOutcome, Reply, Round};
 use crate::protocol;
 use crate::quorum::Quorum;
+use crate::timing;
 
 /// What the handle believes about its lock.
 #[derive(Clone, Debug, Default)]
@@ -108,8 +109,16 @@ impl LockCore {
         &self.client
     }
 
+    /// Nodes that must grant, extend or fence this lock: a majority, or
+    /// for a permit of a semaphore enough that one holder more than the
+    /// permits could not have won as many (`timing::permit_quorum`).
     pub fn quorum(&self) -> usize {
-        self.client.quorum()
+        match self.kind {
+            Kind::Shared {
+                permits: Some(permits),
+            } => timing::permit_quorum(self.client.nodes().len(), permits.get()),
+            _ => self.client.quorum(),
+        }
     }
 
     /// A ledger for this client's nodes.

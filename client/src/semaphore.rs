@@ -1,6 +1,9 @@
 //! A semaphore of leased permits: a shared lock on one resource whose
 //! holders are limited to a number of permits. Each permit is a [`Lock`]
-//! with its own owner id, fencing token, lease and watchdog.
+//! with its own owner id, fencing token, lease and watchdog. A permit needs
+//! more grants than a majority once there are two permits or more (more
+//! than `nodes × permits / (permits + 1)`): otherwise clients that each
+//! reach a different majority could hold one permit too many.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;

@@ -9,6 +9,20 @@ pub fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
+/// Nodes that must grant a permit of a semaphore of `permits` among
+/// `nodes`: more than `nodes × permits / (permits + 1)`, so that
+/// `permits + 1` holders can never all have won theirs while no node grants
+/// more than `permits` (they would need more grants than the nodes have).
+/// A majority is not enough once `permits` ≥ 2: with five nodes and two
+/// permits, three clients that each reach a different majority win {0,1,2},
+/// {0,3,4} and {1,2,3}, and no node granted more than two. One permit needs
+/// a majority; five nodes need four grants for two or three permits, all
+/// five from four permits on.
+pub fn permit_quorum(nodes: usize, permits: u32) -> usize {
+    let (n, p) = (nodes as u128, u128::from(permits.max(1)));
+    usize::try_from(n * p / (p + 1) + 1).unwrap_or(nodes)
+}
+
 /// The clock drift allowance for a lease of `ttl`: `factor × ttl + min`.
 /// Nodes and client measure the lease with different clocks; the lease is
 /// only trusted for as long as the slowest plausible clock agrees.
@@ -48,6 +62,27 @@ mod tests {
         // Any two quorums overlap.
         for n in 1..20 {
             assert!(2 * quorum(n) > n, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn permits_need_enough_grants_that_one_holder_too_many_cannot_win() {
+        assert_eq!(permit_quorum(5, 1), 3);
+        assert_eq!(permit_quorum(5, 2), 4);
+        assert_eq!(permit_quorum(5, 3), 4);
+        assert_eq!(permit_quorum(5, 4), 5);
+        assert_eq!(permit_quorum(5, u32::MAX), 5);
+        assert_eq!(permit_quorum(1, 7), 1);
+        for nodes in 1..12 {
+            assert_eq!(permit_quorum(nodes, 1), quorum(nodes));
+            for permits in 1..40u32 {
+                let (q, p) = (permit_quorum(nodes, permits), permits as usize);
+                assert!(q <= nodes);
+                // permits + 1 holders would need more grants than exist...
+                assert!((p + 1) * q > nodes * p, "{nodes} nodes, {permits}");
+                // ...and one grant fewer would not be enough (the smallest).
+                assert!((p + 1) * (q - 1) <= nodes * p, "{nodes} nodes, {permits}");
+            }
         }
     }
 

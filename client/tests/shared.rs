@@ -190,3 +190,90 @@ async fn watchdogs_keep_each_reader_past_its_ttl() {
     g2.release().await.unwrap();
     writer.acquire().await.unwrap();
 }
+
+/// A client that reaches only the nodes in `reach` of `cluster`'s five: the
+/// others' addresses refuse connections, as behind a partition.
+fn partitioned(cluster: &Cluster, reach: &[usize], dead: &[String]) -> Redlock {
+    let mut dead = dead.iter();
+    let urls: Vec<String> = (0..cluster.servers.len())
+        .map(|i| {
+            if reach.contains(&i) {
+                cluster.servers[i].url()
+            } else {
+                dead.next().unwrap().clone()
+            }
+        })
+        .collect();
+    Redlock::with_config(
+        urls,
+        Config {
+            retry_count: 0,
+            ..test_config()
+        },
+    )
+    .unwrap()
+}
+
+/// Three clients that each reach a different three of the five nodes (what
+/// a partition does): with a majority as the quorum they would each win a
+/// permit of a semaphore of two ({0,1,2}, {0,3,4}, {1,2,3}: no node grants
+/// more than two), three holders of two permits. A permit needs more than
+/// nodes × permits / (permits + 1) grants (four of five here), so that
+/// permits + 1 holders cannot all have won theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_that_reach_different_majorities_never_hold_more_permits_than_there_are() {
+    let cluster = Cluster::start(5);
+    let dead: Vec<String> = {
+        let mut ports = Vec::new();
+        while ports.len() < 2 {
+            let port = testkit::free_port();
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}/"))
+            .collect()
+    };
+    let ttl = Duration::from_secs(30);
+    let mut held = Vec::new();
+    for reach in [[0, 1, 2], [0, 3, 4], [1, 2, 3]] {
+        let client = partitioned(&cluster, &reach, &dead);
+        let permit = client.semaphore("pool", 2).unwrap().permit(ttl).unwrap();
+        if permit.acquire().await.is_ok() {
+            assert!(permit.validity().is_some());
+            held.push((reach, permit));
+        }
+    }
+    let holders: Vec<_> = held.iter().map(|(reach, _)| reach).collect();
+    assert!(
+        held.len() <= 2,
+        "{} holders of a semaphore of 2 permits, reaching {holders:?}",
+        held.len()
+    );
+    // No node hands out more than its two permits either way.
+    for server in &cluster.servers {
+        assert!(info_int(server, "pool", "holders").unwrap_or(0) <= 2);
+    }
+    for (_, permit) in held {
+        permit.release().await.unwrap();
+    }
+    // A client that reaches every node still gets both permits, and no third.
+    let redlock = impatient(&cluster);
+    let pool = redlock.semaphore("pool", 2).unwrap();
+    let first = pool.acquire(ttl).await.unwrap();
+    let second = pool.acquire(ttl).await.unwrap();
+    assert!(pool.acquire(ttl).await.is_err());
+    // One unreachable node leaves the four grants a permit needs.
+    let four = partitioned(&cluster, &[0, 1, 2, 3], &dead);
+    first.release().await.unwrap();
+    let permit = four
+        .semaphore("pool", 2)
+        .unwrap()
+        .acquire(ttl)
+        .await
+        .unwrap();
+    permit.release().await.unwrap();
+    second.release().await.unwrap();
+}
