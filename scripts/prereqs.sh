@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing redis-lock needs, on Debian/Ubuntu:
 # redis-server (and redis-tools for redis-cli, redis-benchmark),
-# libclang-dev (bindgen, used by the redis-module crate) and valgrind (the
-# memcheck pass of `make test`). As root it runs
+# libclang-dev (bindgen, used by the redis-module crate), valgrind (the
+# memcheck pass of `make test`) and iproute2 (the chaos suite's network
+# namespaces). As root it runs
 # apt-get itself; otherwise it prints the exact command and stops.
 #
 # `scripts/prereqs.sh valkey` also installs Valkey for the tests: Debian
@@ -57,6 +58,8 @@ has_libclang() {
 has_libclang || missing+=(libclang-dev)
 # memcheck for `make sanitize` (part of `make test`).
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
+# `ip` for the chaos suite's network namespaces (its network phase).
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo is not installed. Install Rust from https://rustup.rs (rustup), then run make again." >&2
     exit 1

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use testkit::{RedisServer, ServerOptions};
+use testkit::{NetNs, RedisServer, ServerOptions};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
+use crate::network::Lab;
 use crate::plan::NodeProfile;
 use crate::Error;
 
@@ -24,6 +25,9 @@ pub struct Node {
 
 /// A node claimed by a fault.
 pub type Claimed = OwnedMutexGuard<RedisServer>;
+
+/// A (client group, node) link claimed by a network fault.
+pub type ClaimedLink = OwnedMutexGuard<()>;
 
 impl Node {
     /// Claims the node for a fault, or `None` if another fault has it.
@@ -41,6 +45,10 @@ impl Node {
 /// (testkit's `Drop`), also on an early return or a panic.
 pub struct Cluster {
     pub nodes: Vec<Node>,
+    /// The network namespaces the nodes run in (the network phase).
+    pub lab: Option<Arc<Lab>>,
+    /// One claim per (group, node) link, `group * nodes + node`.
+    links: Vec<Arc<Mutex<()>>>,
 }
 
 /// The `redis-server` options for a profile: the module with its debug knob
@@ -53,11 +61,18 @@ pub fn server_options(profile: &NodeProfile) -> ServerOptions {
 }
 
 impl Cluster {
-    /// Starts one server per profile; returns once each answers `PING`.
-    pub async fn start(profiles: &[NodeProfile]) -> Result<Cluster, Error> {
+    /// Starts one server per profile (in `lab`'s node namespaces, if
+    /// given); returns once each answers `PING`.
+    pub async fn start(profiles: &[NodeProfile], lab: Option<Arc<Lab>>) -> Result<Cluster, Error> {
         let mut nodes = Vec::with_capacity(profiles.len());
         for (index, profile) in profiles.iter().enumerate() {
-            let options = server_options(profile);
+            let mut options = server_options(profile);
+            if let Some(lab) = &lab {
+                options.netns = Some(NetNs {
+                    name: lab.node_ns(index),
+                    address: lab.admin_address(index),
+                });
+            }
             let server = tokio::task::spawn_blocking(move || RedisServer::start_with(options))
                 .await
                 .map_err(|e| Error::Setup(format!("node {index} did not start: {e}")))?;
@@ -70,11 +85,42 @@ impl Cluster {
                 server: Arc::new(Mutex::new(server)),
             });
         }
-        Ok(Cluster { nodes })
+        let links = lab.as_ref().map_or(0, |lab| lab.groups() * lab.nodes());
+        Ok(Cluster {
+            nodes,
+            lab,
+            links: (0..links).map(|_| Arc::new(Mutex::new(()))).collect(),
+        })
     }
 
+    /// The nodes' URLs as the suite (and the loopback phases' clients)
+    /// reach them.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.url.clone()).collect()
+    }
+
+    /// The nodes' URLs as the clients of `group` reach them (the network
+    /// phase: over that group's links).
+    pub fn group_urls(&self, group: usize) -> Vec<String> {
+        match &self.lab {
+            Some(lab) => self
+                .nodes
+                .iter()
+                .map(|n| format!("redis://{}:{}/", lab.node_address(group, n.index), n.port))
+                .collect(),
+            None => self.urls(),
+        }
+    }
+
+    /// Claims the link between `group` and `node` for a network fault, or
+    /// `None` if another fault has it (or there is no such link).
+    pub fn try_claim_link(&self, group: usize, node: usize) -> Option<ClaimedLink> {
+        let lab = self.lab.as_ref()?;
+        self.links
+            .get(group * lab.nodes() + node)?
+            .clone()
+            .try_lock_owned()
+            .ok()
     }
 
     /// The node index for a client outcome's node name (`host:port`).
@@ -88,6 +134,9 @@ impl Cluster {
     pub async fn settle(&self) {
         for node in &self.nodes {
             drop(node.server.lock().await);
+        }
+        for link in &self.links {
+            drop(link.lock().await);
         }
     }
 }

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 
 use crate::checker::ms_since;
 use crate::cluster::{self, Claimed, Cluster};
+use crate::network::{Shape, Way};
 use crate::plan::{FaultKind, Persistence, Phase};
 use crate::Error;
 
@@ -145,6 +146,9 @@ enum Planned {
     Majority {
         candidates: Vec<usize>,
         downtime: Duration,
+        /// How many: a majority, or one more (what a permit of a semaphore
+        /// of two or more needs).
+        count: usize,
     },
     Stop {
         candidates: Vec<usize>,
@@ -162,6 +166,12 @@ enum Planned {
         reset: bool,
     },
     Pause,
+    /// Shapes on (group, node, way) for a while, then healed.
+    Network {
+        shapes: Vec<(usize, usize, Way, Shape)>,
+        duration: Duration,
+        detail: String,
+    },
 }
 
 impl Injector {
@@ -253,10 +263,15 @@ impl Injector {
                     cut_bytes: Some(rng.random_range(1..=16_384)),
                 }
             }
-            FaultKind::RestartMajority => Planned::Majority {
-                candidates: all,
-                downtime: ms(rng, 0, 300),
-            },
+            FaultKind::RestartMajority => {
+                let quorum = all.len() / 2 + 1;
+                let count = (quorum + usize::from(rng.random_bool(0.5))).min(all.len());
+                Planned::Majority {
+                    candidates: all,
+                    downtime: ms(rng, 0, 300),
+                    count,
+                }
+            }
             FaultKind::StopNode => Planned::Stop {
                 candidates: all,
                 duration: ms(rng, 200, 2_500),
@@ -276,6 +291,76 @@ impl Injector {
                 reset: rng.random_bool(0.25),
             },
             FaultKind::ClientPause => Planned::Pause,
+            kind => self.plan_network(kind, all, rng),
+        }
+    }
+
+    /// A network fault's links, shapes and duration (`all`: the nodes in a
+    /// random order).
+    fn plan_network(&self, kind: FaultKind, all: Vec<usize>, rng: &mut StdRng) -> Planned {
+        let groups = self.phase.client_groups.max(1);
+        let group = rng.random_range(0..groups);
+        let duration = Duration::from_millis(rng.random_range(200..=3_000));
+        let both = |group: usize, node: usize, shape: &Shape| {
+            [Way::Requests, Way::Replies].map(|way| (group, node, way, shape.clone()))
+        };
+        let mut shapes = Vec::new();
+        let detail = match kind {
+            FaultKind::Partition => {
+                let cut = &all[..rng.random_range(1..=3).min(all.len())];
+                for &node in cut {
+                    shapes.extend(both(group, node, &Shape::Cut));
+                }
+                format!("client group {group} cut from nodes {cut:?}")
+            }
+            FaultKind::SplitMajorities => {
+                // all = [shared, a, a, b, b]: group 0 loses the b's, group 1
+                // the a's; each still reaches three nodes.
+                let half = all.len().saturating_sub(1) / 2;
+                let (a, b) = all.get(1..).unwrap_or_default().split_at(half);
+                for &node in b {
+                    shapes.extend(both(0, node, &Shape::Cut));
+                }
+                for &node in a {
+                    shapes.extend(both(1 % groups, node, &Shape::Cut));
+                }
+                format!(
+                    "group 0 reaches {:?}, group 1 reaches {:?}",
+                    all.iter().filter(|n| !b.contains(n)).collect::<Vec<_>>(),
+                    all.iter().filter(|n| !a.contains(n)).collect::<Vec<_>>()
+                )
+            }
+            FaultKind::OneWayLoss => {
+                let node = all.first().copied().unwrap_or(0);
+                shapes.push((group, node, Way::Replies, Shape::Cut));
+                format!("node {node}'s replies to client group {group} dropped")
+            }
+            FaultKind::Delay => {
+                let node = all.first().copied().unwrap_or(0);
+                let delay_ms = rng.random_range(20..=400);
+                let jitter_ms = rng.random_range(0..=delay_ms / 4);
+                let shape = Shape::Delay {
+                    delay_ms,
+                    jitter_ms,
+                };
+                for group in 0..groups {
+                    shapes.push((group, node, Way::Replies, shape.clone()));
+                }
+                format!("node {node}'s replies delayed {delay_ms} ± {jitter_ms} ms")
+            }
+            _ => {
+                let node = all.first().copied().unwrap_or(0);
+                let percent = rng.random_range(5..=30);
+                for group in 0..groups {
+                    shapes.extend(both(group, node, &Shape::Loss { percent }));
+                }
+                format!("node {node}'s links lose {percent}% of packets")
+            }
+        };
+        Planned::Network {
+            shapes,
+            duration,
+            detail,
         }
     }
 
@@ -318,14 +403,14 @@ impl Injector {
             Planned::Majority {
                 candidates,
                 downtime,
+                count,
             } => {
-                let quorum = cluster.nodes.len() / 2 + 1;
                 let claims: Vec<(usize, Claimed)> = candidates
                     .iter()
                     .filter_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
-                    .take(quorum)
+                    .take(count)
                     .collect();
-                if claims.len() < quorum {
+                if claims.len() < count {
                     return None;
                 }
                 Some(Box::pin(async move {
@@ -420,6 +505,58 @@ impl Injector {
                     log.record(kind, vec![i], format!("offset {offset:+} ms"));
                     drop(claim);
                     Ok(())
+                }))
+            }
+            Planned::Network {
+                shapes,
+                duration,
+                detail,
+            } => {
+                let lab = cluster.lab.clone()?;
+                let mut links: Vec<(usize, usize)> =
+                    shapes.iter().map(|(g, n, _, _)| (*g, *n)).collect();
+                links.sort_unstable();
+                links.dedup();
+                let claims = links
+                    .iter()
+                    .map(|&(g, n)| cluster.try_claim_link(g, n))
+                    .collect::<Option<Vec<_>>>()?;
+                let mut nodes: Vec<usize> = links.iter().map(|(_, n)| *n).collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                Some(Box::pin(async move {
+                    let shaped = shapes.clone();
+                    let on = lab.clone();
+                    let shaping = tokio::task::spawn_blocking(move || {
+                        shaped
+                            .iter()
+                            .try_for_each(|(g, n, way, shape)| on.shape(*g, *n, *way, shape))
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(Error::Fault(format!("tc failed: {e}"))));
+                    if shaping.is_ok() {
+                        log.record(
+                            kind,
+                            nodes,
+                            format!("{detail} for {} ms", duration.as_millis()),
+                        );
+                        tokio::time::sleep(duration).await;
+                    }
+                    // Healed whatever happened, every way of every link.
+                    let healing = tokio::task::spawn_blocking(move || {
+                        let mut first = Ok(());
+                        for (g, n, way, _) in &shapes {
+                            let healed = lab.heal(*g, *n, *way);
+                            if first.is_ok() {
+                                first = healed;
+                            }
+                        }
+                        first
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(Error::Fault(format!("tc failed: {e}"))));
+                    drop(claims);
+                    shaping.and(healing)
                 }))
             }
             Planned::Pause => {

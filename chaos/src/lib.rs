@@ -1,11 +1,15 @@
 //! Chaos suite for redis-lock: Redlock over five module-loaded masters
 //! (real `redis-server` processes) while nodes are killed and restarted,
-//! stopped, slowed and have their clocks stepped, and clients pause past
-//! their validity; every holder makes a fenced write to a checker that
+//! stopped, slowed and have their clocks stepped, clients pause past their
+//! validity, and (the network phase, nodes and clients in network
+//! namespaces) links are partitioned, delayed and made lossy; every holder
+//! makes a fenced write to a checker that
 //! reports any violation of mutual exclusion or of fencing-token order.
 //!
 //! - [`plan`]: the fault mix and the safety rules it must obey;
 //! - [`cluster`]: the nodes;
+//! - [`network`]: the network namespaces and links of the network phase;
+//! - [`wire`]: a link's packet forwarder (drops, delays);
 //! - [`workload`]: the clients;
 //! - [`faults`]: the injector;
 //! - [`checker`]: the fenced store and the violation checks;
@@ -17,8 +21,10 @@
 pub mod checker;
 pub mod cluster;
 pub mod faults;
+pub mod network;
 pub mod plan;
 pub mod report;
+pub mod wire;
 pub mod workload;
 
 use std::fmt;
@@ -31,8 +37,9 @@ use redis_lock_client::{Config, Redlock};
 use crate::checker::{Checker, ViolationKind};
 use crate::cluster::Cluster;
 use crate::faults::{FaultLog, Injector};
+use crate::network::{Lab, NetnsHandle};
 use crate::plan::{Mix, Phase};
-use crate::report::{ClientFigures, PhaseSummary, Summary};
+use crate::report::{ClientFigures, NetworkFigures, PhaseSummary, Summary};
 use crate::workload::{ClientStats, Resource, ResourceKind, Shared, Workload};
 
 /// What can stop a run (violations do not: they are its result).
@@ -172,6 +179,86 @@ pub async fn run(settings: &Settings) -> Result<Summary, Error> {
     })
 }
 
+/// The client objects of a phase and the runtimes their tasks run on: the
+/// caller's runtime and one client on loopback, or in the network phase one
+/// runtime per client namespace whose every thread lives in that namespace
+/// (so every socket its client opens is opened there), with a client that
+/// reaches the nodes over that group's links.
+struct ClientGroups {
+    groups: Vec<(Redlock, tokio::runtime::Handle)>,
+    runtimes: Vec<(tokio::runtime::Runtime, NetnsHandle)>,
+}
+
+impl ClientGroups {
+    async fn start(cluster: &Cluster, lab: Option<&Lab>) -> Result<ClientGroups, Error> {
+        let setup = |e: String| Error::Setup(e);
+        let Some(lab) = lab else {
+            let redlock = Redlock::with_config(cluster.urls(), client_config())
+                .map_err(|e| setup(e.to_string()))?;
+            wait_ready(&redlock).await?;
+            return Ok(ClientGroups {
+                groups: vec![(redlock, tokio::runtime::Handle::current())],
+                runtimes: Vec::new(),
+            });
+        };
+        let mut made = ClientGroups {
+            groups: Vec::new(),
+            runtimes: Vec::new(),
+        };
+        for group in 0..lab.groups() {
+            let netns = lab.group_handle(group)?;
+            let enter = netns.clone();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name(format!("chaos-group{group}"))
+                .on_thread_start(move || enter.enter())
+                .enable_all()
+                .build()
+                .map_err(|e| setup(format!("client group {group}'s runtime: {e}")))?;
+            let redlock = {
+                let _inside = runtime.enter();
+                Redlock::with_config(cluster.group_urls(group), client_config())
+                    .map_err(|e| setup(e.to_string()))?
+            };
+            let ready = runtime.spawn({
+                let redlock = redlock.clone();
+                async move { wait_ready(&redlock).await }
+            });
+            let handle = runtime.handle().clone();
+            made.runtimes.push((runtime, netns.clone()));
+            ready
+                .await
+                .map_err(|e| setup(format!("client group {group}: {e}")))??;
+            netns.check()?;
+            made.groups.push((redlock, handle));
+        }
+        Ok(made)
+    }
+
+    /// Ends the client groups' runtimes; fails if any of their threads ran
+    /// outside its namespace.
+    fn stop(mut self) -> Result<(), Error> {
+        self.groups.clear();
+        let mut result = Ok(());
+        for (runtime, netns) in self.runtimes.drain(..) {
+            runtime.shutdown_background();
+            if result.is_ok() {
+                result = netns.check();
+            }
+        }
+        result
+    }
+}
+
+impl Drop for ClientGroups {
+    fn drop(&mut self) {
+        // An early return: runtimes cannot be dropped inside the caller's.
+        for (runtime, _) in self.runtimes.drain(..) {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// Polls until every node answers `LOCK.INFO` through the client's own
 /// connections, so the first rounds do not count connection set-up.
 async fn wait_ready(redlock: &Redlock) -> Result<(), Error> {
@@ -204,10 +291,17 @@ async fn run_phase(
     let phase_seed = settings
         .seed
         .wrapping_add(0xA076_1D64_78BD_642Fu64.wrapping_mul(index as u64));
-    let cluster = Arc::new(Cluster::start(&phase.nodes).await?);
-    let redlock = Redlock::with_config(cluster.urls(), client_config())
-        .map_err(|e| Error::Setup(e.to_string()))?;
-    wait_ready(&redlock).await?;
+    let lab = if phase.client_groups > 0 {
+        let (nodes, groups) = (phase.nodes.len(), phase.client_groups);
+        let lab = tokio::task::spawn_blocking(move || Lab::new(nodes, groups))
+            .await
+            .map_err(|e| Error::Setup(format!("the network lab: {e}")))??;
+        Some(Arc::new(lab))
+    } else {
+        None
+    };
+    let cluster = Arc::new(Cluster::start(&phase.nodes, lab.clone()).await?);
+    let groups = ClientGroups::start(&cluster, lab.as_deref()).await?;
 
     let origin = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
@@ -216,14 +310,22 @@ async fn run_phase(
     let checker = Arc::new(Checker::new());
     let stats = Arc::new(ClientStats::default());
     let indexer = cluster.clone();
-    let shared = Shared {
-        redlock: redlock.clone(),
-        checker: checker.clone(),
-        stats: stats.clone(),
-        pause_requests: pause_requests.clone(),
-        stop: stop.clone(),
-        node_index: Arc::new(move |name: &str| indexer.index_of(name)),
-    };
+    let node_index: workload::NodeIndex = Arc::new(move |name: &str| indexer.index_of(name));
+    let shared: Vec<(Shared, tokio::runtime::Handle)> = groups
+        .groups
+        .iter()
+        .map(|(redlock, runtime)| {
+            let shared = Shared {
+                redlock: redlock.clone(),
+                checker: checker.clone(),
+                stats: stats.clone(),
+                pause_requests: pause_requests.clone(),
+                stop: stop.clone(),
+                node_index: node_index.clone(),
+            };
+            (shared, runtime.clone())
+        })
+        .collect();
     let workload = Workload {
         clients: settings.clients,
         resources: settings.resource_list(index + 1),
@@ -232,6 +334,7 @@ async fn run_phase(
     };
     let clients = workload::spawn(&workload, &shared);
     drop(shared);
+    drop(node_index);
     let injector = tokio::spawn(
         Injector {
             cluster: cluster.clone(),
@@ -262,6 +365,15 @@ async fn run_phase(
     }
     let seconds = origin.elapsed().as_secs_f64();
     cluster.settle().await;
+    groups.stop()?;
+    let network = lab.as_ref().map(|lab| {
+        let (packets_carried, packets_dropped) = lab.packets();
+        NetworkFigures {
+            client_groups: lab.groups(),
+            packets_carried,
+            packets_dropped,
+        }
+    });
 
     let findings = checker.findings();
     let mut examples = Vec::new();
@@ -295,5 +407,6 @@ async fn run_phase(
         faults,
         findings,
         examples,
+        network,
     })
 }

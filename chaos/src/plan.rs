@@ -92,7 +92,8 @@ pub enum FaultKind {
     Kill9Restart,
     /// `kill -9` of an `everysec` node, cut the AOF's unsynced tail, restart.
     PowerLoss,
-    /// `kill -9` of three nodes at once, restart them.
+    /// `kill -9` of three or four nodes at once (a majority, or the four
+    /// grants a permit of a semaphore of two needs), restart them.
     RestartMajority,
     /// SIGSTOP a node for up to about a TTL, then SIGCONT.
     StopNode,
@@ -104,10 +105,23 @@ pub enum FaultKind {
     /// A client task sleeps past its validity before its fenced write (a
     /// GC pause).
     ClientPause,
+    /// One client group loses one to three nodes, both ways (network phase).
+    Partition,
+    /// Two client groups each reach a different majority, the two
+    /// majorities sharing one node (network phase).
+    SplitMajorities,
+    /// One client group's requests reach a node and its replies are
+    /// dropped: the command runs, the client never learns it.
+    OneWayLoss,
+    /// A node's replies to every group delayed past the client's per-node
+    /// timeout, with jitter (`tc netem delay`).
+    Delay,
+    /// A node's links to every group drop 5–30% of packets both ways.
+    FlakyLink,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::Kill9Restart,
         FaultKind::PowerLoss,
         FaultKind::RestartMajority,
@@ -115,17 +129,39 @@ impl FaultKind {
         FaultKind::SlowNode,
         FaultKind::ClockOffset,
         FaultKind::ClientPause,
+        FaultKind::Partition,
+        FaultKind::SplitMajorities,
+        FaultKind::OneWayLoss,
+        FaultKind::Delay,
+        FaultKind::FlakyLink,
     ];
+
+    /// Whether the fault acts on the network lab's links.
+    pub fn is_network(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Partition
+                | FaultKind::SplitMajorities
+                | FaultKind::OneWayLoss
+                | FaultKind::Delay
+                | FaultKind::FlakyLink
+        )
+    }
 
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill9Restart => "kill -9 + restart",
             FaultKind::PowerLoss => "kill -9 + AOF tail cut",
-            FaultKind::RestartMajority => "kill -9 of 3 nodes",
+            FaultKind::RestartMajority => "kill -9 of 3 or 4 nodes",
             FaultKind::StopNode => "SIGSTOP/SIGCONT",
             FaultKind::SlowNode => "slow node (DEBUG SLEEP)",
             FaultKind::ClockOffset => "wall-clock offset",
             FaultKind::ClientPause => "client pause > validity",
+            FaultKind::Partition => "partition (group from nodes)",
+            FaultKind::SplitMajorities => "split: two majorities, one shared node",
+            FaultKind::OneWayLoss => "replies lost (one way)",
+            FaultKind::Delay => "delay past the node timeout",
+            FaultKind::FlakyLink => "flaky link (packet loss)",
         }
     }
 }
@@ -144,6 +180,10 @@ pub struct Phase {
     pub ttl_ms: RangeInclusive<u64>,
     /// Mean time between injected faults, ms.
     pub fault_interval_ms: u64,
+    /// 0: nodes and clients share the loopback interface. More: every node
+    /// in a network namespace of its own and the clients split over this
+    /// many client namespaces (the network faults need at least 2).
+    pub client_groups: usize,
 }
 
 impl Phase {
@@ -247,17 +287,22 @@ const SAFE_OFFSET: i64 = 1_500;
 const SAFE_RECOVERY_MS: u64 = 3_000;
 
 impl Plan {
-    /// The safe mix, in two phases.
+    /// The safe mix, in three phases.
     ///
-    /// 1. *recovery window* (two thirds of the time): one `AOF always`, two
+    /// 1. *recovery window* (5/12 of the time): one `AOF always`, two
     ///    `everysec` (whose `kill -9` may cut the AOF tail), two without
     ///    persistence; every node has a 3 s recovery window, clock offsets
     ///    up to ±1.5 s; every fault kind.
-    /// 2. *AOF always* (one third): five `AOF always` nodes without a
+    /// 2. *AOF always* (a quarter): five `AOF always` nodes without a
     ///    recovery window, so only the fsynced AOF keeps the locks across
     ///    `kill -9`, including three nodes at once; clock offsets only
     ///    forward (a backward offset before a restart would need the
     ///    window).
+    /// 3. *network* (one third): five `AOF always` nodes, each in a network
+    ///    namespace of its own, the clients in two client namespaces, and
+    ///    faults on the links between them: partitions (also two groups
+    ///    each reaching a different majority), replies lost after the
+    ///    command ran, delays past the node timeout, lossy links.
     pub fn safe() -> Plan {
         let window = |persistence| NodeProfile {
             persistence,
@@ -274,7 +319,7 @@ impl Plan {
             phases: vec![
                 Phase {
                     name: "recovery window",
-                    share: 2.0 / 3.0,
+                    share: 5.0 / 12.0,
                     nodes: vec![
                         window(Persistence::AofAlways),
                         window(Persistence::AofEverysec),
@@ -293,11 +338,12 @@ impl Plan {
                     ],
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
+                    client_groups: 0,
                 },
                 Phase {
                     name: "AOF always",
-                    share: 1.0 / 3.0,
-                    nodes: vec![always; 5],
+                    share: 1.0 / 4.0,
+                    nodes: vec![always.clone(); 5],
                     faults: vec![
                         (FaultKind::Kill9Restart, 3),
                         (FaultKind::RestartMajority, 2),
@@ -308,6 +354,24 @@ impl Plan {
                     ],
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
+                    client_groups: 0,
+                },
+                Phase {
+                    name: "network",
+                    share: 1.0 / 3.0,
+                    nodes: vec![always; 5],
+                    faults: vec![
+                        (FaultKind::Partition, 3),
+                        (FaultKind::SplitMajorities, 2),
+                        (FaultKind::OneWayLoss, 3),
+                        (FaultKind::Delay, 3),
+                        (FaultKind::FlakyLink, 3),
+                        (FaultKind::Kill9Restart, 1),
+                        (FaultKind::ClientPause, 1),
+                    ],
+                    ttl_ms: 300..=SAFE_TTL_MAX,
+                    fault_interval_ms: 500,
+                    client_groups: 2,
                 },
             ],
         }
@@ -339,6 +403,7 @@ impl Plan {
                 ],
                 ttl_ms: 1_000..=3_000,
                 fault_interval_ms: 800,
+                client_groups: 0,
             }],
         }
     }
@@ -369,6 +434,7 @@ impl Plan {
                 ],
                 ttl_ms: 1_000..=2_000,
                 fault_interval_ms: 600,
+                client_groups: 0,
             }],
         }
     }

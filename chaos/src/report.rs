@@ -91,6 +91,17 @@ pub struct PhaseSummary {
     pub findings: Findings,
     /// A few violations, described with the faults around them.
     pub examples: Vec<String>,
+    /// The network phase: its client namespaces, and the IP packets its
+    /// wires carried and dropped.
+    pub network: Option<NetworkFigures>,
+}
+
+/// What the network lab of a phase did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NetworkFigures {
+    pub client_groups: usize,
+    pub packets_carried: u64,
+    pub packets_dropped: u64,
 }
 
 /// Figures added up over phases.
@@ -307,6 +318,13 @@ impl fmt::Display for Summary {
             for (n, node) in phase.nodes.iter().enumerate() {
                 writeln!(f, "  node {n}: {node}")?;
             }
+            if let Some(network) = &phase.network {
+                writeln!(
+                    f,
+                    "  network     every node in a namespace of its own, clients in {} namespaces; the links carried {} packets and dropped {}",
+                    network.client_groups, network.packets_carried, network.packets_dropped
+                )?;
+            }
             write_figures(f, &phase.figures())?;
             if let Some(error) = &phase.clients.first_error {
                 writeln!(f, "  first client error: {error}")?;
@@ -386,6 +404,7 @@ mod tests {
                 faults: FaultCounts::default(),
                 findings,
                 examples: Vec::new(),
+                network: None,
             }],
             interrupted: false,
         }

@@ -208,17 +208,24 @@ fn take_pause_request(requests: &AtomicU64) -> bool {
 
 /// Starts the client tasks; they stop after `shared.stop` is set, once
 /// their current hold is over.
-pub fn spawn(workload: &Workload, shared: &Shared) -> Vec<tokio::task::JoinHandle<()>> {
+/// Starts the client tasks, client `c` in group `c % groups.len()`: on that
+/// group's runtime (in the network phase, one per client namespace) with
+/// that group's client object.
+pub fn spawn(
+    workload: &Workload,
+    groups: &[(Shared, tokio::runtime::Handle)],
+) -> Vec<tokio::task::JoinHandle<()>> {
     (0..workload.clients)
-        .map(|client| {
+        .filter_map(|client| {
+            let (shared, runtime) = groups.get(client % groups.len().max(1))?;
             let shared = shared.clone();
             let workload = workload.clone();
             let seed = workload
                 .seed
                 .wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(client as u64 + 1));
-            tokio::spawn(async move {
+            Some(runtime.spawn(async move {
                 client_loop(client, workload, shared, StdRng::seed_from_u64(seed)).await;
-            })
+            }))
         })
         .collect()
 }

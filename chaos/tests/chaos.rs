@@ -1,6 +1,8 @@
 //! Short chaos runs against real servers: the safe mix must show no
 //! violation while doing real work under every fault kind (mutexes,
-//! readers and writers of a read-write lock, semaphore permits), and the
+//! readers and writers of a read-write lock, semaphore permits; in its
+//! network phase, partitions, lost replies, delays and lossy links between
+//! network namespaces, which needs root and iproute2), and the
 //! negative control (no persistence, no recovery window) must show
 //! violations of each kind of resource, or the checker proves nothing. `make chaos` runs the long version.
 //!
@@ -24,7 +26,7 @@ fn seed() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_safe_mix_has_no_violations_under_every_fault() {
     let settings = Settings {
-        duration: Duration::from_secs(24),
+        duration: Duration::from_secs(30),
         seed: seed(),
         ..Settings::default()
     };
@@ -70,6 +72,15 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
     }
     assert_eq!(Plan::safe().fault_kinds().len(), FaultKind::ALL.len());
     assert!(total.clients.pauses >= 1, "no client pause:\n{summary}");
+    // The network phase ran with its nodes and clients in namespaces of
+    // their own, and its faults dropped packets on the links.
+    let network: Vec<_> = summary.phases.iter().filter_map(|p| p.network).collect();
+    assert_eq!(network.len(), 1, "no network phase:\n{summary}");
+    assert!(network[0].client_groups >= 2);
+    assert!(
+        network[0].packets_carried > 1_000 && network[0].packets_dropped > 0,
+        "the links did not carry the work or drop anything:\n{summary}"
+    );
     // Every hold style ran under the faults, and rounds were abandoned.
     let styles = total.clients.styles;
     assert!(

@@ -126,6 +126,18 @@ pub struct ServerOptions {
     pub args: Vec<String>,
     /// The server binary (default [`server_binary`]).
     pub binary: Option<PathBuf>,
+    /// Run the server inside this network namespace (default: the test's
+    /// own, on loopback).
+    pub netns: Option<NetNs>,
+}
+
+/// A network namespace a server runs in (`ip netns exec`), listening on
+/// every address there, and the address through which the test's own
+/// connections (readiness, [`RedisServer::conn`]) reach it.
+#[derive(Clone, Debug)]
+pub struct NetNs {
+    pub name: String,
+    pub address: String,
 }
 
 impl Default for ServerOptions {
@@ -135,6 +147,7 @@ impl Default for ServerOptions {
             module_args: vec!["debug".into(), "yes".into()],
             args: Vec::new(),
             binary: None,
+            netns: None,
         }
     }
 }
@@ -210,7 +223,11 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let mut cmd = if valgrind() {
+        let mut cmd = if let Some(netns) = &self.options.netns {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &netns.name]).arg(self.binary());
+            cmd
+        } else if valgrind() {
             // Memcheck on the server and the module inside it (`make
             // sanitize`); errors go to a log that drop() checks.
             let mut cmd = Command::new("valgrind");
@@ -229,7 +246,13 @@ impl RedisServer {
         };
         cmd.arg("--port")
             .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
+            .args(if self.options.netns.is_some() {
+                // Alone in its namespace: every address, reached from outside.
+                ["--bind", "0.0.0.0", "--protected-mode", "no"]
+            } else {
+                ["--bind", "127.0.0.1", "--protected-mode", "yes"]
+            })
+            .args(["--daemonize", "no", "--save", ""])
             .args([
                 "--enable-debug-command",
                 "yes",
@@ -258,6 +281,7 @@ impl RedisServer {
         });
         self.child = Some(child);
         let port = self.port;
+        let host = self.host().to_string();
         let mut exited = None;
         let ready = wait_until(
             Duration::from_secs(if valgrind() { 120 } else { 20 }),
@@ -268,7 +292,7 @@ impl RedisServer {
                         return true;
                     }
                 }
-                ping(port) == Some(true)
+                ping(&host, port) == Some(true)
             },
         );
         if let Some(status) = exited {
@@ -301,9 +325,18 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT/`
+    /// The address the test reaches it at: 127.0.0.1, or its network
+    /// namespace's [`NetNs::address`].
+    pub fn host(&self) -> &str {
+        self.options
+            .netns
+            .as_ref()
+            .map_or("127.0.0.1", |netns| netns.address.as_str())
+    }
+
+    /// `redis://127.0.0.1:PORT/` (or the namespace's address)
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://{}:{}/", self.host(), self.port)
     }
 
     /// A client for this server.
@@ -430,8 +463,8 @@ impl RedisServer {
 }
 
 /// PING on a fresh connection: Some(true) when it answered PONG.
-fn ping(port: u16) -> Option<bool> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+fn ping(host: &str, port: u16) -> Option<bool> {
+    let client = redis::Client::open(format!("redis://{host}:{port}/")).ok()?;
     let mut conn = client
         .get_connection_with_timeout(Duration::from_millis(200))
         .ok()?;
