@@ -190,10 +190,14 @@ struct ClientGroups {
 }
 
 impl ClientGroups {
-    async fn start(cluster: &Cluster, lab: Option<&Lab>) -> Result<ClientGroups, Error> {
+    async fn start(
+        cluster: &Cluster,
+        lab: Option<&Lab>,
+        config: &Config,
+    ) -> Result<ClientGroups, Error> {
         let setup = |e: String| Error::Setup(e);
         let Some(lab) = lab else {
-            let redlock = Redlock::with_config(cluster.urls(), client_config())
+            let redlock = Redlock::with_config(cluster.urls(), config.clone())
                 .map_err(|e| setup(e.to_string()))?;
             wait_ready(&redlock).await?;
             return Ok(ClientGroups {
@@ -217,7 +221,7 @@ impl ClientGroups {
                 .map_err(|e| setup(format!("client group {group}'s runtime: {e}")))?;
             let redlock = {
                 let _inside = runtime.enter();
-                Redlock::with_config(cluster.group_urls(group), client_config())
+                Redlock::with_config(cluster.group_urls(group), config.clone())
                     .map_err(|e| setup(e.to_string()))?
             };
             let ready = runtime.spawn({
@@ -301,7 +305,11 @@ async fn run_phase(
         None
     };
     let cluster = Arc::new(Cluster::start(&phase.nodes, lab.clone()).await?);
-    let groups = ClientGroups::start(&cluster, lab.as_deref()).await?;
+    let config = Config {
+        unsafe_quorum: phase.client_quorum,
+        ..client_config()
+    };
+    let groups = ClientGroups::start(&cluster, lab.as_deref(), &config).await?;
 
     let origin = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));

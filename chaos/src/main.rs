@@ -34,8 +34,10 @@ injected, checks every holder with a fenced store, and prints a summary.
   --semaphores N       semaphores (default 1)
   --permits N          permits of each semaphore (default 2)
   --negative-control   no persistence and no recovery window: must report violations
-  --mix NAME           safe (default), negative-control, or clock-step (AOF always
-                       without a recovery window, clocks stepped back: breaks rule 2)
+  --mix NAME           safe (default), negative-control, clock-step (AOF always
+                       without a recovery window, clocks stepped back: breaks rule 2),
+                       or network-control (a client quorum of 2 of 5 under network
+                       faults alone)
   --verbose            print each fault as it is injected
 
 Exit status: 0 if the safe mix saw no violation (a mix that breaks the rules:

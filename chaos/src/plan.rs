@@ -184,6 +184,9 @@ pub struct Phase {
     /// in a network namespace of its own and the clients split over this
     /// many client namespaces (the network faults need at least 2).
     pub client_groups: usize,
+    /// The network negative control's client: nodes that must grant, in
+    /// place of a majority (`None`: the client's own rule).
+    pub client_quorum: Option<usize>,
 }
 
 impl Phase {
@@ -206,6 +209,14 @@ impl Phase {
             .unwrap_or(0);
         let skew = u64::try_from(offset_max.saturating_sub(offset_min)).unwrap_or(u64::MAX);
         let mut broken = Vec::new();
+        if let Some(quorum) = self.client_quorum {
+            if 2 * quorum <= self.nodes.len() {
+                broken.push(format!(
+                    "the client's quorum of {quorum} is not a majority of {} nodes",
+                    self.nodes.len()
+                ));
+            }
+        }
         for (i, node) in self.nodes.iter().enumerate() {
             let forgets = node.persistence.can_forget();
             let steps_forward = *node.offsets_ms.start() < 0;
@@ -238,10 +249,19 @@ pub enum Mix {
     /// `AOF always` without a recovery window, but wall clocks stepped back
     /// before restarts (rule 2 broken): shows that the rule is needed.
     ClockStep,
+    /// The network phase with a client whose quorum is 2 of 5 and only
+    /// network faults: shows that partitions alone break a quorum below a
+    /// majority.
+    NetworkControl,
 }
 
 impl Mix {
-    pub const ALL: [Mix; 3] = [Mix::Safe, Mix::NegativeControl, Mix::ClockStep];
+    pub const ALL: [Mix; 4] = [
+        Mix::Safe,
+        Mix::NegativeControl,
+        Mix::ClockStep,
+        Mix::NetworkControl,
+    ];
 
     /// The name on the command line.
     pub fn name(self) -> &'static str {
@@ -249,6 +269,7 @@ impl Mix {
             Mix::Safe => "safe",
             Mix::NegativeControl => "negative-control",
             Mix::ClockStep => "clock-step",
+            Mix::NetworkControl => "network-control",
         }
     }
 
@@ -267,6 +288,7 @@ impl Mix {
             Mix::Safe => Plan::safe(),
             Mix::NegativeControl => Plan::negative_control(),
             Mix::ClockStep => Plan::clock_step(),
+            Mix::NetworkControl => Plan::network_control(),
         }
     }
 }
@@ -339,11 +361,12 @@ impl Plan {
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
                     client_groups: 0,
+                    client_quorum: None,
                 },
                 Phase {
                     name: "AOF always",
                     share: 1.0 / 4.0,
-                    nodes: vec![always.clone(); 5],
+                    nodes: vec![always; 5],
                     faults: vec![
                         (FaultKind::Kill9Restart, 3),
                         (FaultKind::RestartMajority, 2),
@@ -355,24 +378,9 @@ impl Plan {
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
                     client_groups: 0,
+                    client_quorum: None,
                 },
-                Phase {
-                    name: "network",
-                    share: 1.0 / 3.0,
-                    nodes: vec![always; 5],
-                    faults: vec![
-                        (FaultKind::Partition, 3),
-                        (FaultKind::SplitMajorities, 2),
-                        (FaultKind::OneWayLoss, 3),
-                        (FaultKind::Delay, 3),
-                        (FaultKind::FlakyLink, 3),
-                        (FaultKind::Kill9Restart, 1),
-                        (FaultKind::ClientPause, 1),
-                    ],
-                    ttl_ms: 300..=SAFE_TTL_MAX,
-                    fault_interval_ms: 500,
-                    client_groups: 2,
-                },
+                Plan::network_phase(),
             ],
         }
     }
@@ -404,6 +412,7 @@ impl Plan {
                 ttl_ms: 1_000..=3_000,
                 fault_interval_ms: 800,
                 client_groups: 0,
+                client_quorum: None,
             }],
         }
     }
@@ -435,7 +444,61 @@ impl Plan {
                 ttl_ms: 1_000..=2_000,
                 fault_interval_ms: 600,
                 client_groups: 0,
+                client_quorum: None,
             }],
+        }
+    }
+
+    /// Five `AOF always` nodes in namespaces, clients in two groups whose
+    /// client needs only 2 of the 5 nodes, and only network faults: each
+    /// group's partitions leave it a minority that another group's holder
+    /// does not share.
+    pub fn network_control() -> Plan {
+        let mut phase = Plan::network_phase();
+        phase.name = "network negative control (quorum 2 of 5)";
+        phase.share = 1.0;
+        phase.faults = vec![
+            (FaultKind::Partition, 3),
+            (FaultKind::SplitMajorities, 2),
+            (FaultKind::OneWayLoss, 1),
+            (FaultKind::Delay, 1),
+            (FaultKind::FlakyLink, 1),
+        ];
+        phase.client_quorum = Some(2);
+        Plan {
+            mix: Mix::NetworkControl,
+            phases: vec![phase],
+        }
+    }
+
+    /// The safe mix's network phase: five `AOF always` nodes (no clock
+    /// offsets) in namespaces, clients in two groups, the network faults
+    /// with a few restarts and client pauses.
+    fn network_phase() -> Phase {
+        Phase {
+            name: "network",
+            share: 1.0 / 3.0,
+            nodes: vec![
+                NodeProfile {
+                    persistence: Persistence::AofAlways,
+                    recovery_ms: 0,
+                    offsets_ms: 0..=0,
+                };
+                5
+            ],
+            faults: vec![
+                (FaultKind::Partition, 3),
+                (FaultKind::SplitMajorities, 2),
+                (FaultKind::OneWayLoss, 3),
+                (FaultKind::Delay, 3),
+                (FaultKind::FlakyLink, 3),
+                (FaultKind::Kill9Restart, 1),
+                (FaultKind::ClientPause, 1),
+            ],
+            ttl_ms: 300..=SAFE_TTL_MAX,
+            fault_interval_ms: 500,
+            client_groups: 2,
+            client_quorum: None,
         }
     }
 

@@ -297,6 +297,8 @@ impl fmt::Display for Summary {
                 Mix::NegativeControl => "NEGATIVE CONTROL (no persistence, no recovery window)",
                 Mix::ClockStep =>
                     "UNSAFE MIX clock-step (AOF always, no recovery window, clocks stepped back)",
+                Mix::NetworkControl =>
+                    "NETWORK NEGATIVE CONTROL (a client quorum of 2 of 5, network faults only)",
             },
             if self.interrupted {
                 ", interrupted"

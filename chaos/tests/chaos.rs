@@ -124,3 +124,35 @@ async fn the_negative_control_reports_violations() {
     assert!(summary.passed());
     assert!(total.faults.injected(FaultKind::RestartMajority) >= 1);
 }
+
+/// The network negative control: the network phase's faults alone, with a
+/// client that needs only 2 of the 5 nodes. Two groups behind a partition
+/// each win a different minority: holders must overlap, or the network
+/// phase's zero proves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_network_negative_control_reports_violations() {
+    let settings = Settings {
+        duration: Duration::from_secs(16),
+        seed: seed(),
+        mix: Mix::NetworkControl,
+        ..Settings::default()
+    };
+    let summary = chaos::run(&settings).await.unwrap();
+    println!("{summary}");
+    let total = summary.total();
+    assert!(
+        total.violations_of(ViolationKind::Overlap) > 0,
+        "a quorum of 2 of 5 behind partitions must let two holders overlap:\n{summary}"
+    );
+    assert!(summary.passed());
+    assert!(total.faults.injected(FaultKind::Partition) >= 1);
+    assert!(total.faults.injected(FaultKind::SplitMajorities) >= 1);
+    for kind in [
+        FaultKind::Kill9Restart,
+        FaultKind::RestartMajority,
+        FaultKind::StopNode,
+        FaultKind::ClockOffset,
+    ] {
+        assert_eq!(total.faults.injected(kind), 0, "{}", kind.name());
+    }
+}

@@ -59,6 +59,12 @@ pub struct Config {
     /// rule of earlier clients: the round may have shortened leases).
     #[doc(hidden)]
     pub unsafe_keep_validity_on_failure: bool,
+    /// For the chaos suite's network negative control only: the number of
+    /// nodes that must grant, in place of a majority (or a permit's larger
+    /// quorum). Below a majority two clients can both win: that is the
+    /// point of the control. Must be between 1 and the number of nodes.
+    #[doc(hidden)]
+    pub unsafe_quorum: Option<usize>,
 }
 
 impl Default for Config {
@@ -75,6 +81,7 @@ impl Default for Config {
             watchdog_margin: Duration::from_millis(10),
             acknowledge: None,
             unsafe_keep_validity_on_failure: false,
+            unsafe_quorum: None,
         }
     }
 }

@@ -116,7 +116,9 @@ impl LockCore {
         match self.kind {
             Kind::Shared {
                 permits: Some(permits),
-            } => timing::permit_quorum(self.client.nodes().len(), permits.get()),
+            } if self.client.config().unsafe_quorum.is_none() => {
+                timing::permit_quorum(self.client.nodes().len(), permits.get())
+            }
             _ => self.client.quorum(),
         }
     }

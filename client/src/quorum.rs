@@ -30,8 +30,18 @@ impl Quorum {
         if nodes.is_empty() {
             return Err(Error::InvalidConfig("at least one node is needed".into()));
         }
+        let quorum = match config.unsafe_quorum {
+            None => timing::quorum(nodes.len()),
+            Some(quorum) if (1..=nodes.len()).contains(&quorum) => quorum,
+            Some(quorum) => {
+                return Err(Error::InvalidConfig(format!(
+                    "unsafe_quorum {quorum} is not between 1 and the {} nodes",
+                    nodes.len()
+                )))
+            }
+        };
         Ok(Quorum {
-            quorum: timing::quorum(nodes.len()),
+            quorum,
             nodes,
             config,
         })
