@@ -402,6 +402,11 @@ impl Checker {
         }
     }
 
+    /// Every holder recorded so far.
+    pub fn holders(&self) -> Vec<Holder> {
+        self.inner().holders.clone()
+    }
+
     /// Checks every pair of holders of each resource.
     pub fn findings(&self) -> Findings {
         let inner = self.inner();

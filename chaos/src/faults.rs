@@ -73,6 +73,14 @@ impl FaultLog {
         )
     }
 
+    /// Every fault injected so far.
+    pub fn events(&self) -> Vec<FaultEvent> {
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Faults injected between `from` and `to`.
     pub fn between(&self, from: Instant, to: Instant) -> Vec<FaultEvent> {
         self.events

@@ -13,6 +13,7 @@
 //! - [`workload`]: the clients;
 //! - [`faults`]: the injector;
 //! - [`checker`]: the fenced store and the violation checks;
+//! - [`exposure`]: how many validity windows the faults threatened;
 //! - [`report`]: the summary.
 //!
 //! [`run`] runs every phase of the safe mix, or of a mix that breaks the
@@ -20,6 +21,7 @@
 
 pub mod checker;
 pub mod cluster;
+pub mod exposure;
 pub mod faults;
 pub mod network;
 pub mod plan;
@@ -36,6 +38,7 @@ use redis_lock_client::{Config, Redlock};
 
 use crate::checker::{Checker, ViolationKind};
 use crate::cluster::Cluster;
+use crate::exposure::Exposure;
 use crate::faults::{FaultLog, Injector};
 use crate::network::{Lab, NetnsHandle};
 use crate::plan::{Mix, Phase};
@@ -384,6 +387,7 @@ async fn run_phase(
     });
 
     let findings = checker.findings();
+    let exposure = Exposure::of(&checker.holders(), &log.events(), cluster.nodes.len());
     let mut examples = Vec::new();
     for kind in ViolationKind::ALL {
         for violation in findings
@@ -416,5 +420,6 @@ async fn run_phase(
         findings,
         examples,
         network,
+        exposure,
     })
 }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 
 use crate::checker::{Findings, ViolationKind, WriteCounts};
+use crate::exposure::Exposure;
 use crate::faults::FaultCounts;
 use crate::plan::{FaultKind, Mix, NodeProfile};
 use crate::workload::ClientStats;
@@ -94,6 +95,8 @@ pub struct PhaseSummary {
     /// The network phase: its client namespaces, and the IP packets its
     /// wires carried and dropped.
     pub network: Option<NetworkFigures>,
+    /// The validity windows the faults threatened.
+    pub exposure: Exposure,
 }
 
 /// What the network lab of a phase did.
@@ -114,6 +117,7 @@ pub struct Figures {
     pub violations: BTreeMap<ViolationKind, usize>,
     /// Of `violations`: between a reader and a writer.
     pub reader_writer: usize,
+    pub exposure: Exposure,
 }
 
 impl Figures {
@@ -134,6 +138,7 @@ impl Figures {
             *self.violations.entry(kind).or_default() += phase.findings.count(kind);
         }
         self.reader_writer += phase.findings.reader_writer();
+        self.exposure.add(&phase.exposure);
     }
 }
 
@@ -254,6 +259,12 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
             "              (skipped, nodes busy: {skipped}; failed: {failed})"
         )?;
     }
+    let e = &figures.exposure;
+    writeln!(
+        f,
+        "  exposure    {} of {} validity windows had a fault on a granting node inside them; {} lost their majority (fewer than a majority of the nodes left untouched among their granters)",
+        e.threatened, e.windows, e.lost_majority
+    )?;
     let w = &figures.writes;
     writeln!(
         f,
@@ -407,6 +418,7 @@ mod tests {
                 findings,
                 examples: Vec::new(),
                 network: None,
+                exposure: Exposure::default(),
             }],
             interrupted: false,
         }
