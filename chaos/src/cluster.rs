@@ -3,6 +3,7 @@
 //! acts on the node, so that two faults never act on one node at once.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ pub struct Node {
     pub profile: NodeProfile,
     pub port: u16,
     pub url: String,
+    /// The wall-clock offset the node runs with now, ms (0 after a restart).
+    pub offset_ms: AtomicI64,
     dir: PathBuf,
     server: Arc<Mutex<RedisServer>>,
 }
@@ -33,6 +36,12 @@ impl Node {
     /// Claims the node for a fault, or `None` if another fault has it.
     pub fn try_claim(&self) -> Option<Claimed> {
         self.server.clone().try_lock_owned().ok()
+    }
+
+    /// Whether a restart now can cost the node leases: it can forget them,
+    /// or its clock runs behind (the restart steps it forward).
+    pub fn restart_hurts(&self) -> bool {
+        self.profile.persistence.can_forget() || self.offset_ms.load(Ordering::Relaxed) < 0
     }
 
     /// The server's data directory (kept across restarts).
@@ -81,6 +90,7 @@ impl Cluster {
                 profile: profile.clone(),
                 port: server.port(),
                 url: server.url(),
+                offset_ms: AtomicI64::new(0),
                 dir: server.dir().to_path_buf(),
                 server: Arc::new(Mutex::new(server)),
             });

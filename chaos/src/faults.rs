@@ -150,6 +150,9 @@ enum Planned {
         candidates: Vec<usize>,
         downtime: Duration,
         cut_bytes: Option<u64>,
+        /// Where in its offset range a node whose clock always runs behind
+        /// is set again after the restart.
+        reoffset: f64,
     },
     Majority {
         candidates: Vec<usize>,
@@ -157,6 +160,9 @@ enum Planned {
         /// How many: a majority, or one more (what a permit of a semaphore
         /// of two or more needs).
         count: usize,
+        /// A power loss: bytes cut off the AOF tail of each `everysec` node.
+        cut_bytes: u64,
+        reoffset: f64,
     },
     Stop {
         candidates: Vec<usize>,
@@ -257,6 +263,7 @@ impl Injector {
                 candidates: all,
                 downtime: ms(rng, 0, 500),
                 cut_bytes: None,
+                reoffset: rng.random_range(0.0..=1.0),
             },
             FaultKind::PowerLoss => {
                 let candidates = all
@@ -269,15 +276,24 @@ impl Injector {
                     candidates,
                     downtime: ms(rng, 0, 500),
                     cut_bytes: Some(rng.random_range(1..=16_384)),
+                    reoffset: rng.random_range(0.0..=1.0),
                 }
             }
             FaultKind::RestartMajority => {
                 let quorum = all.len() / 2 + 1;
                 let count = (quorum + usize::from(rng.random_bool(0.5))).min(all.len());
+                // A power loss of a majority: the nodes a restart hurts
+                // first (in random order: they can forget, or their clocks
+                // run behind), so that those are a majority whenever the
+                // phase has that many.
+                let mut candidates = all;
+                candidates.sort_by_key(|&i| !self.cluster.nodes[i].restart_hurts());
                 Planned::Majority {
-                    candidates: all,
+                    candidates,
                     downtime: ms(rng, 0, 300),
                     count,
+                    cut_bytes: rng.random_range(1..=16_384),
+                    reoffset: rng.random_range(0.0..=1.0),
                 }
             }
             FaultKind::StopNode => Planned::Stop {
@@ -387,6 +403,7 @@ impl Injector {
                 candidates,
                 downtime,
                 cut_bytes,
+                reoffset,
             } => {
                 let (i, claim) = claim_one(&candidates)?;
                 Some(Box::pin(async move {
@@ -404,7 +421,9 @@ impl Injector {
                     };
                     log.record(kind, vec![i], detail);
                     tokio::time::sleep(downtime).await;
-                    cluster::blocking(claim, |s| s.restart()).await?;
+                    let claim = cluster::blocking(claim, |s| s.restart()).await?;
+                    restarted(&cluster, i, reoffset).await?;
+                    drop(claim);
                     Ok(())
                 }))
             }
@@ -412,6 +431,8 @@ impl Injector {
                 candidates,
                 downtime,
                 count,
+                cut_bytes,
+                reoffset,
             } => {
                 let claims: Vec<(usize, Claimed)> = candidates
                     .iter()
@@ -433,16 +454,37 @@ impl Injector {
                     })
                     .await
                     .map_err(|e| Error::Fault(format!("kill failed: {e}")))?;
-                    log.record(kind, nodes, format!("down {} ms", downtime.as_millis()));
+                    let mut cuts = Vec::new();
+                    for &i in &nodes {
+                        let node = &cluster.nodes[i];
+                        if node.profile.persistence == Persistence::AofEverysec {
+                            let cut = cut_aof_tail(node.dir(), cut_bytes)?;
+                            cuts.push(format!("{cut} bytes of node {i}'s AOF tail"));
+                        }
+                    }
+                    let cut = if cuts.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", cut {}", cuts.join(", "))
+                    };
+                    log.record(
+                        kind,
+                        nodes,
+                        format!("down {} ms{cut}", downtime.as_millis()),
+                    );
                     tokio::time::sleep(downtime).await;
                     let restarts: Vec<_> = claims
                         .into_iter()
-                        .map(|(_, claim)| tokio::spawn(cluster::blocking(claim, |s| s.restart())))
+                        .map(|(i, claim)| {
+                            (i, tokio::spawn(cluster::blocking(claim, |s| s.restart())))
+                        })
                         .collect();
-                    for restart in restarts {
-                        restart
+                    for (i, restart) in restarts {
+                        let claim = restart
                             .await
                             .map_err(|e| Error::Fault(format!("restart failed: {e}")))??;
+                        restarted(&cluster, i, reoffset).await?;
+                        drop(claim);
                     }
                     Ok(())
                 }))
@@ -510,6 +552,7 @@ impl Injector {
                         .arg(offset)
                         .to_owned();
                     cluster::command(&url, &cmd, Duration::from_secs(5)).await?;
+                    cluster.nodes[i].offset_ms.store(offset, Ordering::Relaxed);
                     log.record(kind, vec![i], format!("offset {offset:+} ms"));
                     drop(claim);
                     Ok(())
@@ -578,6 +621,28 @@ impl Injector {
             }
         }
     }
+}
+
+/// After node `i` restarted: its wall-clock offset is 0 again, unless its
+/// clock always runs behind (an offset range below 0, the clock-step mix),
+/// in which case it is set back again at once, `unit` of the way into its
+/// range: a clock that a restart syncs and that falls behind again.
+async fn restarted(cluster: &Cluster, i: usize, unit: f64) -> Result<(), Error> {
+    let node = &cluster.nodes[i];
+    node.offset_ms.store(0, Ordering::Relaxed);
+    let range = node.profile.offsets_ms.clone();
+    if *range.end() >= 0 {
+        return Ok(());
+    }
+    let span = range.end().saturating_sub(*range.start()) as f64;
+    let offset = range.start() + (span * unit).round() as i64;
+    let cmd = redis::cmd("LOCK.DEBUG")
+        .arg("WALLCLOCK-OFFSET")
+        .arg(offset)
+        .to_owned();
+    cluster::command(&node.url, &cmd, Duration::from_secs(5)).await?;
+    node.offset_ms.store(offset, Ordering::Relaxed);
+    Ok(())
 }
 
 fn note_done(

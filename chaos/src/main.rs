@@ -36,8 +36,9 @@ injected, checks every holder with a fenced store, and prints a summary.
   --negative-control   no persistence and no recovery window: must report violations
   --mix NAME           safe (default), negative-control, clock-step (AOF always
                        without a recovery window, clocks stepped back: breaks rule 2),
-                       or network-control (a client quorum of 2 of 5 under network
-                       faults alone)
+                       network-control (a client quorum of 2 of 5 under network
+                       faults alone), or no-window (the first safe phase with
+                       lock.recovery-ms 0 and nothing else changed)
   --verbose            print each fault as it is injected
 
 Exit status: 0 if the safe mix saw no violation (a mix that breaks the rules:

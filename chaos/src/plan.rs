@@ -253,14 +253,18 @@ pub enum Mix {
     /// network faults: shows that partitions alone break a quorum below a
     /// majority.
     NetworkControl,
+    /// The safe mix's first phase with one change: `lock.recovery-ms 0` on
+    /// every node. Shows that the window, alone, is what keeps it safe.
+    NoWindow,
 }
 
 impl Mix {
-    pub const ALL: [Mix; 4] = [
+    pub const ALL: [Mix; 5] = [
         Mix::Safe,
         Mix::NegativeControl,
         Mix::ClockStep,
         Mix::NetworkControl,
+        Mix::NoWindow,
     ];
 
     /// The name on the command line.
@@ -270,6 +274,7 @@ impl Mix {
             Mix::NegativeControl => "negative-control",
             Mix::ClockStep => "clock-step",
             Mix::NetworkControl => "network-control",
+            Mix::NoWindow => "no-window",
         }
     }
 
@@ -289,6 +294,7 @@ impl Mix {
             Mix::NegativeControl => Plan::negative_control(),
             Mix::ClockStep => Plan::clock_step(),
             Mix::NetworkControl => Plan::network_control(),
+            Mix::NoWindow => Plan::no_window(),
         }
     }
 }
@@ -467,6 +473,21 @@ impl Plan {
         phase.client_quorum = Some(2);
         Plan {
             mix: Mix::NetworkControl,
+            phases: vec![phase],
+        }
+    }
+
+    /// The safe mix's first phase with `lock.recovery-ms 0` on every node
+    /// and nothing else changed.
+    pub fn no_window() -> Plan {
+        let mut phase = Plan::safe().phases.remove(0);
+        phase.name = "recovery window phase without the window";
+        phase.share = 1.0;
+        for node in &mut phase.nodes {
+            node.recovery_ms = 0;
+        }
+        Plan {
+            mix: Mix::NoWindow,
             phases: vec![phase],
         }
     }

@@ -310,6 +310,8 @@ impl fmt::Display for Summary {
                     "UNSAFE MIX clock-step (AOF always, no recovery window, clocks stepped back)",
                 Mix::NetworkControl =>
                     "NETWORK NEGATIVE CONTROL (a client quorum of 2 of 5, network faults only)",
+                Mix::NoWindow =>
+                    "UNSAFE MIX no-window (the safe mix's first phase with lock.recovery-ms 0)",
             },
             if self.interrupted {
                 ", interrupted"

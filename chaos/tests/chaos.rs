@@ -164,3 +164,45 @@ async fn the_network_negative_control_reports_violations() {
         assert_eq!(total.faults.injected(kind), 0, "{}", kind.name());
     }
 }
+
+/// Runs `mix` for 16 s; it breaks one rule, so the checker must find
+/// overlapping holders or the safe mix's zero proves nothing about that
+/// rule's mechanism.
+async fn single_mechanism_control(mix: Mix, what: &str) {
+    let settings = Settings {
+        duration: Duration::from_secs(16),
+        seed: seed(),
+        mix,
+        ..Settings::default()
+    };
+    let summary = chaos::run(&settings).await.unwrap();
+    println!("{summary}");
+    let total = summary.total();
+    assert!(
+        total.violations_of(ViolationKind::Overlap) > 0,
+        "{what} must let two holders overlap:\n{summary}"
+    );
+    assert!(summary.passed());
+    assert!(total.faults.injected(FaultKind::RestartMajority) >= 1);
+}
+
+/// The safe mix's first phase with `lock.recovery-ms 0` and nothing else
+/// changed: the recovery window alone keeps it safe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_safe_mix_without_the_recovery_window_reports_violations() {
+    single_mechanism_control(
+        Mix::NoWindow,
+        "a power loss of a majority without the recovery window",
+    )
+    .await;
+}
+
+/// `AOF always` without a window, clocks set back before restarts: rule 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clocks_stepped_forward_by_restarts_without_the_window_report_violations() {
+    single_mechanism_control(
+        Mix::ClockStep,
+        "a clock stepped forward by a restart without the recovery window",
+    )
+    .await;
+}
