@@ -5,7 +5,7 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-.PHONY: prereqs build run test sanitize unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+.PHONY: prereqs build run test sanitize leakcheck unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -46,13 +46,28 @@ test: build
 # SANITIZE_STEPS steps) with every server under valgrind's memcheck, on
 # Valkey, whose build uses the C library's malloc so that every invalid read,
 # write or free inside the server or the module shows. A test fails when
-# memcheck reports any. `make test` runs it.
+# memcheck reports any. Then one round of the leak check (below). `make test`
+# runs it.
 SANITIZE_STEPS ?= 10000
 sanitize: build
 	@scripts/prereqs.sh valkey >/dev/null
 	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
 		REDIS_LOCK_HOST_FUZZ_STEPS=$(SANITIZE_STEPS) REDIS_LOCK_ROUNDS_SCALE=10 \
 		$(CARGO) test --release -p redis-lock --test blocked_clients --test waiting --test host_fuzz
+	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_VALGRIND_LEAKS=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
+		$(CARGO) test --release -p redis-lock --test leaks
+
+# Leaks: a primary and a replica with the module, under memcheck with
+# --leak-check=full (Valkey: the C library's malloc), run tests/leaks.rs's
+# workload LEAK_ROUNDS times (every command, waiting, expiry, replication,
+# DEBUG RELOAD, an AOF rewrite, SWAPDB, FLUSHALL, MODULE UNLOAD refused);
+# fails on any block definitely lost with a frame in the module. `make test`
+# runs one round (in `sanitize`).
+LEAK_ROUNDS ?= 20
+leakcheck: build
+	@scripts/prereqs.sh valkey >/dev/null
+	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_VALGRIND_LEAKS=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
+		REDIS_LOCK_LEAK_ROUNDS=$(LEAK_ROUNDS) $(CARGO) test --release -p redis-lock --test leaks -- --nocapture
 
 # cargo-fuzz on the core crate's parsing, lock operations and saved-value
 # decoding: 10 minutes in

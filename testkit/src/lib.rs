@@ -233,7 +233,15 @@ impl RedisServer {
             let mut cmd = Command::new("valgrind");
             let suppressions =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/valgrind.sup");
-            cmd.args(["--tool=memcheck", "--leak-check=no", "--error-limit=no"])
+            let leaks = if leak_check() {
+                // Only what nothing points to at exit, with deep stacks, so
+                // that a module frame shows in every record it caused.
+                "--leak-check=full"
+            } else {
+                "--leak-check=no"
+            };
+            cmd.args(["--tool=memcheck", leaks, "--error-limit=no"])
+                .args(["--show-leak-kinds=definite", "--num-callers=40"])
                 .arg(format!("--suppressions={}", suppressions.display()))
                 .arg(format!(
                     "--log-file={}",
@@ -472,17 +480,73 @@ fn ping(host: &str, port: u16) -> Option<bool> {
     Some(reply == "PONG")
 }
 
+/// The loss records of a memcheck log that are definitely lost and have a
+/// frame in the module, each with its stack; and the
+/// log's own leak summary line for definitely lost bytes, if any.
+pub fn module_leak_records(log: &str) -> (Vec<String>, Option<String>) {
+    let mut records = Vec::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        // "==123== 48 bytes in 1 blocks are definitely lost in loss record…"
+        let body = line.split_once("== ").map_or(line, |(_, rest)| rest);
+        if body.contains("are definitely lost in loss record") {
+            if let Some(record) = current.take() {
+                records.push(record);
+            }
+            current = Some(body.to_string());
+        } else if let Some(record) = current.as_mut() {
+            if body.trim().is_empty() {
+                if let Some(record) = current.take() {
+                    records.push(record);
+                }
+            } else {
+                record.push('\n');
+                record.push_str(body);
+            }
+        }
+    }
+    records.extend(current);
+    // One line per process that ran a leak check (forked children do not).
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("definitely lost:"))
+        .map(str::trim)
+        .collect();
+    let summary = (!lines.is_empty()).then(|| lines.join("; "));
+    // A frame of the module: its symbols (`redis_lock::…`, with line
+    // tables), its library's name (without), or the module allocator the
+    // server gives it (only modules call it).
+    records.retain(|record| {
+        ["redis_lock::", "libredis_lock", "VM_Alloc", "RM_Alloc"]
+            .iter()
+            .any(|frame| record.contains(frame))
+    });
+    (records, summary)
+}
+
 impl RedisServer {
-    /// What memcheck reported so far (under `REDIS_LOCK_VALGRIND`): every
-    /// invalid access, free or use of uninitialised memory, with its stack.
-    pub fn memcheck_errors(&self) -> Option<String> {
+    /// Under [`leak_check`], after the server exited normally (e.g.
+    /// [`RedisServer::shutdown`]): the definitely lost blocks allocated by
+    /// the module, and memcheck's summary.
+    pub fn module_leaks(&self) -> (Vec<String>, Option<String>) {
+        module_leak_records(&self.valgrind_log())
+    }
+
+    fn valgrind_log(&self) -> String {
         let mut log = String::new();
-        for entry in std::fs::read_dir(&self.dir).ok()?.flatten() {
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             if name.starts_with("valgrind.") && name.ends_with(".log") {
                 log.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
             }
         }
+        log
+    }
+
+    /// What memcheck reported so far (under `REDIS_LOCK_VALGRIND`): every
+    /// invalid access, free or use of uninitialised memory, with its stack.
+    pub fn memcheck_errors(&self) -> Option<String> {
+        let log = self.valgrind_log();
         const KINDS: [&str; 6] = [
             "Invalid read",
             "Invalid write",
@@ -496,6 +560,14 @@ impl RedisServer {
 }
 
 /// Servers run under valgrind's memcheck (`make sanitize` sets it).
+/// Servers under memcheck also check for leaks at exit
+/// (`REDIS_LOCK_VALGRIND_LEAKS`, set by `make leakcheck`): see
+/// [`RedisServer::module_leaks`].
+pub fn leak_check() -> bool {
+    valgrind()
+        && std::env::var_os("REDIS_LOCK_VALGRIND_LEAKS").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 pub fn valgrind() -> bool {
     std::env::var_os("REDIS_LOCK_VALGRIND").is_some_and(|v| !v.is_empty() && v != "0")
 }
