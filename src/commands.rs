@@ -16,6 +16,7 @@ use crate::ffi::key::{LockKey, WrongType};
 use crate::ffi::{self, Argv, Ctx};
 use crate::recovery;
 use crate::state::{with_state, CLOCK};
+use crate::timer;
 use crate::waiting;
 
 /// A command's key, opened and settled (an ended lease removed, waiters
@@ -397,7 +398,9 @@ fn trusted(ctx: Ctx) -> bool {
 }
 
 /// `LOCK.DEBUG WALLCLOCK-OFFSET [ms]`: shifts the wall clock the module reads,
-/// to show that leases ignore wall-clock steps. Only with `debug yes`.
+/// to show that leases ignore wall-clock steps. `MONOTONIC-RATE [ppm]` and
+/// `MONOTONIC-JUMP ms`: a lease clock that runs fast or slow, or jumps
+/// forward, to exercise the client's drift allowance. Only with `debug yes`.
 pub fn debug(ctx: Ctx, args: &Argv) -> c_int {
     if !DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
         return ffi::reply_error(
@@ -419,10 +422,38 @@ pub fn debug(ctx: Ctx, args: &Argv) -> c_int {
                 None => ffi::reply_error(ctx, "ERR the offset must be an integer (milliseconds)"),
             }
         }
+        [_, sub] if sub.eq_ignore_ascii_case(b"MONOTONIC-RATE") => {
+            ffi::reply_integer(ctx, CLOCK.monotonic_rate_ppm())
+        }
+        [_, sub, rate] if sub.eq_ignore_ascii_case(b"MONOTONIC-RATE") => {
+            match parse::parse_i64(rate).and_then(|rate| CLOCK.set_monotonic_rate_ppm(rate)) {
+                Some(()) => {
+                    with_state(timer::rearm);
+                    ffi::reply_ok(ctx)
+                }
+                None => ffi::reply_error(
+                    ctx,
+                    "ERR the rate must be an integer from -900000 to 1000000 (parts per million)",
+                ),
+            }
+        }
+        [_, sub, jump] if sub.eq_ignore_ascii_case(b"MONOTONIC-JUMP") => {
+            match parse::parse_i64(jump).and_then(|ms| u64::try_from(ms).ok()) {
+                Some(ms) => {
+                    CLOCK.jump_monotonic_ms(ms);
+                    with_state(timer::rearm);
+                    ffi::reply_ok(ctx)
+                }
+                None => ffi::reply_error(
+                    ctx,
+                    "ERR the jump must be a non-negative integer (milliseconds)",
+                ),
+            }
+        }
         [_] => ffi::reply_wrong_arity(ctx),
         _ => ffi::reply_error(
             ctx,
-            "ERR unknown LOCK.DEBUG subcommand: try WALLCLOCK-OFFSET [ms]",
+            "ERR unknown LOCK.DEBUG subcommand: try WALLCLOCK-OFFSET [ms], MONOTONIC-RATE [ppm] or MONOTONIC-JUMP ms",
         ),
     }
 }

@@ -156,7 +156,7 @@ pub const COMMANDS: [Command; 10] = [
         handler: entry::debug,
         flags: c"admin",
         acl: c"admin dangerous",
-        summary: c"Debug only (module loaded with debug yes): WALLCLOCK-OFFSET [ms] reads or sets the offset added to the wall clock the module reads, to show that leases ignore wall-clock steps.",
+        summary: c"Debug only (module loaded with debug yes): WALLCLOCK-OFFSET [ms] reads or sets the offset added to the wall clock the module reads, to show that leases ignore wall-clock steps; MONOTONIC-RATE [ppm] reads or sets how fast the lease clock runs (parts per million fast, negative: slow); MONOTONIC-JUMP ms moves the lease clock forward.",
         complexity: c"O(1)",
         arity: -2,
         key: None,

@@ -88,9 +88,23 @@ pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
     // one armed early enough and return above.
     let now = CLOCK.monotonic_ms();
     let delay = fire_at.saturating_sub(now).min(MAX_TIMER_MS);
-    if let Some(timer) = ffi::create_timer(ctx, delay, on_timer) {
+    // Redis counts the delay in real milliseconds (they differ only while a
+    // test makes the lease clock run fast or slow).
+    if let Some(timer) = ffi::create_timer(ctx, CLOCK.real_delay_ms(delay), on_timer) {
         state.timer = Some((timer, now.saturating_add(delay)));
     }
+}
+
+/// Arms the timer afresh: the lease clock's rate changed or it jumped (a
+/// debug knob), so the armed timer's end no longer means what it did.
+pub fn rearm(state: &mut ModuleState) {
+    if let Some((timer, _)) = state.timer.take() {
+        let ctx = TIMER_CTX.load(Ordering::Relaxed);
+        if !ctx.is_null() {
+            ffi::stop_timer(ctx, timer);
+        }
+    }
+    arm(state);
 }
 
 extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {

@@ -364,3 +364,55 @@ fn moved_and_restored_locks_still_end_by_themselves() {
     // moved, source and restored all ended by themselves.
     assert_eq!(lock_stat(&mut c, "lock_expired"), 3);
 }
+
+/// `LOCK.DEBUG MONOTONIC-RATE` / `MONOTONIC-JUMP`: the lease clock runs
+/// fast, or jumps forward, and leases end that much earlier in real time
+/// (what the client's drift allowance is for); bad values are refused and
+/// change nothing.
+#[test]
+fn a_fast_or_jumping_lease_clock_ends_leases_early() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    assert_eq!(
+        run(&mut c, &["LOCK.DEBUG", "MONOTONIC-RATE"]).unwrap(),
+        Value::Int(0)
+    );
+    for bad in [
+        &["LOCK.DEBUG", "MONOTONIC-RATE", "-1000000"][..],
+        &["LOCK.DEBUG", "MONOTONIC-RATE", "x"][..],
+        &["LOCK.DEBUG", "MONOTONIC-JUMP", "-5"][..],
+    ] {
+        assert!(error_of(&mut c, bad).starts_with("ERR the "), "{bad:?}");
+    }
+    assert_eq!(
+        run(&mut c, &["LOCK.DEBUG", "MONOTONIC-RATE"]).unwrap(),
+        Value::Int(0)
+    );
+
+    // A jump past the lease's end ends it at once.
+    assert!(acquire(&mut c, "jumped", "o", 60_000).is_some());
+    run(&mut c, &["LOCK.DEBUG", "MONOTONIC-JUMP", "60001"]).unwrap();
+    assert!(wait_until(SOON, || !exists(&mut c, "jumped")));
+
+    // Twice as fast: a 3 s lease ends after about 1.5 s of real time.
+    run(&mut c, &["LOCK.DEBUG", "MONOTONIC-RATE", "1000000"]).unwrap();
+    assert_eq!(
+        run(&mut c, &["LOCK.DEBUG", "MONOTONIC-RATE"]).unwrap(),
+        Value::Int(1_000_000)
+    );
+    let granted = Instant::now();
+    assert!(acquire(&mut c, "fast", "o", 3_000).is_some());
+    assert!(wait_until(SOON, || !exists(&mut c, "fast")));
+    let lasted = granted.elapsed();
+    assert!(
+        lasted < Duration::from_millis(2_700),
+        "a 3 s lease on a clock twice as fast lasted {lasted:?}"
+    );
+    // Back to the real rate: a lease lasts its TTL again (the clock kept
+    // its jumps: it never goes back).
+    run(&mut c, &["LOCK.DEBUG", "MONOTONIC-RATE", "0"]).unwrap();
+    let granted = Instant::now();
+    assert!(acquire(&mut c, "normal", "o", 600).is_some());
+    assert!(wait_until(SOON, || !exists(&mut c, "normal")));
+    assert!(granted.elapsed() >= Duration::from_millis(590));
+}

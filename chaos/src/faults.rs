@@ -180,6 +180,13 @@ enum Planned {
         reset: bool,
     },
     Pause,
+    /// Lease clocks of `nodes` nodes skewed (rate, jump) for a while.
+    Skew {
+        candidates: Vec<usize>,
+        /// (rate ppm, jump ms) per node, in claim order.
+        skews: Vec<(i64, u64)>,
+        duration: Duration,
+    },
     /// Shapes on (group, node, way) for a while, then healed.
     Network {
         shapes: Vec<(usize, usize, Way, Shape)>,
@@ -315,6 +322,22 @@ impl Injector {
                 reset: rng.random_bool(0.25),
             },
             FaultKind::ClientPause => Planned::Pause,
+            FaultKind::LeaseClockSkew => {
+                let bounds = self.phase.lease_skew;
+                let skews = (0..bounds.nodes.max(1))
+                    .map(|_| {
+                        (
+                            rng.random_range(-bounds.max_rate_ppm..=bounds.max_rate_ppm),
+                            rng.random_range(0..=bounds.max_jump_ms),
+                        )
+                    })
+                    .collect();
+                Planned::Skew {
+                    candidates: all,
+                    skews,
+                    duration: ms(rng, 500, 3_000),
+                }
+            }
             kind => self.plan_network(kind, all, rng),
         }
     }
@@ -555,6 +578,46 @@ impl Injector {
                     cluster.nodes[i].offset_ms.store(offset, Ordering::Relaxed);
                     log.record(kind, vec![i], format!("offset {offset:+} ms"));
                     drop(claim);
+                    Ok(())
+                }))
+            }
+            Planned::Skew {
+                candidates,
+                skews,
+                duration,
+            } => {
+                let claims: Vec<(usize, Claimed)> = candidates
+                    .iter()
+                    .filter_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
+                    .take(skews.len())
+                    .collect();
+                if claims.len() < skews.len() {
+                    return None;
+                }
+                Some(Box::pin(async move {
+                    let debug = |args: Vec<String>| redis::cmd("LOCK.DEBUG").arg(args).to_owned();
+                    let mut details = Vec::new();
+                    for ((i, _), (rate, jump)) in claims.iter().zip(&skews) {
+                        let url = &cluster.nodes[*i].url;
+                        let rate_cmd = debug(vec!["MONOTONIC-RATE".into(), rate.to_string()]);
+                        cluster::command(url, &rate_cmd, Duration::from_secs(5)).await?;
+                        let jump_cmd = debug(vec!["MONOTONIC-JUMP".into(), jump.to_string()]);
+                        cluster::command(url, &jump_cmd, Duration::from_secs(5)).await?;
+                        details.push(format!("node {i} {rate:+} ppm, +{jump} ms"));
+                    }
+                    let nodes = claims.iter().map(|(i, _)| *i).collect();
+                    log.record(
+                        kind,
+                        nodes,
+                        format!("{} for {} ms", details.join(", "), duration.as_millis()),
+                    );
+                    tokio::time::sleep(duration).await;
+                    for (i, _) in &claims {
+                        let reset = debug(vec!["MONOTONIC-RATE".into(), "0".into()]);
+                        cluster::command(&cluster.nodes[*i].url, &reset, Duration::from_secs(5))
+                            .await?;
+                    }
+                    drop(claims);
                     Ok(())
                 }))
             }

@@ -37,8 +37,10 @@ injected, checks every holder with a fenced store, and prints a summary.
   --mix NAME           safe (default), negative-control, clock-step (AOF always
                        without a recovery window, clocks stepped back: breaks rule 2),
                        network-control (a client quorum of 2 of 5 under network
-                       faults alone), or no-window (the first safe phase with
-                       lock.recovery-ms 0 and nothing else changed)
+                       faults alone), no-window (the first safe phase with
+                       lock.recovery-ms 0 and nothing else changed), or
+                       fast-clocks (lease clocks up to 10% fast with jumps up
+                       to 2 s, three nodes at a time: beyond the drift allowance)
   --verbose            print each fault as it is injected
 
 Exit status: 0 if the safe mix saw no violation (a mix that breaks the rules:

@@ -118,10 +118,14 @@ pub enum FaultKind {
     Delay,
     /// A node's links to every group drop 5–30% of packets both ways.
     FlakyLink,
+    /// The lease clock (the module's monotonic clock) of one or more nodes
+    /// runs fast or slow for a while and jumps forward
+    /// (`LOCK.DEBUG MONOTONIC-RATE` / `MONOTONIC-JUMP`).
+    LeaseClockSkew,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Kill9Restart,
         FaultKind::PowerLoss,
         FaultKind::RestartMajority,
@@ -134,6 +138,7 @@ impl FaultKind {
         FaultKind::OneWayLoss,
         FaultKind::Delay,
         FaultKind::FlakyLink,
+        FaultKind::LeaseClockSkew,
     ];
 
     /// Whether the fault acts on the network lab's links.
@@ -162,6 +167,7 @@ impl FaultKind {
             FaultKind::OneWayLoss => "replies lost (one way)",
             FaultKind::Delay => "delay past the node timeout",
             FaultKind::FlakyLink => "flaky link (packet loss)",
+            FaultKind::LeaseClockSkew => "lease clock fast/slow + jump",
         }
     }
 }
@@ -187,7 +193,32 @@ pub struct Phase {
     /// The network negative control's client: nodes that must grant, in
     /// place of a majority (`None`: the client's own rule).
     pub client_quorum: Option<usize>,
+    /// How far `LeaseClockSkew` may skew the nodes' lease clocks.
+    pub lease_skew: LeaseSkew,
 }
+
+/// The bounds of the lease-clock faults of a phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseSkew {
+    /// Rates drawn from -max..=max parts per million.
+    pub max_rate_ppm: i64,
+    /// Forward jumps drawn from 0..=max, ms.
+    pub max_jump_ms: u64,
+    /// Nodes skewed at once.
+    pub nodes: usize,
+}
+
+/// Within the client's default drift allowance (1% of the TTL + 2 ms): a
+/// clock up to 0.8% fast, jumps up to 2 ms, one node at a time.
+pub const SAFE_LEASE_SKEW: LeaseSkew = LeaseSkew {
+    max_rate_ppm: 8_000,
+    max_jump_ms: 2,
+    nodes: 1,
+};
+
+/// The client's drift allowance as rate and fixed part (its defaults).
+const DRIFT_PPM: i64 = 10_000;
+const DRIFT_MIN_MS: u64 = 2;
 
 impl Phase {
     /// Every documented rule this phase's nodes break (empty: safe).
@@ -209,6 +240,15 @@ impl Phase {
             .unwrap_or(0);
         let skew = u64::try_from(offset_max.saturating_sub(offset_min)).unwrap_or(u64::MAX);
         let mut broken = Vec::new();
+        if self.allows(FaultKind::LeaseClockSkew)
+            && (self.lease_skew.max_rate_ppm > DRIFT_PPM
+                || self.lease_skew.max_jump_ms > DRIFT_MIN_MS)
+        {
+            broken.push(format!(
+                "lease clocks up to {} ppm fast with jumps up to {} ms exceed the client's drift allowance ({DRIFT_PPM} ppm + {DRIFT_MIN_MS} ms)",
+                self.lease_skew.max_rate_ppm, self.lease_skew.max_jump_ms
+            ));
+        }
         if let Some(quorum) = self.client_quorum {
             if 2 * quorum <= self.nodes.len() {
                 broken.push(format!(
@@ -253,18 +293,22 @@ pub enum Mix {
     /// network faults: shows that partitions alone break a quorum below a
     /// majority.
     NetworkControl,
+    /// `AOF always` nodes whose lease clocks run up to 10% fast or slow and
+    /// jump up to 2 s, three at a time: beyond the client's drift allowance.
+    FastClocks,
     /// The safe mix's first phase with one change: `lock.recovery-ms 0` on
     /// every node. Shows that the window, alone, is what keeps it safe.
     NoWindow,
 }
 
 impl Mix {
-    pub const ALL: [Mix; 5] = [
+    pub const ALL: [Mix; 6] = [
         Mix::Safe,
         Mix::NegativeControl,
         Mix::ClockStep,
         Mix::NetworkControl,
         Mix::NoWindow,
+        Mix::FastClocks,
     ];
 
     /// The name on the command line.
@@ -275,6 +319,7 @@ impl Mix {
             Mix::ClockStep => "clock-step",
             Mix::NetworkControl => "network-control",
             Mix::NoWindow => "no-window",
+            Mix::FastClocks => "fast-clocks",
         }
     }
 
@@ -295,6 +340,7 @@ impl Mix {
             Mix::ClockStep => Plan::clock_step(),
             Mix::NetworkControl => Plan::network_control(),
             Mix::NoWindow => Plan::no_window(),
+            Mix::FastClocks => Plan::fast_clocks(),
         }
     }
 }
@@ -363,11 +409,13 @@ impl Plan {
                         (FaultKind::SlowNode, 3),
                         (FaultKind::ClockOffset, 3),
                         (FaultKind::ClientPause, 3),
+                        (FaultKind::LeaseClockSkew, 2),
                     ],
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
                     client_groups: 0,
                     client_quorum: None,
+                    lease_skew: SAFE_LEASE_SKEW,
                 },
                 Phase {
                     name: "AOF always",
@@ -380,11 +428,13 @@ impl Plan {
                         (FaultKind::SlowNode, 3),
                         (FaultKind::ClockOffset, 3),
                         (FaultKind::ClientPause, 3),
+                        (FaultKind::LeaseClockSkew, 2),
                     ],
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
                     client_groups: 0,
                     client_quorum: None,
+                    lease_skew: SAFE_LEASE_SKEW,
                 },
                 Plan::network_phase(),
             ],
@@ -419,6 +469,7 @@ impl Plan {
                 fault_interval_ms: 800,
                 client_groups: 0,
                 client_quorum: None,
+                lease_skew: SAFE_LEASE_SKEW,
             }],
         }
     }
@@ -451,6 +502,7 @@ impl Plan {
                 fault_interval_ms: 600,
                 client_groups: 0,
                 client_quorum: None,
+                lease_skew: SAFE_LEASE_SKEW,
             }],
         }
     }
@@ -492,6 +544,26 @@ impl Plan {
         }
     }
 
+    /// Lease clocks beyond the drift allowance, and nothing else that could
+    /// lose a lock (`AOF always`, no restarts).
+    pub fn fast_clocks() -> Plan {
+        let mut phase = Plan::network_phase();
+        phase.name = "lease clocks beyond the drift allowance";
+        phase.share = 1.0;
+        phase.client_groups = 0;
+        phase.faults = vec![(FaultKind::LeaseClockSkew, 1)];
+        phase.lease_skew = LeaseSkew {
+            max_rate_ppm: 100_000,
+            max_jump_ms: 2_000,
+            nodes: 3,
+        };
+        phase.fault_interval_ms = 400;
+        Plan {
+            mix: Mix::FastClocks,
+            phases: vec![phase],
+        }
+    }
+
     /// The safe mix's network phase: five `AOF always` nodes (no clock
     /// offsets) in namespaces, clients in two groups, the network faults
     /// with a few restarts and client pauses.
@@ -520,6 +592,7 @@ impl Plan {
             fault_interval_ms: 500,
             client_groups: 2,
             client_quorum: None,
+            lease_skew: SAFE_LEASE_SKEW,
         }
     }
 

@@ -312,6 +312,8 @@ impl fmt::Display for Summary {
                     "NETWORK NEGATIVE CONTROL (a client quorum of 2 of 5, network faults only)",
                 Mix::NoWindow =>
                     "UNSAFE MIX no-window (the safe mix's first phase with lock.recovery-ms 0)",
+                Mix::FastClocks =>
+                    "UNSAFE MIX fast-clocks (lease clocks beyond the client's drift allowance)",
             },
             if self.interrupted {
                 ", interrupted"

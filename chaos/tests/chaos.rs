@@ -168,7 +168,7 @@ async fn the_network_negative_control_reports_violations() {
 /// Runs `mix` for 16 s; it breaks one rule, so the checker must find
 /// overlapping holders or the safe mix's zero proves nothing about that
 /// rule's mechanism.
-async fn single_mechanism_control(mix: Mix, what: &str) {
+async fn single_mechanism_control(mix: Mix, what: &str, fault: FaultKind) {
     let settings = Settings {
         duration: Duration::from_secs(16),
         seed: seed(),
@@ -183,7 +183,7 @@ async fn single_mechanism_control(mix: Mix, what: &str) {
         "{what} must let two holders overlap:\n{summary}"
     );
     assert!(summary.passed());
-    assert!(total.faults.injected(FaultKind::RestartMajority) >= 1);
+    assert!(total.faults.injected(fault) >= 1);
 }
 
 /// The safe mix's first phase with `lock.recovery-ms 0` and nothing else
@@ -193,6 +193,7 @@ async fn the_safe_mix_without_the_recovery_window_reports_violations() {
     single_mechanism_control(
         Mix::NoWindow,
         "a power loss of a majority without the recovery window",
+        FaultKind::RestartMajority,
     )
     .await;
 }
@@ -203,6 +204,20 @@ async fn clocks_stepped_forward_by_restarts_without_the_window_report_violations
     single_mechanism_control(
         Mix::ClockStep,
         "a clock stepped forward by a restart without the recovery window",
+        FaultKind::RestartMajority,
+    )
+    .await;
+}
+
+/// Lease clocks up to 10% fast and jumping up to 2 s, three nodes at a
+/// time, and nothing else: beyond the client's drift allowance (the safe
+/// mix skews one node within it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_clocks_beyond_the_drift_allowance_report_violations() {
+    single_mechanism_control(
+        Mix::FastClocks,
+        "lease clocks that run fast and jump beyond the drift allowance",
+        FaultKind::LeaseClockSkew,
     )
     .await;
 }

@@ -4,8 +4,8 @@
 //! lease to disk or to a replica, and flooring fencing tokens.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What the lock logic needs to know about time.
@@ -21,19 +21,109 @@ pub trait Clock {
     }
 }
 
-/// The real clocks of the machine, plus a wall-clock offset that the module's
-/// debug command sets to simulate a wall-clock step (libfaketime cannot be
-/// used with redis-server). The offset is 0 unless a test sets it.
+/// The real clocks of the machine, plus what the module's debug command
+/// sets to simulate clock faults (libfaketime cannot be used with
+/// redis-server): a wall-clock offset (a step), and for the monotonic clock
+/// a rate (a clock that runs fast or slow) and forward jumps. All are off
+/// unless a test sets them.
 #[derive(Debug, Default)]
 pub struct SystemClock {
     wall_offset_ms: AtomicI64,
+    /// Whether the monotonic clock was ever skewed (then `skew` rules it).
+    skewed: AtomicBool,
+    skew: Mutex<Skew>,
 }
+
+/// A skewed monotonic clock: from the real reading `anchor_real_ms` it read
+/// `anchor_ms`, and it runs `rate_ppm` parts per million fast (or slow).
+#[derive(Debug, Default, Clone, Copy)]
+struct Skew {
+    anchor_real_ms: u64,
+    anchor_ms: u64,
+    rate_ppm: i64,
+}
+
+impl Skew {
+    fn reading(&self, real_ms: u64) -> u64 {
+        let elapsed = i128::from(real_ms.saturating_sub(self.anchor_real_ms));
+        let scaled = elapsed + elapsed * i128::from(self.rate_ppm) / 1_000_000;
+        self.anchor_ms
+            .saturating_add(u64::try_from(scaled.max(0)).unwrap_or(u64::MAX))
+    }
+}
+
+/// The slowest and fastest monotonic rates the debug knob accepts, ppm: the
+/// clock must keep moving forward.
+pub const MONOTONIC_RATE_PPM: std::ops::RangeInclusive<i64> = -900_000..=1_000_000;
 
 impl SystemClock {
     pub const fn new() -> Self {
         SystemClock {
             wall_offset_ms: AtomicI64::new(0),
+            skewed: AtomicBool::new(false),
+            skew: Mutex::new(Skew {
+                anchor_real_ms: 0,
+                anchor_ms: 0,
+                rate_ppm: 0,
+            }),
         }
+    }
+
+    fn real_monotonic_ms() -> u64 {
+        // u64 milliseconds cover 584 million years of uptime. Readings
+        // start at one second, so that "a millisecond ago" always exists.
+        u64::try_from(process_origin().elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1_000)
+    }
+
+    /// Changes the skew from now on, keeping the clock continuous.
+    fn reskew(&self, change: impl FnOnce(&mut Skew, u64)) {
+        let mut skew = self.skew.lock().unwrap_or_else(|p| p.into_inner());
+        let real = Self::real_monotonic_ms();
+        let now = if self.skewed.load(Ordering::Relaxed) {
+            skew.reading(real)
+        } else {
+            real
+        };
+        skew.anchor_real_ms = real;
+        skew.anchor_ms = now;
+        change(&mut skew, now);
+        self.skewed.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes the monotonic clock run `rate_ppm` parts per million fast
+    /// (negative: slow) from now on; `None` if the rate is outside
+    /// [`MONOTONIC_RATE_PPM`].
+    pub fn set_monotonic_rate_ppm(&self, rate_ppm: i64) -> Option<()> {
+        if !MONOTONIC_RATE_PPM.contains(&rate_ppm) {
+            return None;
+        }
+        self.reskew(|skew, _| skew.rate_ppm = rate_ppm);
+        Some(())
+    }
+
+    pub fn monotonic_rate_ppm(&self) -> i64 {
+        if !self.skewed.load(Ordering::Relaxed) {
+            return 0;
+        }
+        self.skew.lock().unwrap_or_else(|p| p.into_inner()).rate_ppm
+    }
+
+    /// The real milliseconds in which the monotonic clock moves `ms`
+    /// (rounded up; `ms` itself unless the rate is skewed).
+    pub fn real_delay_ms(&self, ms: u64) -> u64 {
+        let rate = i128::from(self.monotonic_rate_ppm());
+        if rate == 0 {
+            return ms;
+        }
+        let real = (i128::from(ms) * 1_000_000 + (1_000_000 + rate) - 1) / (1_000_000 + rate);
+        u64::try_from(real.max(0)).unwrap_or(u64::MAX)
+    }
+
+    /// Moves the monotonic clock `ms` forward at once (it never goes back).
+    pub fn jump_monotonic_ms(&self, ms: u64) {
+        self.reskew(|skew, now| skew.anchor_ms = now.saturating_add(ms));
     }
 
     /// Shifts every later wall-clock reading by `offset_ms`.
@@ -53,11 +143,14 @@ fn process_origin() -> Instant {
 
 impl Clock for SystemClock {
     fn monotonic_ms(&self) -> u64 {
-        // u64 milliseconds cover 584 million years of uptime. Readings
-        // start at one second, so that "a millisecond ago" always exists.
-        u64::try_from(process_origin().elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_add(1_000)
+        let real = Self::real_monotonic_ms();
+        if !self.skewed.load(Ordering::Relaxed) {
+            return real;
+        }
+        self.skew
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reading(real)
     }
 
     fn wall_us(&self) -> i64 {
@@ -161,6 +254,63 @@ mod tests {
         assert!(clock.monotonic_ms() - mono < 1_000);
         clock.set_wall_offset_ms(-3_600_000);
         assert!(clock.wall_ms() < wall);
+    }
+
+    #[test]
+    fn a_skewed_monotonic_clock_runs_at_its_rate_jumps_forward_and_never_goes_back() {
+        let clock = SystemClock::new();
+        assert_eq!(clock.monotonic_rate_ppm(), 0);
+        // Twice as fast: over a real interval it moves about twice as far.
+        let (real0, mono0) = (SystemClock::real_monotonic_ms(), clock.monotonic_ms());
+        assert_eq!(clock.set_monotonic_rate_ppm(1_000_000), Some(()));
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        let (real1, mono1) = (SystemClock::real_monotonic_ms(), clock.monotonic_ms());
+        let (real, mono) = (real1 - real0, mono1 - mono0);
+        assert!(
+            mono + 2 >= 2 * real - real.min(2) && mono <= 2 * real + 2,
+            "{mono} vs {real}"
+        );
+        // A jump moves it forward at once.
+        clock.jump_monotonic_ms(5_000);
+        assert!(clock.monotonic_ms() >= mono1 + 5_000);
+        // Slowing down never moves it back, and a rate outside the range is
+        // refused, changing nothing.
+        let before = clock.monotonic_ms();
+        assert_eq!(clock.set_monotonic_rate_ppm(-900_000), Some(()));
+        assert!(clock.monotonic_ms() >= before);
+        assert_eq!(clock.set_monotonic_rate_ppm(-1_000_000), None);
+        assert_eq!(clock.monotonic_rate_ppm(), -900_000);
+        // The wall clock is not touched.
+        let wall = SystemClock::new().wall_ms();
+        assert!((clock.wall_ms() - wall).abs() < 1_000);
+    }
+
+    #[test]
+    fn a_delay_on_a_skewed_clock_is_that_much_real_time() {
+        let clock = SystemClock::new();
+        assert_eq!(clock.real_delay_ms(1_000), 1_000);
+        clock.set_monotonic_rate_ppm(1_000_000).unwrap_or_default();
+        assert_eq!(clock.real_delay_ms(1_000), 500);
+        assert_eq!(clock.real_delay_ms(1), 1, "rounded up");
+        clock.set_monotonic_rate_ppm(-500_000).unwrap_or_default();
+        assert_eq!(clock.real_delay_ms(1_000), 2_000);
+    }
+
+    #[test]
+    fn a_skew_reading_scales_the_real_time_since_its_anchor() {
+        let skew = Skew {
+            anchor_real_ms: 1_000,
+            anchor_ms: 5_000,
+            rate_ppm: 10_000,
+        };
+        assert_eq!(skew.reading(1_000), 5_000);
+        assert_eq!(skew.reading(2_000), 6_010);
+        assert_eq!(skew.reading(500), 5_000, "never before the anchor");
+        let slow = Skew {
+            rate_ppm: -500_000,
+            ..skew
+        };
+        assert_eq!(slow.reading(3_000), 6_000);
     }
 
     #[test]
