@@ -377,6 +377,26 @@ async fn run_phase(
     let seconds = origin.elapsed().as_secs_f64();
     cluster.settle().await;
     groups.stop()?;
+    // A single node: how many grants its server-side queue made (since its
+    // last restart), to show the clients waited there.
+    let server_wait_grants = if cluster.nodes.len() == 1 {
+        let mut grants = 0;
+        for node in &cluster.nodes {
+            let info = redis::cmd("INFO").arg("lock").to_owned();
+            if let Ok(redis::Value::BulkString(text)) =
+                cluster::command(&node.url, &info, Duration::from_secs(5)).await
+            {
+                grants += String::from_utf8_lossy(&text)
+                    .lines()
+                    .find_map(|line| line.strip_prefix("lock_wait_grants:"))
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        Some(grants)
+    } else {
+        None
+    };
     let network = lab.as_ref().map(|lab| {
         let (packets_carried, packets_dropped) = lab.packets();
         NetworkFigures {
@@ -421,5 +441,6 @@ async fn run_phase(
         examples,
         network,
         exposure,
+        server_wait_grants,
     })
 }

@@ -361,22 +361,24 @@ const SAFE_OFFSET: i64 = 1_500;
 const SAFE_RECOVERY_MS: u64 = 3_000;
 
 impl Plan {
-    /// The safe mix, in three phases.
+    /// The safe mix, in four phases.
     ///
-    /// 1. *recovery window* (5/12 of the time): one `AOF always`, two
+    /// 1. *recovery window* (35% of the time): one `AOF always`, two
     ///    `everysec` (whose `kill -9` may cut the AOF tail), two without
     ///    persistence; every node has a 3 s recovery window, clock offsets
     ///    up to ±1.5 s; every fault kind.
-    /// 2. *AOF always* (a quarter): five `AOF always` nodes without a
+    /// 2. *AOF always* (20%): five `AOF always` nodes without a
     ///    recovery window, so only the fsynced AOF keeps the locks across
     ///    `kill -9`, including three nodes at once; clock offsets only
     ///    forward (a backward offset before a restart would need the
     ///    window).
-    /// 3. *network* (one third): five `AOF always` nodes, each in a network
+    /// 3. *network* (30%): five `AOF always` nodes, each in a network
     ///    namespace of its own, the clients in two client namespaces, and
     ///    faults on the links between them: partitions (also two groups
     ///    each reaching a different majority), replies lost after the
     ///    command ran, delays past the node timeout, lossy links.
+    /// 4. *single node* (15%): one `AOF always` node, where the client
+    ///    waits on the server (`LOCK.ACQUIRE … WAIT`) instead of retrying.
     pub fn safe() -> Plan {
         let window = |persistence| NodeProfile {
             persistence,
@@ -393,7 +395,7 @@ impl Plan {
             phases: vec![
                 Phase {
                     name: "recovery window",
-                    share: 5.0 / 12.0,
+                    share: 0.35,
                     nodes: vec![
                         window(Persistence::AofAlways),
                         window(Persistence::AofEverysec),
@@ -419,7 +421,7 @@ impl Plan {
                 },
                 Phase {
                     name: "AOF always",
-                    share: 1.0 / 4.0,
+                    share: 0.2,
                     nodes: vec![always; 5],
                     faults: vec![
                         (FaultKind::Kill9Restart, 3),
@@ -437,6 +439,28 @@ impl Plan {
                     lease_skew: SAFE_LEASE_SKEW,
                 },
                 Plan::network_phase(),
+                Phase {
+                    name: "single node (server-side WAIT)",
+                    share: 0.15,
+                    nodes: vec![NodeProfile {
+                        persistence: Persistence::AofAlways,
+                        recovery_ms: 0,
+                        offsets_ms: 0..=SAFE_OFFSET,
+                    }],
+                    faults: vec![
+                        (FaultKind::Kill9Restart, 2),
+                        (FaultKind::StopNode, 2),
+                        (FaultKind::SlowNode, 2),
+                        (FaultKind::ClockOffset, 1),
+                        (FaultKind::ClientPause, 2),
+                        (FaultKind::LeaseClockSkew, 2),
+                    ],
+                    ttl_ms: 300..=SAFE_TTL_MAX,
+                    fault_interval_ms: 900,
+                    client_groups: 0,
+                    client_quorum: None,
+                    lease_skew: SAFE_LEASE_SKEW,
+                },
             ],
         }
     }
@@ -570,7 +594,7 @@ impl Plan {
     fn network_phase() -> Phase {
         Phase {
             name: "network",
-            share: 1.0 / 3.0,
+            share: 0.3,
             nodes: vec![
                 NodeProfile {
                     persistence: Persistence::AofAlways,

@@ -26,6 +26,7 @@ pub struct ClientFigures {
     pub shared_grants: u64,
     pub permit_grants: u64,
     pub other_errors: u64,
+    pub node_unavailable: u64,
     pub panicked: u64,
     pub first_error: Option<String>,
     /// Holds that extended, re-entered, ran a watchdog; cancellations.
@@ -48,6 +49,7 @@ impl ClientFigures {
             shared_grants: get(&stats.shared_grants),
             permit_grants: get(&stats.permit_grants),
             other_errors: get(&stats.other_errors),
+            node_unavailable: get(&stats.node_unavailable),
             panicked: get(&stats.panicked),
             first_error: stats.first_error(),
             styles: stats.styles.figures(),
@@ -72,6 +74,7 @@ impl ClientFigures {
         self.shared_grants += other.shared_grants;
         self.permit_grants += other.permit_grants;
         self.other_errors += other.other_errors;
+        self.node_unavailable += other.node_unavailable;
         self.panicked += other.panicked;
         self.styles.add(&other.styles);
         if self.first_error.is_none() {
@@ -97,6 +100,9 @@ pub struct PhaseSummary {
     pub network: Option<NetworkFigures>,
     /// The validity windows the faults threatened.
     pub exposure: Exposure,
+    /// A single-node phase: grants made by the node's server-side queue
+    /// (`LOCK.ACQUIRE … WAIT`) since its last restart.
+    pub server_wait_grants: Option<u64>,
 }
 
 /// What the network lab of a phase did.
@@ -222,6 +228,13 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
         "  grants      {} (not acquired {}; tokens lost {}; lapsed releases {}; other errors {})",
         c.grants, c.not_acquired, c.tokens_lost, c.releases_lapsed, c.other_errors
     )?;
+    if c.node_unavailable > 0 {
+        writeln!(
+            f,
+            "              (a single node down or stopped: {} calls failed with its connection error, as they must)",
+            c.node_unavailable
+        )?;
+    }
     if c.panicked > 0 {
         writeln!(f, "  PANICKED    {} client tasks", c.panicked)?;
     }
@@ -335,6 +348,12 @@ impl fmt::Display for Summary {
             for (n, node) in phase.nodes.iter().enumerate() {
                 writeln!(f, "  node {n}: {node}")?;
             }
+            if let Some(grants) = phase.server_wait_grants {
+                writeln!(
+                    f,
+                    "  waiting     {grants} grants from the node's server-side queue (LOCK.ACQUIRE … WAIT) since its last restart"
+                )?;
+            }
             if let Some(network) = &phase.network {
                 writeln!(
                     f,
@@ -423,6 +442,7 @@ mod tests {
                 examples: Vec::new(),
                 network: None,
                 exposure: Exposure::default(),
+                server_wait_grants: None,
             }],
             interrupted: false,
         }

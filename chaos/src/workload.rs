@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redis_lock_client::{Error as LockError, Lock, Redlock};
+use redis_lock_client::{Error as LockError, Lock, NodeError, Redlock};
 
 use crate::checker::{Checker, HoldKind, WriteOutcome};
 
@@ -52,6 +52,10 @@ pub struct ClientStats {
     pub permit_grants: AtomicU64,
     /// Errors other than "not acquired" / "quorum lost".
     pub other_errors: AtomicU64,
+    /// A single node's "cannot reach it" (connection failed or timed out):
+    /// with no quorum to fall back on the client returns it, and a killed
+    /// or stopped node is expected to cause it. Counted apart.
+    pub node_unavailable: AtomicU64,
     /// Client tasks that panicked (counted when the phase ends).
     pub panicked: AtomicU64,
     first_error: Mutex<Option<String>>,
@@ -132,6 +136,19 @@ impl std::fmt::Display for StyleFigures {
 
 impl ClientStats {
     fn note_error(&self, error: &LockError) {
+        // Only a single node's client reports a node's own error: one that
+        // is down, stopped or still loading its data after a restart.
+        if let LockError::Node { error, .. } = error {
+            let unavailable = match error {
+                NodeError::Connection(_) | NodeError::Timeout(_) => true,
+                NodeError::Reply(text) => text.contains("LOADING"),
+                _ => false,
+            };
+            if unavailable {
+                self.node_unavailable.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
         self.other_errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
         if first.is_none() {

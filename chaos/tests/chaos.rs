@@ -26,7 +26,7 @@ fn seed() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_safe_mix_has_no_violations_under_every_fault() {
     let settings = Settings {
-        duration: Duration::from_secs(30),
+        duration: Duration::from_secs(36),
         seed: seed(),
         ..Settings::default()
     };
@@ -79,6 +79,16 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
     assert!(
         total.exposure.lost_majority >= 8 && total.exposure.threatened >= 30,
         "too few windows threatened by the faults:\n{summary}"
+    );
+    // The single-node phase's clients waited on the server.
+    let waited: Vec<u64> = summary
+        .phases
+        .iter()
+        .filter_map(|p| p.server_wait_grants)
+        .collect();
+    assert!(
+        waited.len() == 1 && waited[0] >= 1,
+        "no single-node phase, or no grant from its queue:\n{summary}"
     );
     // The network phase ran with its nodes and clients in namespaces of
     // their own, and its faults dropped packets on the links.
