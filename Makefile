@@ -5,7 +5,7 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-.PHONY: prereqs build run test sanitize leakcheck unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+.PHONY: prereqs build run test sanitize leakcheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -56,6 +56,14 @@ sanitize: build
 		$(CARGO) test --release -p redis-lock --test blocked_clients --test waiting --test host_fuzz
 	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_VALGRIND_LEAKS=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
 		$(CARGO) test --release -p redis-lock --test leaks
+
+# The soak: SOAK_MINUTES (default 30) of lock churn over a million keys on
+# a primary and its replica, with AOF rewrites, DEBUG RELOAD and replica
+# resyncs, sampled every 10 s (soak/src/report.rs states the checks).
+# `make test` runs a one-minute version on each server.
+SOAK_MINUTES ?= 30
+soak: build
+	$(CARGO) run --release -p soak -- --minutes $(SOAK_MINUTES)
 
 # Leaks: a primary and a replica with the module, under memcheck with
 # --leak-check=full (Valkey: the C library's malloc), run tests/leaks.rs's

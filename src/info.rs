@@ -13,11 +13,13 @@ use crate::stats::LIVE_LOCKS;
 
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     guard::callback(std::ptr::null_mut(), "info", (), || {
-        let Some((stats, last_token, waiting)) = with_state(|state| {
+        let Some((stats, last_token, waiting, index, index_bytes)) = with_state(|state| {
             (
                 state.node.stats,
                 state.node.tokens.last(),
                 state.waiters.total(),
+                state.deadlines.len(),
+                state.deadlines.capacity_bytes(),
             )
         }) else {
             return;
@@ -28,7 +30,8 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
                 .unwrap_or(0);
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let holders = crate::stats::LIVE_HOLDERS.load(Ordering::Relaxed);
-        let fields: [(&CStr, i64); 24] = [
+        let size = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let fields: [(&CStr, i64); 26] = [
             (c"held", held),
             (c"holders", holders),
             (c"acquired", count(stats.acquired)),
@@ -60,7 +63,9 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_i
                 c"timer_runs",
                 count(crate::timer::TIMER_RUNS.load(Ordering::Relaxed)),
             ),
-            (c"waiting", i64::try_from(waiting).unwrap_or(i64::MAX)),
+            (c"waiting", size(waiting)),
+            (c"lease_index", size(index)),
+            (c"lease_index_bytes", size(index_bytes)),
             (c"last_token", last_token),
             (c"recovery_left_ms", count(recovering)),
             (

@@ -210,8 +210,8 @@ impl<K> DeadlineIndex<K> {
         }
     }
 
-    /// Bytes the index holds (slab, free list, heap), for tests of the
-    /// shrink.
+    /// Bytes the index holds (slab, free list, heap): `INFO lock`'s
+    /// `lock_lease_index_bytes`, and tests of the shrink.
     pub fn capacity_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Slot<K>>()
             + self.free.capacity() * std::mem::size_of::<u32>()
