@@ -10,7 +10,7 @@
 //! - [`cluster`]: the nodes;
 //! - [`network`]: the network namespaces and links of the network phase;
 //! - [`wire`]: a link's packet forwarder (drops, delays);
-//! - [`workload`]: the clients;
+//! - [`workload`]: the clients; [`scoped`]: their `with_lock` holds;
 //! - [`faults`]: the injector;
 //! - [`checker`]: the fenced store and the violation checks;
 //! - [`exposure`]: how many validity windows the faults threatened;
@@ -26,6 +26,7 @@ pub mod faults;
 pub mod network;
 pub mod plan;
 pub mod report;
+pub mod scoped;
 pub mod wire;
 pub mod workload;
 

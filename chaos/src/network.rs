@@ -26,8 +26,8 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::wire::{Impairment, Wire};
 use crate::Error;
@@ -75,9 +75,18 @@ pub enum Way {
     Replies,
 }
 
+/// Labs made by this process so far: each one's names are its own, also
+/// when two run at once (tests in parallel).
+static LABS: AtomicU32 = AtomicU32::new(0);
+/// Labs are built one at a time, so that each sees the others' admin
+/// addresses when it picks its own.
+static BUILDING: Mutex<()> = Mutex::new(());
+
 /// The namespaces and links of one phase.
 pub struct Lab {
     prefix: String,
+    /// A short stem for the admin links' outer ends (15 bytes at most).
+    short: String,
     nodes: usize,
     groups: usize,
     /// Namespaces made so far (deleted on drop, also after a failed set-up).
@@ -100,17 +109,23 @@ impl Lab {
                 "a lab of {nodes} nodes and {groups} client groups does not fit its address plan"
             )));
         }
+        let pid = std::process::id();
+        let seq = LABS.fetch_add(1, Ordering::Relaxed);
         let mut lab = Lab {
-            prefix: format!("rlock{}", std::process::id()),
+            prefix: format!("rlock{pid}-{seq}"),
+            short: format!("rl{}x{}", pid % 100_000, seq % 100),
             nodes,
             groups,
             made: Vec::new(),
             wires: Vec::new(),
             admin_block: 0,
         };
-        lab.build().map_err(|e| {
+        let building = BUILDING.lock().unwrap_or_else(|p| p.into_inner());
+        let built = lab.build();
+        drop(building);
+        built.map_err(|e| {
             Error::Setup(format!(
-                "the network phase needs network namespaces (root, iproute2: ip and tc): {e}"
+                "the network phase needs network namespaces and TUN devices (root, iproute2's ip, /dev/net/tun): {e}"
             ))
         })?;
         Ok(lab)
@@ -132,7 +147,7 @@ impl Lab {
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
             // The admin link: its outer end is the only thing the lab adds
             // to the suite's own namespace.
-            let outer = format!("{}a{i}", self.short());
+            let outer = format!("{}a{i}", self.short);
             ip(&[
                 "link", "add", &outer, "type", "veth", "peer", "name", "admin", "netns", &ns,
             ])?;
@@ -180,11 +195,6 @@ impl Lab {
             }
         }
         Ok(())
-    }
-
-    /// A short, unique stem for the outer ends' names (15 bytes at most).
-    fn short(&self) -> String {
-        format!("rl{}", std::process::id() % 10_000_000)
     }
 
     pub fn node_ns(&self, node: usize) -> String {
@@ -335,6 +345,7 @@ mod tests {
     fn the_address_plan_gives_every_link_its_own_subnet() {
         let lab = Lab {
             prefix: "x".into(),
+            short: "y".into(),
             nodes: 5,
             groups: 2,
             made: Vec::new(),

@@ -73,6 +73,9 @@ pub struct StyleStats {
     pub watchdog_losses: AtomicU64,
     pub cancelled_acquires: AtomicU64,
     pub cancelled_releases: AtomicU64,
+    /// Holds through `Redlock::with_lock`, and those it reported lost.
+    pub scoped: AtomicU64,
+    pub scoped_lost: AtomicU64,
 }
 
 /// [`StyleStats`] read out.
@@ -86,6 +89,8 @@ pub struct StyleFigures {
     pub watchdog_losses: u64,
     pub cancelled_acquires: u64,
     pub cancelled_releases: u64,
+    pub scoped: u64,
+    pub scoped_lost: u64,
 }
 
 impl StyleStats {
@@ -100,6 +105,8 @@ impl StyleStats {
             watchdog_losses: get(&self.watchdog_losses),
             cancelled_acquires: get(&self.cancelled_acquires),
             cancelled_releases: get(&self.cancelled_releases),
+            scoped: get(&self.scoped),
+            scoped_lost: get(&self.scoped_lost),
         }
     }
 }
@@ -114,6 +121,8 @@ impl StyleFigures {
         self.watchdog_losses += other.watchdog_losses;
         self.cancelled_acquires += other.cancelled_acquires;
         self.cancelled_releases += other.cancelled_releases;
+        self.scoped += other.scoped;
+        self.scoped_lost += other.scoped_lost;
     }
 }
 
@@ -121,13 +130,15 @@ impl std::fmt::Display for StyleFigures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "extended {} ({} failed), re-entered {} ({} failed), watchdog {} ({} lost); cancelled acquires {}, releases {}",
+            "extended {} ({} failed), re-entered {} ({} failed), watchdog {} ({} lost), with_lock {} ({} lost); cancelled acquires {}, releases {}",
             self.extends,
             self.extends_failed,
             self.reentries,
             self.reentries_failed,
             self.watchdogs,
             self.watchdog_losses,
+            self.scoped,
+            self.scoped_lost,
             self.cancelled_acquires,
             self.cancelled_releases
         )
@@ -135,7 +146,7 @@ impl std::fmt::Display for StyleFigures {
 }
 
 impl ClientStats {
-    fn note_error(&self, error: &LockError) {
+    pub(crate) fn note_error(&self, error: &LockError) {
         // Only a single node's client reports a node's own error: one that
         // is down, stopped or still loading its data after a restart.
         if let LockError::Node { error, .. } = error {
@@ -255,6 +266,13 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         let resource = name.as_str();
         let ttl = Duration::from_millis(rng.random_range(workload.ttl_ms.clone()));
         let write = rng.random_bool(1.0 / 3.0);
+        // One mutex hold in sixteen goes through `Redlock::with_lock`.
+        let scoped_work = ttl.mul_f64(rng.random_range(0.1..=2.0));
+        if *kind == ResourceKind::Mutex && rng.random_bool(1.0 / 16.0) {
+            crate::scoped::hold(&shared, client, resource, ttl, scoped_work).await;
+            pause(&mut rng, 0..=30).await;
+            continue;
+        }
         let (made, kind) = match *kind {
             ResourceKind::Mutex => (shared.redlock.lock(resource, ttl), HoldKind::Exclusive),
             ResourceKind::ReadWrite if write => {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use chaos::checker::ViolationKind;
 use chaos::plan::{FaultKind, Mix, Plan};
+use chaos::report::{Figures, Summary};
 use chaos::Settings;
 
 fn seed() -> u64 {
@@ -105,6 +106,7 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
         styles.extends >= 1
             && styles.reentries >= 1
             && styles.watchdogs >= 1
+            && styles.scoped >= 1
             && styles.cancelled_acquires >= 1
             && styles.cancelled_releases >= 1,
         "a hold style never ran:\n{summary}"
@@ -118,19 +120,12 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_negative_control_reports_violations() {
-    let settings = Settings {
-        duration: Duration::from_secs(16),
-        seed: seed(),
-        mix: Mix::NegativeControl,
-        ..Settings::default()
-    };
-    let summary = chaos::run(&settings).await.unwrap();
-    println!("{summary}");
-    let total = summary.total();
-    assert!(
-        total.violations_of(ViolationKind::Overlap) > 0,
-        "restarted nodes without their locks must let two holders overlap:\n{summary}"
-    );
+    let (summary, total) = control(
+        Mix::NegativeControl,
+        "restarted nodes without their locks",
+        FaultKind::RestartMajority,
+    )
+    .await;
     assert!(
         total.violations_of(ViolationKind::TooManyPermits) > 0,
         "restarted nodes without their locks must hand out more permits than a semaphore has:\n{summary}"
@@ -139,8 +134,6 @@ async fn the_negative_control_reports_violations() {
         total.reader_writer > 0,
         "restarted nodes without their locks must let a reader and a writer overlap:\n{summary}"
     );
-    assert!(summary.passed());
-    assert!(total.faults.injected(FaultKind::RestartMajority) >= 1);
 }
 
 /// The network negative control: the network phase's faults alone, with a
@@ -149,21 +142,12 @@ async fn the_negative_control_reports_violations() {
 /// phase's zero proves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_network_negative_control_reports_violations() {
-    let settings = Settings {
-        duration: Duration::from_secs(16),
-        seed: seed(),
-        mix: Mix::NetworkControl,
-        ..Settings::default()
-    };
-    let summary = chaos::run(&settings).await.unwrap();
-    println!("{summary}");
-    let total = summary.total();
-    assert!(
-        total.violations_of(ViolationKind::Overlap) > 0,
-        "a quorum of 2 of 5 behind partitions must let two holders overlap:\n{summary}"
-    );
-    assert!(summary.passed());
-    assert!(total.faults.injected(FaultKind::Partition) >= 1);
+    let (_, total) = control(
+        Mix::NetworkControl,
+        "a quorum of 2 of 5 behind partitions",
+        FaultKind::Partition,
+    )
+    .await;
     assert!(total.faults.injected(FaultKind::SplitMajorities) >= 1);
     for kind in [
         FaultKind::Kill9Restart,
@@ -175,10 +159,11 @@ async fn the_network_negative_control_reports_violations() {
     }
 }
 
-/// Runs `mix` for 16 s; it breaks one rule, so the checker must find
-/// overlapping holders or the safe mix's zero proves nothing about that
-/// rule's mechanism.
-async fn single_mechanism_control(mix: Mix, what: &str, fault: FaultKind) {
+/// Runs `mix`, which breaks one rule, for 16 s: the checker must find
+/// overlapping holders (else the safe mix's zero proves nothing about that
+/// rule's mechanism), the run must otherwise be sound, and `fault` must
+/// have been injected. Returns the summary and its totals.
+async fn control(mix: Mix, what: &str, fault: FaultKind) -> (Summary, Figures) {
     let settings = Settings {
         duration: Duration::from_secs(16),
         seed: seed(),
@@ -193,14 +178,15 @@ async fn single_mechanism_control(mix: Mix, what: &str, fault: FaultKind) {
         "{what} must let two holders overlap:\n{summary}"
     );
     assert!(summary.passed());
-    assert!(total.faults.injected(fault) >= 1);
+    assert!(total.faults.injected(fault) >= 1, "{}", fault.name());
+    (summary, total)
 }
 
 /// The safe mix's first phase with `lock.recovery-ms 0` and nothing else
 /// changed: the recovery window alone keeps it safe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_safe_mix_without_the_recovery_window_reports_violations() {
-    single_mechanism_control(
+    control(
         Mix::NoWindow,
         "a power loss of a majority without the recovery window",
         FaultKind::RestartMajority,
@@ -211,7 +197,7 @@ async fn the_safe_mix_without_the_recovery_window_reports_violations() {
 /// `AOF always` without a window, clocks set back before restarts: rule 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clocks_stepped_forward_by_restarts_without_the_window_report_violations() {
-    single_mechanism_control(
+    control(
         Mix::ClockStep,
         "a clock stepped forward by a restart without the recovery window",
         FaultKind::RestartMajority,
@@ -224,7 +210,7 @@ async fn clocks_stepped_forward_by_restarts_without_the_window_report_violations
 /// mix skews one node within it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lease_clocks_beyond_the_drift_allowance_report_violations() {
-    single_mechanism_control(
+    control(
         Mix::FastClocks,
         "lease clocks that run fast and jump beyond the drift allowance",
         FaultKind::LeaseClockSkew,

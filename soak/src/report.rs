@@ -146,6 +146,13 @@ impl Report {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let maintenance: Vec<String> = ["BGREWRITEAOF", "DEBUG RELOAD", "replica resync"]
+            .iter()
+            .map(|what| {
+                let times = self.maintenance.iter().filter(|m| *m == what).count();
+                format!("{what} ×{times}")
+            })
+            .collect();
         writeln!(
             f,
             "soak: {:.0} s, {} threads, {} keys, leases {}..{} ms; {} calls; maintenance: {}",
@@ -155,7 +162,7 @@ impl fmt::Display for Report {
             self.settings.ttl_ms.0,
             self.settings.ttl_ms.1,
             self.operations,
-            self.maintenance.join(", ")
+            maintenance.join(", ")
         )?;
         if let Some(base) = &self.baseline {
             writeln!(

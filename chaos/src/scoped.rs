@@ -1,0 +1,83 @@
+//! The `with_lock` hold style: the client acquires, runs the work under its
+//! watchdog and releases; the work is dropped at its next await if the
+//! watchdog reports the lock lost. The work takes its token, works for up
+//! to twice the TTL while its window follows the renewals, and writes.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_lock_client::Error as LockError;
+
+use crate::checker::WriteOutcome;
+use crate::workload::Shared;
+
+/// How far the work got: no token yet, a token, a write made.
+const NO_TOKEN: u8 = 0;
+const TOKEN: u8 = 1;
+const WROTE: u8 = 2;
+
+/// One hold of `resource` through `Redlock::with_lock`, working `work`.
+pub async fn hold(shared: &Shared, client: usize, resource: &str, ttl: Duration, work: Duration) {
+    let stats = &shared.stats;
+    stats.acquire_calls.fetch_add(1, Ordering::Relaxed);
+    stats.styles.scoped.fetch_add(1, Ordering::Relaxed);
+    let acquire_started = Instant::now();
+    let progress = Arc::new(AtomicU8::new(NO_TOKEN));
+    let reached = progress.clone();
+    let result = shared
+        .redlock
+        .with_lock(resource.to_string(), ttl, |ctx| async move {
+            let checker = &shared.checker;
+            let window_start = Instant::now();
+            let Some(validity) = ctx.validity() else {
+                return;
+            };
+            stats.grants.fetch_add(1, Ordering::Relaxed);
+            let id = checker.begin_hold(
+                resource,
+                client,
+                acquire_started,
+                window_start,
+                validity,
+                // Granting nodes are not reported here: the window takes
+                // part in the checks, not in the exposure figures.
+                Vec::new(),
+            );
+            stats.fence_calls.fetch_add(1, Ordering::Relaxed);
+            let Ok(token) = ctx.fencing_token().await else {
+                stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
+                checker.end_hold(id);
+                return;
+            };
+            stats.tokens.fetch_add(1, Ordering::Relaxed);
+            checker.set_token(id, token);
+            reached.store(TOKEN, Ordering::Relaxed);
+            let end = Instant::now() + work;
+            while let Some(left) = end.checked_duration_since(Instant::now()) {
+                tokio::time::sleep(left.min(Duration::from_millis(20))).await;
+                checker.renew_window(id, ctx.validity());
+            }
+            // The checker counts the write as accepted or rejected.
+            let _: WriteOutcome = checker.write(id, token);
+            reached.store(WROTE, Ordering::Relaxed);
+            checker.end_hold(id);
+        })
+        .await;
+    stats.release_calls.fetch_add(1, Ordering::Relaxed);
+    match result {
+        Ok(()) => {}
+        Err(LockError::NotAcquired { .. }) => {
+            stats.not_acquired.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(LockError::LockLost) => {
+            stats.styles.scoped_lost.fetch_add(1, Ordering::Relaxed);
+            // Lost with a token and before its write: counted with the
+            // watchdog losses (every token writes once, or was lost).
+            if progress.load(Ordering::Relaxed) == TOKEN {
+                stats.styles.watchdog_losses.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Err(error) => stats.note_error(&error),
+    }
+}
