@@ -13,6 +13,10 @@ pub struct Sample {
     pub at: Duration,
     pub dbsize: u64,
     pub used_memory: u64,
+    /// Of `used_memory`: the replication backlog, which grows to its
+    /// configured size whatever the locks do (1 MiB on Redis 7.0, 10 MiB on
+    /// Valkey 8).
+    pub backlog: u64,
     pub rss: u64,
     pub held: u64,
     pub holders: u64,
@@ -48,6 +52,7 @@ impl Sample {
         Ok(Sample {
             dbsize,
             used_memory: field(&memory, "used_memory")?,
+            backlog: field(&memory, "mem_replication_backlog")?,
             rss: field(&memory, "used_memory_rss")?,
             held: field(&lock, "lock_held")?,
             holders: field(&lock, "lock_holders")?,
@@ -55,6 +60,11 @@ impl Sample {
             lease_index_bytes: field(&lock, "lock_lease_index_bytes")?,
             ..Sample::default()
         })
+    }
+
+    /// `used_memory` without the replication backlog.
+    pub fn memory(&self) -> u64 {
+        self.used_memory.saturating_sub(self.backlog)
     }
 
     pub fn set_latencies(&mut self, mut micros: Vec<u32>) {
