@@ -421,6 +421,15 @@ impl Injector {
                 .iter()
                 .find_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
         };
+        // `count` of the candidates, or none if fewer are free.
+        let claim_many = |candidates: &[usize], count: usize| {
+            let claims: Vec<(usize, Claimed)> = candidates
+                .iter()
+                .filter_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
+                .take(count)
+                .collect();
+            (claims.len() == count).then_some(claims)
+        };
         match planned {
             Planned::Kill9 {
                 candidates,
@@ -457,14 +466,7 @@ impl Injector {
                 cut_bytes,
                 reoffset,
             } => {
-                let claims: Vec<(usize, Claimed)> = candidates
-                    .iter()
-                    .filter_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
-                    .take(count)
-                    .collect();
-                if claims.len() < count {
-                    return None;
-                }
+                let claims = claim_many(&candidates, count)?;
                 Some(Box::pin(async move {
                     let nodes: Vec<usize> = claims.iter().map(|(i, _)| *i).collect();
                     // Killed together, in one blocking call.
@@ -562,19 +564,9 @@ impl Injector {
             } => {
                 let (i, claim) = claim_one(&candidates)?;
                 let range = cluster.nodes[i].profile.offsets_ms.clone();
-                let span = range.end().saturating_sub(*range.start()) as f64;
-                let offset = if reset {
-                    0
-                } else {
-                    range.start() + (span * unit).round() as i64
-                };
+                let offset = if reset { 0 } else { offset_in(&range, unit) };
                 Some(Box::pin(async move {
-                    let url = cluster.nodes[i].url.clone();
-                    let cmd = redis::cmd("LOCK.DEBUG")
-                        .arg("WALLCLOCK-OFFSET")
-                        .arg(offset)
-                        .to_owned();
-                    cluster::command(&url, &cmd, Duration::from_secs(5)).await?;
+                    lock_debug(&cluster.nodes[i].url, "WALLCLOCK-OFFSET", offset).await?;
                     cluster.nodes[i].offset_ms.store(offset, Ordering::Relaxed);
                     log.record(kind, vec![i], format!("offset {offset:+} ms"));
                     drop(claim);
@@ -586,23 +578,13 @@ impl Injector {
                 skews,
                 duration,
             } => {
-                let claims: Vec<(usize, Claimed)> = candidates
-                    .iter()
-                    .filter_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
-                    .take(skews.len())
-                    .collect();
-                if claims.len() < skews.len() {
-                    return None;
-                }
+                let claims = claim_many(&candidates, skews.len())?;
                 Some(Box::pin(async move {
-                    let debug = |args: Vec<String>| redis::cmd("LOCK.DEBUG").arg(args).to_owned();
                     let mut details = Vec::new();
                     for ((i, _), (rate, jump)) in claims.iter().zip(&skews) {
                         let url = &cluster.nodes[*i].url;
-                        let rate_cmd = debug(vec!["MONOTONIC-RATE".into(), rate.to_string()]);
-                        cluster::command(url, &rate_cmd, Duration::from_secs(5)).await?;
-                        let jump_cmd = debug(vec!["MONOTONIC-JUMP".into(), jump.to_string()]);
-                        cluster::command(url, &jump_cmd, Duration::from_secs(5)).await?;
+                        lock_debug(url, "MONOTONIC-RATE", rate).await?;
+                        lock_debug(url, "MONOTONIC-JUMP", jump).await?;
                         details.push(format!("node {i} {rate:+} ppm, +{jump} ms"));
                     }
                     let nodes = claims.iter().map(|(i, _)| *i).collect();
@@ -613,9 +595,7 @@ impl Injector {
                     );
                     tokio::time::sleep(duration).await;
                     for (i, _) in &claims {
-                        let reset = debug(vec!["MONOTONIC-RATE".into(), "0".into()]);
-                        cluster::command(&cluster.nodes[*i].url, &reset, Duration::from_secs(5))
-                            .await?;
+                        lock_debug(&cluster.nodes[*i].url, "MONOTONIC-RATE", 0).await?;
                     }
                     drop(claims);
                     Ok(())
@@ -697,14 +677,23 @@ async fn restarted(cluster: &Cluster, i: usize, unit: f64) -> Result<(), Error> 
     if *range.end() >= 0 {
         return Ok(());
     }
-    let span = range.end().saturating_sub(*range.start()) as f64;
-    let offset = range.start() + (span * unit).round() as i64;
-    let cmd = redis::cmd("LOCK.DEBUG")
-        .arg("WALLCLOCK-OFFSET")
-        .arg(offset)
-        .to_owned();
-    cluster::command(&node.url, &cmd, Duration::from_secs(5)).await?;
+    let offset = offset_in(&range, unit);
+    lock_debug(&node.url, "WALLCLOCK-OFFSET", offset).await?;
     node.offset_ms.store(offset, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The offset `unit` (0..=1) of the way into `range`, ms.
+fn offset_in(range: &std::ops::RangeInclusive<i64>, unit: f64) -> i64 {
+    let span = range.end().saturating_sub(*range.start()) as f64;
+    range.start() + (span * unit).round() as i64
+}
+
+/// `LOCK.DEBUG sub value` on the node at `url` (its debug knobs: clock
+/// offsets, lease-clock rate and jumps).
+async fn lock_debug(url: &str, sub: &str, value: impl redis::ToRedisArgs) -> Result<(), Error> {
+    let cmd = redis::cmd("LOCK.DEBUG").arg(sub).arg(value).to_owned();
+    cluster::command(url, &cmd, Duration::from_secs(5)).await?;
     Ok(())
 }
 
