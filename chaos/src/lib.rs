@@ -11,6 +11,7 @@
 //! - [`network`]: the network namespaces and links of the network phase;
 //! - [`wire`]: a link's packet forwarder (drops, delays);
 //! - [`workload`]: the clients; [`scoped`]: their `with_lock` holds;
+//!   [`blocking`]: a client per group on the blocking API;
 //! - [`faults`]: the injector;
 //! - [`checker`]: the fenced store and the violation checks;
 //! - [`exposure`]: how many validity windows the faults threatened;
@@ -19,6 +20,7 @@
 //! [`run`] runs every phase of the safe mix, or of a mix that breaks the
 //! rules on purpose (the negative control).
 
+pub mod blocking;
 pub mod checker;
 pub mod cluster;
 pub mod exposure;
@@ -190,6 +192,8 @@ pub async fn run(settings: &Settings) -> Result<Summary, Error> {
 /// reaches the nodes over that group's links.
 struct ClientGroups {
     groups: Vec<(Redlock, tokio::runtime::Handle)>,
+    /// Where each group's blocking client runs.
+    sites: Vec<blocking::Site>,
     runtimes: Vec<(tokio::runtime::Runtime, NetnsHandle)>,
 }
 
@@ -206,11 +210,17 @@ impl ClientGroups {
             wait_ready(&redlock).await?;
             return Ok(ClientGroups {
                 groups: vec![(redlock, tokio::runtime::Handle::current())],
+                sites: vec![blocking::Site {
+                    urls: cluster.urls(),
+                    netns: None,
+                    config: config.clone(),
+                }],
                 runtimes: Vec::new(),
             });
         };
         let mut made = ClientGroups {
             groups: Vec::new(),
+            sites: Vec::new(),
             runtimes: Vec::new(),
         };
         for group in 0..lab.groups() {
@@ -239,6 +249,11 @@ impl ClientGroups {
                 .map_err(|e| setup(format!("client group {group}: {e}")))??;
             netns.check()?;
             made.groups.push((redlock, handle));
+            made.sites.push(blocking::Site {
+                urls: cluster.group_urls(group),
+                netns: Some(netns),
+                config: config.clone(),
+            });
         }
         Ok(made)
     }
@@ -344,6 +359,28 @@ async fn run_phase(
         ttl_ms: phase.ttl_ms.clone(),
         seed: phase_seed.wrapping_add(1),
     };
+    let mutexes: Vec<String> = workload
+        .resources
+        .iter()
+        .filter(|r| r.kind == ResourceKind::Mutex)
+        .map(|r| r.name.clone())
+        .collect();
+    let mut blocking_clients = Vec::new();
+    for (group, (site, (shared, _))) in groups.sites.iter().zip(&shared).enumerate() {
+        let plan = blocking::Plan {
+            client: workload.clients + group,
+            resources: mutexes.clone(),
+            ttl_ms: phase.ttl_ms.clone(),
+            seed: phase_seed.wrapping_add(3 + group as u64),
+        };
+        match blocking::spawn(site.clone(), plan, shared.clone()) {
+            Ok(thread) => blocking_clients.push(thread),
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(Error::Setup(format!("a blocking client's thread: {e}")));
+            }
+        }
+    }
     let clients = workload::spawn(&workload, &shared);
     drop(shared);
     drop(node_index);
@@ -375,6 +412,15 @@ async fn run_phase(
             stats.panicked.fetch_add(1, Ordering::Relaxed);
         }
     }
+    let blocking_panics = tokio::task::spawn_blocking(move || {
+        blocking_clients
+            .into_iter()
+            .map(|thread| u64::from(thread.join().is_err()))
+            .sum::<u64>()
+    })
+    .await
+    .map_err(|e| Error::Setup(format!("joining the blocking clients: {e}")))?;
+    stats.panicked.fetch_add(blocking_panics, Ordering::Relaxed);
     let seconds = origin.elapsed().as_secs_f64();
     cluster.settle().await;
     groups.stop()?;

@@ -76,6 +76,9 @@ pub struct StyleStats {
     /// Holds through `Redlock::with_lock`, and those it reported lost.
     pub scoped: AtomicU64,
     pub scoped_lost: AtomicU64,
+    /// Holds through the blocking API, and its `with_lock`s reported lost.
+    pub blocking: AtomicU64,
+    pub blocking_lost: AtomicU64,
 }
 
 /// [`StyleStats`] read out.
@@ -91,6 +94,8 @@ pub struct StyleFigures {
     pub cancelled_releases: u64,
     pub scoped: u64,
     pub scoped_lost: u64,
+    pub blocking: u64,
+    pub blocking_lost: u64,
 }
 
 impl StyleStats {
@@ -107,6 +112,8 @@ impl StyleStats {
             cancelled_releases: get(&self.cancelled_releases),
             scoped: get(&self.scoped),
             scoped_lost: get(&self.scoped_lost),
+            blocking: get(&self.blocking),
+            blocking_lost: get(&self.blocking_lost),
         }
     }
 }
@@ -123,6 +130,8 @@ impl StyleFigures {
         self.cancelled_releases += other.cancelled_releases;
         self.scoped += other.scoped;
         self.scoped_lost += other.scoped_lost;
+        self.blocking += other.blocking;
+        self.blocking_lost += other.blocking_lost;
     }
 }
 
@@ -130,7 +139,7 @@ impl std::fmt::Display for StyleFigures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "extended {} ({} failed), re-entered {} ({} failed), watchdog {} ({} lost), with_lock {} ({} lost); cancelled acquires {}, releases {}",
+            "extended {} ({} failed), re-entered {} ({} failed), watchdog {} ({} lost), with_lock {} ({} lost), blocking API {} ({} with_lock lost); cancelled acquires {}, releases {}",
             self.extends,
             self.extends_failed,
             self.reentries,
@@ -139,6 +148,8 @@ impl std::fmt::Display for StyleFigures {
             self.watchdog_losses,
             self.scoped,
             self.scoped_lost,
+            self.blocking,
+            self.blocking_lost,
             self.cancelled_acquires,
             self.cancelled_releases
         )
@@ -468,7 +479,7 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
 
 /// A lock that could not be confirmed any more (quorum lost, validity
 /// ended) is an expected outcome under faults; anything else is an error.
-fn note_lost(stats: &ClientStats, error: &LockError) {
+pub(crate) fn note_lost(stats: &ClientStats, error: &LockError) {
     if matches!(error, LockError::QuorumLost { .. } | LockError::Expired) {
         stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
     } else {

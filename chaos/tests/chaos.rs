@@ -107,6 +107,7 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
             && styles.reentries >= 1
             && styles.watchdogs >= 1
             && styles.scoped >= 1
+            && styles.blocking >= 1
             && styles.cancelled_acquires >= 1
             && styles.cancelled_releases >= 1,
         "a hold style never ran:\n{summary}"
