@@ -25,6 +25,7 @@ pub mod checker;
 pub mod cluster;
 pub mod exposure;
 pub mod faults;
+pub mod linear;
 pub mod network;
 pub mod plan;
 pub mod report;

@@ -1,0 +1,422 @@
+//! The outside checker: single-node histories (many connections, pipelines,
+//! `MULTI`, `kill -9` and restarts with `appendfsync always`) checked for
+//! linearizability against a sequential specification of the re-entrant
+//! lock with tokens, by an established checker from crates.io
+//! (`todc-utils`' Wing–Gong–Lowe checker), not one of ours.
+//!
+//! - [`spec`]: the sequential specification;
+//! - [`history`]: the recorded history and each key's history for the
+//!   checker;
+//! - [`recorder`]: the workload that records it.
+//!
+//! Linearizability is local (a history is linearizable if and only if each
+//! object's is), so each key's history is checked on its own.
+
+pub mod history;
+pub mod recorder;
+pub mod spec;
+
+use todc_utils::linearizability::WGLChecker;
+
+use history::Entry;
+use spec::{Cmd, LockSpec, Reply};
+
+/// What the checker found.
+#[derive(Clone, Debug, Default)]
+pub struct Verdict {
+    pub keys: usize,
+    pub steps: usize,
+    /// Steps without a reply (the node was killed first).
+    pub unknown: usize,
+    /// Keys whose history is not linearizable.
+    pub failed: Vec<usize>,
+}
+
+/// Checks every key's history; `kills` in increasing order.
+pub fn check(entries: &[Entry], kills: &[u64]) -> Verdict {
+    let mut verdict = Verdict::default();
+    for (key, entries) in history::by_key(entries) {
+        verdict.keys += 1;
+        verdict.steps += entries.len();
+        verdict.unknown += entries.iter().filter(|e| e.returned.is_none()).count();
+        if !WGLChecker::<LockSpec>::is_linearizable(history::history(&entries, kills)) {
+            verdict.failed.push(key);
+        }
+    }
+    verdict
+}
+
+/// A recorded and checked run.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub verdict: Verdict,
+    /// Grants (acquisitions that replied a token).
+    pub grants: usize,
+    pub pipelined: u64,
+    pub transactions: u64,
+    pub kills: u64,
+    pub check_time: std::time::Duration,
+    /// The key whose history was corrupted on purpose (two grants' tokens
+    /// swapped), and whether the checker rejected it.
+    pub corrupted: Option<(usize, bool)>,
+}
+
+impl Report {
+    /// The history is linearizable and its corrupted copy is not.
+    pub fn passed(&self) -> bool {
+        self.verdict.failed.is_empty() && matches!(self.corrupted, Some((_, true)))
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = &self.verdict;
+        writeln!(
+            f,
+            "history     {} steps on {} keys ({} grants; {} without a reply), {} sent in pipelines, {} MULTI blocks, {} kill -9 + restarts",
+            v.steps, v.keys, self.grants, v.unknown, self.pipelined, self.transactions, self.kills
+        )?;
+        writeln!(
+            f,
+            "checked     by todc-utils' WGL checker in {:.1} s: {}",
+            self.check_time.as_secs_f64(),
+            if v.failed.is_empty() {
+                "every key's history is linearizable".to_string()
+            } else {
+                format!("NOT LINEARIZABLE: keys {:?}", v.failed)
+            }
+        )?;
+        match self.corrupted {
+            Some((key, true)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: rejected, as it must be"),
+            Some((key, false)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: ACCEPTED (the checker proves nothing)"),
+            None => write!(f, "corrupted   no key had two grants to swap"),
+        }
+    }
+}
+
+/// Records a history ([`recorder::record`]), checks it, then checks a copy
+/// corrupted on purpose ([`swap_tokens`]).
+pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
+    let run = recorder::record(settings).await?;
+    let mut entries = run.recorder.entries();
+    let kills = run.recorder.kills();
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let verdict = check(&entries, &kills);
+        let check_time = started.elapsed();
+        let grants = entries
+            .iter()
+            .flat_map(|e| &e.step)
+            .filter(|(cmd, reply)| matches!((cmd, reply), (Cmd::Acquire(_), Some(Reply::Int(_)))))
+            .count();
+        // The other keys' histories are unchanged: only the corrupted
+        // key's is checked again.
+        let corrupted = swap_tokens(&mut entries).map(|key| {
+            entries.retain(|e| e.key == key);
+            (key, check(&entries, &kills).failed == vec![key])
+        });
+        Report {
+            verdict,
+            grants,
+            pipelined: run.pipelined,
+            transactions: run.transactions,
+            kills: run.kills,
+            check_time,
+            corrupted,
+        }
+    })
+    .await
+    .map_err(|e| format!("the checker failed: {e}"))
+}
+
+/// Corrupts the history on purpose: two grants of one key, one returned
+/// before the other was sent, swap their tokens (the later grant now holds
+/// a token below one the node issued before it). Returns the key, or `None`
+/// if no key has two such grants.
+pub fn swap_tokens(entries: &mut [Entry]) -> Option<usize> {
+    let grant = |entry: &Entry| match entry.step.as_slice() {
+        [(Cmd::Acquire(_), Some(Reply::Int(token)))] => entry.returned.map(|at| (*token, at)),
+        _ => None,
+    };
+    let mut pair = None;
+    'search: for (i, first) in entries.iter().enumerate() {
+        let Some((low, returned)) = grant(first) else {
+            continue;
+        };
+        for (j, second) in entries.iter().enumerate() {
+            if second.key != first.key || second.called <= returned {
+                continue;
+            }
+            if let Some((high, _)) = grant(second).filter(|&(high, _)| high > low) {
+                pair = Some((i, j, low, high));
+                break 'search;
+            }
+        }
+    }
+    let (i, j, low, high) = pair?;
+    let set = |entry: &mut Entry, token: u64| {
+        if let Some((_, reply)) = entry.step.first_mut() {
+            *reply = Some(Reply::Int(token));
+        }
+    };
+    set(entries.get_mut(i)?, high);
+    set(entries.get_mut(j)?, low);
+    entries.get(i).map(|e| e.key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spec::Step;
+
+    /// One key's entries from (step, called, returned) triples.
+    fn entries(steps: &[(Step, u64, Option<u64>)]) -> Vec<Entry> {
+        steps
+            .iter()
+            .map(|(step, called, returned)| Entry {
+                key: 0,
+                step: step.clone(),
+                called: *called,
+                returned: *returned,
+            })
+            .collect()
+    }
+
+    fn one(cmd: Cmd, reply: Reply) -> Step {
+        vec![(cmd, Some(reply))]
+    }
+
+    fn linearizable(steps: &[(Step, u64, Option<u64>)], kills: &[u64]) -> bool {
+        check(&entries(steps), kills).failed.is_empty()
+    }
+
+    const A: u8 = 0;
+    const B: u8 = 1;
+
+    #[test]
+    fn a_sequential_history_of_the_lock_is_linearizable() {
+        let steps = [
+            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(Cmd::Acquire(B), Reply::Nil), 2, Some(3)),
+            (one(Cmd::Acquire(A), Reply::Int(10)), 4, Some(5)),
+            (
+                one(
+                    Cmd::Info,
+                    Reply::Holder {
+                        owner: A,
+                        holds: 2,
+                        token: 10,
+                    },
+                ),
+                6,
+                Some(7),
+            ),
+            (one(Cmd::Extend(B), Reply::Int(0)), 8, Some(9)),
+            (
+                one(
+                    Cmd::Fence {
+                        owner: A,
+                        at_least: Some(50),
+                    },
+                    Reply::Int(50),
+                ),
+                10,
+                Some(11),
+            ),
+            (
+                one(
+                    Cmd::Release {
+                        owner: A,
+                        all: true,
+                    },
+                    Reply::Int(0),
+                ),
+                12,
+                Some(13),
+            ),
+            (one(Cmd::Acquire(B), Reply::Int(51)), 14, Some(15)),
+        ];
+        assert!(linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn two_holders_at_once_are_not() {
+        let steps = [
+            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(Cmd::Acquire(B), Reply::Int(11)), 2, Some(3)),
+        ];
+        assert!(!linearizable(&steps, &[]));
+        // Concurrent with A's release, B's grant can come after it.
+        let steps = [
+            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(Cmd::Acquire(B), Reply::Int(11)), 2, Some(5)),
+            (
+                one(
+                    Cmd::Release {
+                        owner: A,
+                        all: false,
+                    },
+                    Reply::Int(0),
+                ),
+                3,
+                Some(4),
+            ),
+        ];
+        assert!(linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn a_new_lock_needs_a_token_above_every_earlier_one() {
+        let steps = [
+            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (
+                one(
+                    Cmd::Release {
+                        owner: A,
+                        all: false,
+                    },
+                    Reply::Int(0),
+                ),
+                2,
+                Some(3),
+            ),
+            (one(Cmd::Acquire(B), Reply::Int(10)), 4, Some(5)),
+        ];
+        assert!(!linearizable(&steps, &[]));
+        // Raised by ATLEAST: the next lock's token is above the floor.
+        let steps = [
+            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (
+                one(
+                    Cmd::Fence {
+                        owner: A,
+                        at_least: Some(90),
+                    },
+                    Reply::Int(90),
+                ),
+                2,
+                Some(3),
+            ),
+            (
+                one(
+                    Cmd::Release {
+                        owner: A,
+                        all: false,
+                    },
+                    Reply::Int(0),
+                ),
+                4,
+                Some(5),
+            ),
+            (one(Cmd::Acquire(B), Reply::Int(60)), 6, Some(7)),
+        ];
+        assert!(!linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn a_step_without_a_reply_may_have_run_before_the_kill_or_not_at_all() {
+        let lost_acquire = vec![(Cmd::Acquire(A), None)];
+        // It ran: A holds the lock, with a token only seen later.
+        let ran = [
+            (lost_acquire.clone(), 0, None),
+            (one(Cmd::Acquire(B), Reply::Nil), 3, Some(4)),
+            (
+                one(
+                    Cmd::Fence {
+                        owner: A,
+                        at_least: None,
+                    },
+                    Reply::Int(7),
+                ),
+                5,
+                Some(6),
+            ),
+        ];
+        assert!(linearizable(&ran, &[2]));
+        // It did not run.
+        let not = [
+            (lost_acquire.clone(), 0, None),
+            (one(Cmd::Acquire(B), Reply::Int(7)), 3, Some(4)),
+        ];
+        assert!(linearizable(&not, &[2]));
+        // It cannot have run after the kill: B's grant came after it, and
+        // A's lock is not there.
+        let late = [
+            (lost_acquire, 0, None),
+            (one(Cmd::Acquire(B), Reply::Int(7)), 3, Some(4)),
+            (
+                one(
+                    Cmd::Release {
+                        owner: B,
+                        all: false,
+                    },
+                    Reply::Int(0),
+                ),
+                5,
+                Some(6),
+            ),
+            (one(Cmd::Extend(A), Reply::Int(1)), 7, Some(8)),
+        ];
+        assert!(!linearizable(&late, &[2]));
+        // Without the kill it could have run last.
+        assert!(linearizable(&late, &[]));
+    }
+
+    #[test]
+    fn a_transaction_applies_at_once() {
+        // B sees neither half of A's MULTI (acquire, release) ... or both.
+        let multi = vec![
+            (Cmd::Acquire(A), Some(Reply::Int(10))),
+            (
+                Cmd::Release {
+                    owner: A,
+                    all: false,
+                },
+                Some(Reply::Int(0)),
+            ),
+        ];
+        let steps = [
+            (multi.clone(), 0, Some(5)),
+            (
+                one(
+                    Cmd::Info,
+                    Reply::Holder {
+                        owner: A,
+                        holds: 1,
+                        token: 10,
+                    },
+                ),
+                1,
+                Some(2),
+            ),
+        ];
+        assert!(!linearizable(&steps, &[]));
+        let steps = [
+            (multi, 0, Some(5)),
+            (one(Cmd::Acquire(B), Reply::Int(11)), 1, Some(2)),
+        ];
+        assert!(linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn swapping_two_grants_tokens_breaks_the_history() {
+        let mut steps = entries(&[
+            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (
+                one(
+                    Cmd::Release {
+                        owner: A,
+                        all: false,
+                    },
+                    Reply::Int(0),
+                ),
+                2,
+                Some(3),
+            ),
+            (one(Cmd::Acquire(B), Reply::Int(12)), 4, Some(5)),
+        ]);
+        assert!(check(&steps, &[]).failed.is_empty());
+        assert_eq!(swap_tokens(&mut steps), Some(0));
+        assert_eq!(check(&steps, &[]).failed, vec![0]);
+    }
+}

@@ -1,0 +1,485 @@
+//! The recorded workload: many connections to one node (`appendfsync
+//! always`, no recovery window) send single commands, pipelines and
+//! `MULTI` blocks on a few keys for a few owners, while the node is killed
+//! with `kill -9` and restarted on the same data.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redis::aio::ConnectionLike;
+use redis::Value;
+use testkit::{RedisServer, ServerOptions};
+
+use super::history::{Entry, Recorder};
+use super::spec::{Cmd, Owner, Reply, Step};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub duration: Duration,
+    pub connections: usize,
+    pub keys: usize,
+    pub owners: u8,
+    /// The node is killed this long after each (re)start (drawn anew each
+    /// time).
+    pub kill_every_ms: std::ops::RangeInclusive<u64>,
+    pub seed: u64,
+    /// `appendfsync always` (the default); `false` runs the node without
+    /// persistence: a negative control, whose restarts forget every lock.
+    pub persistence: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            duration: Duration::from_secs(8),
+            connections: 8,
+            keys: 6,
+            owners: 3,
+            kill_every_ms: 700..=1_800,
+            seed: 20_261_124,
+            persistence: true,
+        }
+    }
+}
+
+/// What a run recorded, and what happened.
+pub struct Run {
+    pub recorder: Recorder,
+    pub kills: u64,
+    /// Steps sent in a pipeline of several, or in a `MULTI`.
+    pub pipelined: u64,
+    pub transactions: u64,
+}
+
+/// Leases outlive any run: nothing expires while the history is recorded.
+const TTL_MS: u64 = 3_600_000;
+
+/// Records a history; an error is a reply the specification has no word
+/// for (a module error, a reply of the wrong shape).
+pub async fn record(settings: &Settings) -> Result<Run, String> {
+    let persistence: &[&str] = if settings.persistence {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &["--appendonly", "no"]
+    };
+    let options = ServerOptions::default()
+        .args(persistence.iter().copied())
+        .module_args(["recovery-ms", "0"]);
+    let server = tokio::task::spawn_blocking(move || RedisServer::start_with(options))
+        .await
+        .map_err(|e| format!("starting the node: {e}"))?;
+    let url = server.url();
+    let recorder = Arc::new(Recorder::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(Counts::default());
+    let killer = {
+        let (recorder, stop, range) = (
+            recorder.clone(),
+            stop.clone(),
+            settings.kill_every_ms.clone(),
+        );
+        let seed = settings.seed;
+        std::thread::spawn(move || kill_loop(server, &recorder, &stop, range, seed))
+    };
+    let tasks: Vec<_> = (0..settings.connections)
+        .map(|connection| {
+            let client = Client {
+                url: url.clone(),
+                settings: settings.clone(),
+                recorder: recorder.clone(),
+                stop: stop.clone(),
+                counts: counts.clone(),
+            };
+            let seed = settings.seed.wrapping_add(1 + connection as u64);
+            tokio::spawn(async move { client.run(StdRng::seed_from_u64(seed)).await })
+        })
+        .collect();
+    tokio::time::sleep(settings.duration).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut failure = None;
+    for task in tasks {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => failure = failure.or(Some(format!("a connection's task failed: {e}"))),
+        }
+    }
+    let kills = tokio::task::spawn_blocking(move || killer.join())
+        .await
+        .map_err(|e| format!("joining the killer: {e}"))?
+        .map_err(|_| "the killer panicked".to_string())?;
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    let recorder = Arc::try_unwrap(recorder).map_err(|_| "the history is still shared")?;
+    Ok(Run {
+        recorder,
+        kills,
+        pipelined: counts.pipelined.load(Ordering::Relaxed),
+        transactions: counts.transactions.load(Ordering::Relaxed),
+    })
+}
+
+#[derive(Default)]
+struct Counts {
+    pipelined: AtomicU64,
+    transactions: AtomicU64,
+    /// The highest token seen, for `ATLEAST` floors that matter.
+    highest_token: AtomicU64,
+}
+
+/// Kills the node with `kill -9` at random moments and starts it again on
+/// its data until `stop`; returns how many kills.
+fn kill_loop(
+    mut server: RedisServer,
+    recorder: &Recorder,
+    stop: &AtomicBool,
+    every_ms: std::ops::RangeInclusive<u64>,
+    seed: u64,
+) -> u64 {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut kills = 0;
+    loop {
+        let until = Instant::now() + Duration::from_millis(rng.random_range(every_ms.clone()));
+        while Instant::now() < until {
+            if stop.load(Ordering::SeqCst) {
+                return kills;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        server.kill9();
+        recorder.killed();
+        kills += 1;
+        server.restart();
+    }
+}
+
+struct Client {
+    url: String,
+    settings: Settings,
+    recorder: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+    counts: Arc<Counts>,
+}
+
+/// How a group of commands is sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Single,
+    Pipeline,
+    Multi,
+}
+
+impl Client {
+    async fn run(&self, mut rng: StdRng) -> Result<(), String> {
+        let mut connection = None;
+        while !self.stop.load(Ordering::SeqCst) {
+            let con = match connection.as_mut() {
+                Some(con) => con,
+                None => match self.connect().await {
+                    Some(con) => connection.insert(con),
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                },
+            };
+            let shape = match rng.random_range(0..20) {
+                0..=11 => Shape::Single,
+                12..=16 => Shape::Pipeline,
+                _ => Shape::Multi,
+            };
+            let commands: Vec<(usize, Cmd)> = match shape {
+                Shape::Single => vec![self.command(&mut rng)],
+                Shape::Pipeline => (0..rng.random_range(2..=4))
+                    .map(|_| self.command(&mut rng))
+                    .collect(),
+                // A transaction on one key: one step of its history.
+                Shape::Multi => {
+                    let (key, first) = self.command(&mut rng);
+                    let mut commands = vec![(key, first)];
+                    for _ in 1..rng.random_range(2..=3) {
+                        commands.push((key, self.command(&mut rng).1));
+                    }
+                    commands
+                }
+            };
+            if !self.send(con, shape, &commands).await? {
+                // The connection broke: a new one for the next step.
+                connection = None;
+            }
+            let pause = rng.random_range(0..=3);
+            if pause > 0 {
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn connect(&self) -> Option<redis::aio::MultiplexedConnection> {
+        let client = redis::Client::open(self.url.as_str()).ok()?;
+        tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .ok()?
+        .ok()
+    }
+
+    fn command(&self, rng: &mut StdRng) -> (usize, Cmd) {
+        let key = rng.random_range(0..self.settings.keys);
+        let owner: Owner = rng.random_range(0..self.settings.owners);
+        let cmd = match rng.random_range(0..100) {
+            0..=29 => Cmd::Acquire(owner),
+            30..=54 => Cmd::Release {
+                owner,
+                all: rng.random_bool(0.2),
+            },
+            55..=64 => Cmd::Extend(owner),
+            65..=79 => Cmd::Fence {
+                owner,
+                at_least: rng.random_bool(0.3).then(|| {
+                    self.counts.highest_token.load(Ordering::Relaxed)
+                        + rng.random_range(0..=2_000_000)
+                }),
+            },
+            _ => Cmd::Info,
+        };
+        (key, cmd)
+    }
+
+    /// Sends `commands` and records them; `Ok(false)` if the connection
+    /// broke (the steps are recorded without replies).
+    async fn send(
+        &self,
+        con: &mut redis::aio::MultiplexedConnection,
+        shape: Shape,
+        commands: &[(usize, Cmd)],
+    ) -> Result<bool, String> {
+        let mut pipe = redis::pipe();
+        if shape == Shape::Multi {
+            pipe.atomic();
+        }
+        for (key, cmd) in commands {
+            pipe.add_command(request(*key, *cmd));
+        }
+        let (offset, count) = match shape {
+            Shape::Multi => (commands.len() + 1, 1),
+            _ => (0, commands.len()),
+        };
+        let called = self.recorder.now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            con.req_packed_commands(&pipe, offset, count),
+        )
+        .await;
+        let returned = self.recorder.now();
+        let values = match answer {
+            Ok(Ok(values)) => values,
+            Ok(Err(error)) if is_loading(&error) && shape == Shape::Single => {
+                // Refused while the node loads its data: it ran nothing.
+                return Ok(true);
+            }
+            Ok(Err(error)) if !is_unknown(&error) => {
+                return Err(format!("{commands:?}: {error}"));
+            }
+            // No reply: each step may or may not have run.
+            _ => {
+                self.record_unknown(shape, commands, called);
+                return Ok(false);
+            }
+        };
+        let values = match shape {
+            Shape::Multi => match values.into_iter().next() {
+                Some(Value::Array(values)) => values,
+                Some(Value::ServerError(error)) if is_aborted(Some(error.code())) => {
+                    // Queued while loading, then refused: nothing ran.
+                    return Ok(true);
+                }
+                other => return Err(format!("EXEC of {commands:?} replied {other:?}")),
+            },
+            _ => values,
+        };
+        if values.len() != commands.len() {
+            return Err(format!("{commands:?}: {} replies", values.len()));
+        }
+        let mut replies = Vec::with_capacity(commands.len());
+        for ((key, cmd), value) in commands.iter().zip(values) {
+            match reply(*cmd, &value) {
+                Ok(reply) => replies.push((*key, *cmd, Some(reply))),
+                // Refused while the node loaded its data: it ran nothing;
+                // it is left out.
+                Err(_) if shape != Shape::Multi && is_loading_value(&value) => {}
+                Err(e) => return Err(format!("{cmd:?} on key {key}: {e}")),
+            }
+        }
+        for (_, _, reply) in &replies {
+            if let Some(Reply::Int(token)) = reply {
+                self.counts
+                    .highest_token
+                    .fetch_max(*token, Ordering::Relaxed);
+            }
+        }
+        match shape {
+            Shape::Multi => {
+                self.counts.transactions.fetch_add(1, Ordering::Relaxed);
+                let key = commands.first().map_or(0, |(key, _)| *key);
+                self.recorder.record(Entry {
+                    key,
+                    step: replies
+                        .iter()
+                        .map(|(_, cmd, reply)| (*cmd, *reply))
+                        .collect(),
+                    called,
+                    returned: Some(returned),
+                });
+            }
+            _ => {
+                if shape == Shape::Pipeline {
+                    self.counts
+                        .pipelined
+                        .fetch_add(replies.len() as u64, Ordering::Relaxed);
+                }
+                // Pipelined commands run in order, but each is recorded as
+                // a step of its own over the whole round trip (a weaker
+                // constraint than the order, never a wrong one).
+                for (key, cmd, reply) in replies {
+                    self.recorder.record(Entry {
+                        key,
+                        step: vec![(cmd, reply)],
+                        called,
+                        returned: Some(returned),
+                    });
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn record_unknown(&self, shape: Shape, commands: &[(usize, Cmd)], called: u64) {
+        let steps: Vec<(usize, Step)> = match shape {
+            Shape::Multi => vec![(
+                commands.first().map_or(0, |(key, _)| *key),
+                commands.iter().map(|(_, cmd)| (*cmd, None)).collect(),
+            )],
+            _ => commands
+                .iter()
+                .map(|(key, cmd)| (*key, vec![(*cmd, None)]))
+                .collect(),
+        };
+        for (key, step) in steps {
+            self.recorder.record(Entry {
+                key,
+                step,
+                called,
+                returned: None,
+            });
+        }
+    }
+}
+
+fn key_name(key: usize) -> String {
+    format!("lin:{key}")
+}
+
+fn owner_name(owner: Owner) -> String {
+    format!("o{owner}")
+}
+
+fn request(key: usize, cmd: Cmd) -> redis::Cmd {
+    let key = key_name(key);
+    match cmd {
+        Cmd::Acquire(owner) => redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(owner_name(owner))
+            .arg(TTL_MS)
+            .to_owned(),
+        Cmd::Release { owner, all } => {
+            let mut cmd = redis::cmd("LOCK.RELEASE");
+            cmd.arg(key).arg(owner_name(owner));
+            if all {
+                cmd.arg("ALL");
+            }
+            cmd
+        }
+        Cmd::Extend(owner) => redis::cmd("LOCK.EXTEND")
+            .arg(key)
+            .arg(owner_name(owner))
+            .arg(TTL_MS)
+            .to_owned(),
+        Cmd::Fence { owner, at_least } => {
+            let mut cmd = redis::cmd("LOCK.FENCE");
+            cmd.arg(key).arg(owner_name(owner));
+            if let Some(floor) = at_least {
+                cmd.arg("ATLEAST").arg(floor);
+            }
+            cmd
+        }
+        Cmd::Info => redis::cmd("LOCK.INFO").arg(key).to_owned(),
+    }
+}
+
+/// The reply as the specification sees it, or why it has none.
+fn reply(cmd: Cmd, value: &Value) -> Result<Reply, String> {
+    let int = |value: &Value| match value {
+        Value::Int(n) => u64::try_from(*n).map_err(|_| format!("negative {n}")),
+        other => Err(format!("not an integer: {other:?}")),
+    };
+    match (cmd, value) {
+        (_, Value::Nil) if !matches!(cmd, Cmd::Extend(_)) => Ok(Reply::Nil),
+        (Cmd::Info, Value::Array(fields)) => {
+            let field = |name: &str| {
+                fields
+                    .chunks(2)
+                    .find(|pair| {
+                        matches!(pair.first(), Some(Value::BulkString(b)) if b == name.as_bytes())
+                    })
+                    .and_then(|pair| pair.get(1))
+                    .ok_or_else(|| format!("LOCK.INFO without {name}: {fields:?}"))
+            };
+            let owner = match field("owner")? {
+                Value::BulkString(name) => std::str::from_utf8(name)
+                    .ok()
+                    .and_then(|name| name.strip_prefix('o'))
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| format!("unknown owner {name:?}"))?,
+                other => return Err(format!("owner {other:?}")),
+            };
+            let holds = u32::try_from(int(field("holds")?)?).map_err(|e| e.to_string())?;
+            Ok(Reply::Holder {
+                owner,
+                holds,
+                token: int(field("token")?)?,
+            })
+        }
+        (Cmd::Info, other) => Err(format!("LOCK.INFO replied {other:?}")),
+        (_, value) => int(value).map(Reply::Int),
+    }
+}
+
+/// No reply, or none that says whether the command ran.
+fn is_unknown(error: &redis::RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_timeout()
+        || is_loading(error)
+        || is_aborted(error.code())
+}
+
+fn is_loading(error: &redis::RedisError) -> bool {
+    error.code() == Some("LOADING")
+}
+
+fn is_loading_value(value: &Value) -> bool {
+    matches!(value, Value::ServerError(error) if error.code() == "LOADING")
+}
+
+fn is_aborted(code: Option<&str>) -> bool {
+    code == Some("EXECABORT")
+}
