@@ -129,12 +129,7 @@ fn plain(
         }
         Err(error) => return stats.note_error(&error),
     };
-    let granted_by = acquired
-        .outcomes
-        .iter()
-        .filter(|o| o.granted_token().is_some())
-        .filter_map(|o| (shared.node_index)(&o.node))
-        .collect();
+    let granted_by = shared.granting_nodes(&acquired);
     let id = begin(
         shared,
         resource,
@@ -214,17 +209,7 @@ fn scoped(
         }
         shared.checker.end_hold(id);
     });
-    stats.release_calls.fetch_add(1, Ordering::Relaxed);
-    match result {
-        Ok(()) => {}
-        Err(LockError::NotAcquired { .. }) => {
-            stats.not_acquired.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(LockError::LockLost) => {
-            stats.styles.blocking_lost.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(error) => stats.note_error(&error),
-    }
+    crate::scoped::note_result(stats, result, &stats.styles.blocking_lost);
     if had_token {
         // A token that was never written: the lock was lost first.
         stats.styles.watchdog_losses.fetch_add(1, Ordering::Relaxed);

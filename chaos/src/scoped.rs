@@ -3,19 +3,31 @@
 //! watchdog reports the lock lost. The work takes its token, works for up
 //! to twice the TTL while its window follows the renewals, and writes.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::Error as LockError;
 
-use crate::checker::WriteOutcome;
-use crate::workload::Shared;
+use crate::checker::{Checker, HolderId, WriteOutcome};
+use crate::workload::{ClientStats, Shared};
 
 /// How far the work got: no token yet, a token, a write made.
 const NO_TOKEN: u8 = 0;
 const TOKEN: u8 = 1;
 const WROTE: u8 = 2;
+
+/// Ends a hold's window when dropped.
+struct EndOnDrop<'a> {
+    checker: &'a Checker,
+    id: HolderId,
+}
+
+impl Drop for EndOnDrop<'_> {
+    fn drop(&mut self) {
+        self.checker.end_hold(self.id);
+    }
+}
 
 /// One hold of `resource` through `Redlock::with_lock`, working `work`.
 pub async fn hold(shared: &Shared, client: usize, resource: &str, ttl: Duration, work: Duration) {
@@ -44,6 +56,10 @@ pub async fn hold(shared: &Shared, client: usize, resource: &str, ttl: Duration,
                 // part in the checks, not in the exposure figures.
                 Vec::new(),
             );
+            // If the lock is lost, `with_lock` drops this future (at its
+            // next await) before it releases the lock: the work stops
+            // acting there, and so does its window.
+            let _ends = EndOnDrop { checker, id };
             stats.fence_calls.fetch_add(1, Ordering::Relaxed);
             let Ok(token) = ctx.fencing_token().await else {
                 stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
@@ -64,20 +80,36 @@ pub async fn hold(shared: &Shared, client: usize, resource: &str, ttl: Duration,
             checker.end_hold(id);
         })
         .await;
+    // Lost with a token and before its write: counted with the watchdog
+    // losses (every token writes once, or was lost).
+    if note_result(stats, result, &stats.styles.scoped_lost)
+        && progress.load(Ordering::Relaxed) == TOKEN
+    {
+        stats.styles.watchdog_losses.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts how a `with_lock` ended (it released the lock; a refusal; a loss,
+/// in `lost`; an error) and returns whether the lock was lost.
+pub(crate) fn note_result(
+    stats: &ClientStats,
+    result: Result<(), LockError>,
+    lost: &AtomicU64,
+) -> bool {
     stats.release_calls.fetch_add(1, Ordering::Relaxed);
     match result {
-        Ok(()) => {}
+        Ok(()) => false,
         Err(LockError::NotAcquired { .. }) => {
             stats.not_acquired.fetch_add(1, Ordering::Relaxed);
+            false
         }
         Err(LockError::LockLost) => {
-            stats.styles.scoped_lost.fetch_add(1, Ordering::Relaxed);
-            // Lost with a token and before its write: counted with the
-            // watchdog losses (every token writes once, or was lost).
-            if progress.load(Ordering::Relaxed) == TOKEN {
-                stats.styles.watchdog_losses.fetch_add(1, Ordering::Relaxed);
-            }
+            lost.fetch_add(1, Ordering::Relaxed);
+            true
         }
-        Err(error) => stats.note_error(&error),
+        Err(error) => {
+            stats.note_error(&error);
+            false
+        }
     }
 }

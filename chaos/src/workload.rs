@@ -239,6 +239,18 @@ impl Clone for Shared {
     }
 }
 
+impl Shared {
+    /// The indexes of the nodes that granted `acquired`.
+    pub(crate) fn granting_nodes(&self, acquired: &redis_lock_client::Acquired) -> Vec<usize> {
+        acquired
+            .outcomes
+            .iter()
+            .filter(|o| o.granted_token().is_some())
+            .filter_map(|o| (self.node_index)(&o.node))
+            .collect()
+    }
+}
+
 fn take_pause_request(requests: &AtomicU64) -> bool {
     requests
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
@@ -347,12 +359,7 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         // acquisition succeeds only with some left), so every holder's
         // window takes part in the checks.
         let validity = acquired.validity;
-        let granted_by = acquired
-            .outcomes
-            .iter()
-            .filter(|o| o.granted_token().is_some())
-            .filter_map(|o| (shared.node_index)(&o.node))
-            .collect();
+        let granted_by = shared.granting_nodes(&acquired);
         let id = shared.checker.begin_hold(
             resource,
             client,

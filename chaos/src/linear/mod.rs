@@ -193,36 +193,31 @@ mod tests {
     const A: u8 = 0;
     const B: u8 = 1;
 
+    fn release(owner: u8) -> Cmd {
+        Cmd::Release { owner, all: false }
+    }
+
+    fn fence(owner: u8, at_least: Option<u64>) -> Cmd {
+        Cmd::Fence { owner, at_least }
+    }
+
+    fn held(owner: u8, holds: u32, token: u64) -> Reply {
+        Reply::Holder {
+            owner,
+            holds,
+            token,
+        }
+    }
+
     #[test]
     fn a_sequential_history_of_the_lock_is_linearizable() {
         let steps = [
             (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
             (one(Cmd::Acquire(B), Reply::Nil), 2, Some(3)),
             (one(Cmd::Acquire(A), Reply::Int(10)), 4, Some(5)),
-            (
-                one(
-                    Cmd::Info,
-                    Reply::Holder {
-                        owner: A,
-                        holds: 2,
-                        token: 10,
-                    },
-                ),
-                6,
-                Some(7),
-            ),
+            (one(Cmd::Info, held(A, 2, 10)), 6, Some(7)),
             (one(Cmd::Extend(B), Reply::Int(0)), 8, Some(9)),
-            (
-                one(
-                    Cmd::Fence {
-                        owner: A,
-                        at_least: Some(50),
-                    },
-                    Reply::Int(50),
-                ),
-                10,
-                Some(11),
-            ),
+            (one(fence(A, Some(50)), Reply::Int(50)), 10, Some(11)),
             (
                 one(
                     Cmd::Release {
@@ -250,17 +245,7 @@ mod tests {
         let steps = [
             (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
             (one(Cmd::Acquire(B), Reply::Int(11)), 2, Some(5)),
-            (
-                one(
-                    Cmd::Release {
-                        owner: A,
-                        all: false,
-                    },
-                    Reply::Int(0),
-                ),
-                3,
-                Some(4),
-            ),
+            (one(release(A), Reply::Int(0)), 3, Some(4)),
         ];
         assert!(linearizable(&steps, &[]));
     }
@@ -269,45 +254,15 @@ mod tests {
     fn a_new_lock_needs_a_token_above_every_earlier_one() {
         let steps = [
             (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
-            (
-                one(
-                    Cmd::Release {
-                        owner: A,
-                        all: false,
-                    },
-                    Reply::Int(0),
-                ),
-                2,
-                Some(3),
-            ),
+            (one(release(A), Reply::Int(0)), 2, Some(3)),
             (one(Cmd::Acquire(B), Reply::Int(10)), 4, Some(5)),
         ];
         assert!(!linearizable(&steps, &[]));
         // Raised by ATLEAST: the next lock's token is above the floor.
         let steps = [
             (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
-            (
-                one(
-                    Cmd::Fence {
-                        owner: A,
-                        at_least: Some(90),
-                    },
-                    Reply::Int(90),
-                ),
-                2,
-                Some(3),
-            ),
-            (
-                one(
-                    Cmd::Release {
-                        owner: A,
-                        all: false,
-                    },
-                    Reply::Int(0),
-                ),
-                4,
-                Some(5),
-            ),
+            (one(fence(A, Some(90)), Reply::Int(90)), 2, Some(3)),
+            (one(release(A), Reply::Int(0)), 4, Some(5)),
             (one(Cmd::Acquire(B), Reply::Int(60)), 6, Some(7)),
         ];
         assert!(!linearizable(&steps, &[]));
@@ -320,17 +275,7 @@ mod tests {
         let ran = [
             (lost_acquire.clone(), 0, None),
             (one(Cmd::Acquire(B), Reply::Nil), 3, Some(4)),
-            (
-                one(
-                    Cmd::Fence {
-                        owner: A,
-                        at_least: None,
-                    },
-                    Reply::Int(7),
-                ),
-                5,
-                Some(6),
-            ),
+            (one(fence(A, None), Reply::Int(7)), 5, Some(6)),
         ];
         assert!(linearizable(&ran, &[2]));
         // It did not run.
@@ -344,17 +289,7 @@ mod tests {
         let late = [
             (lost_acquire, 0, None),
             (one(Cmd::Acquire(B), Reply::Int(7)), 3, Some(4)),
-            (
-                one(
-                    Cmd::Release {
-                        owner: B,
-                        all: false,
-                    },
-                    Reply::Int(0),
-                ),
-                5,
-                Some(6),
-            ),
+            (one(release(B), Reply::Int(0)), 5, Some(6)),
             (one(Cmd::Extend(A), Reply::Int(1)), 7, Some(8)),
         ];
         assert!(!linearizable(&late, &[2]));
@@ -367,28 +302,11 @@ mod tests {
         // B sees neither half of A's MULTI (acquire, release) ... or both.
         let multi = vec![
             (Cmd::Acquire(A), Some(Reply::Int(10))),
-            (
-                Cmd::Release {
-                    owner: A,
-                    all: false,
-                },
-                Some(Reply::Int(0)),
-            ),
+            (release(A), Some(Reply::Int(0))),
         ];
         let steps = [
             (multi.clone(), 0, Some(5)),
-            (
-                one(
-                    Cmd::Info,
-                    Reply::Holder {
-                        owner: A,
-                        holds: 1,
-                        token: 10,
-                    },
-                ),
-                1,
-                Some(2),
-            ),
+            (one(Cmd::Info, held(A, 1, 10)), 1, Some(2)),
         ];
         assert!(!linearizable(&steps, &[]));
         let steps = [
@@ -402,17 +320,7 @@ mod tests {
     fn swapping_two_grants_tokens_breaks_the_history() {
         let mut steps = entries(&[
             (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
-            (
-                one(
-                    Cmd::Release {
-                        owner: A,
-                        all: false,
-                    },
-                    Reply::Int(0),
-                ),
-                2,
-                Some(3),
-            ),
+            (one(release(A), Reply::Int(0)), 2, Some(3)),
             (one(Cmd::Acquire(B), Reply::Int(12)), 4, Some(5)),
         ]);
         assert!(check(&steps, &[]).failed.is_empty());
