@@ -39,7 +39,7 @@ impl Default for Settings {
             connections: 8,
             keys: 6,
             owners: 3,
-            kill_every_ms: 700..=1_800,
+            kill_every_ms: 500..=1_500,
             seed: 20_261_124,
             persistence: true,
         }
