@@ -382,11 +382,15 @@ async fn a_tls_cluster_serves_locks_on_every_shard_to_the_async_and_blocking_cli
     assert_eq!(holder(master, "tls-blocking"), None);
 
     // Seeds whose certificate the client does not trust (the system's
-    // roots): a clear error, within the round's bounds, no lock taken.
+    // roots): a clear error, within the round's bounds, no lock taken. The
+    // node timeout leaves room for loading the system's roots and the
+    // handshakes on a loaded machine (with 250 ms, a CI run once saw the
+    // timeout first: "no reply within 250 ms").
     let untrusted = Redlock::cluster_with_config(
         seeds,
         Config {
             retry_count: 0,
+            node_timeout: Duration::from_secs(3),
             ..short_config()
         },
     )
