@@ -93,14 +93,11 @@ fn run(site: &Site, plan: &Plan, shared: &Shared) {
 fn wait_ready(redlock: &Redlock) -> Result<(), LockError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let infos = redlock.info("chaos:ready")?;
-        if infos.iter().all(|i| i.info.is_ok()) || Instant::now() >= deadline {
-            return infos
-                .into_iter()
-                .find_map(|i| i.info.err())
-                .map_or(Ok(()), |e| {
-                    Err(LockError::Runtime(format!("a node was not reachable: {e}")))
-                });
+        let Some(failed) = crate::unreachable(&redlock.info("chaos:ready")?) else {
+            return Ok(());
+        };
+        if Instant::now() >= deadline {
+            return Err(LockError::Runtime(failed));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -150,13 +147,7 @@ fn plain(
     }
     shared.checker.end_hold(id);
     stats.release_calls.fetch_add(1, Ordering::Relaxed);
-    match lock.release() {
-        Ok(release) if release.lapsed() => {
-            stats.releases_lapsed.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(_) => {}
-        Err(error) => stats.note_error(&error),
-    }
+    crate::workload::note_release(stats, lock.release());
 }
 
 /// `with_lock`: the work takes its token, sleeps `work` in steps that wake

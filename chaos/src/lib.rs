@@ -288,22 +288,23 @@ impl Drop for ClientGroups {
 async fn wait_ready(redlock: &Redlock) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let infos = redlock.info("chaos:ready").await;
-        if infos.iter().all(|i| i.info.is_ok()) {
+        let Some(failed) = unreachable(&redlock.info("chaos:ready").await) else {
             return Ok(());
-        }
+        };
         if Instant::now() >= deadline {
-            let failed: Vec<String> = infos
-                .iter()
-                .filter_map(|i| i.info.as_ref().err().map(|e| format!("{}: {e}", i.node)))
-                .collect();
-            return Err(Error::Setup(format!(
-                "nodes not reachable: {}",
-                failed.join(", ")
-            )));
+            return Err(Error::Setup(failed));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The nodes whose `LOCK.INFO` failed, with their errors; `None` if none.
+pub(crate) fn unreachable(infos: &[redis_lock_client::NodeInfo]) -> Option<String> {
+    let failed: Vec<String> = infos
+        .iter()
+        .filter_map(|i| i.info.as_ref().err().map(|e| format!("{}: {e}", i.node)))
+        .collect();
+    (!failed.is_empty()).then(|| format!("nodes not reachable: {}", failed.join(", ")))
 }
 
 async fn run_phase(

@@ -583,7 +583,16 @@ impl Hold<'_> {
 
 async fn release(lock: &redis_lock_client::Lock, stats: &ClientStats) {
     stats.release_calls.fetch_add(1, Ordering::Relaxed);
-    match lock.release().await {
+    note_release(stats, lock.release().await);
+}
+
+/// Counts how a release ended: after the lease had ended on a majority, or
+/// with an error.
+pub(crate) fn note_release(
+    stats: &ClientStats,
+    result: Result<redis_lock_client::Release, LockError>,
+) {
+    match result {
         Ok(release) if release.lapsed() => {
             stats.releases_lapsed.fetch_add(1, Ordering::Relaxed);
         }
