@@ -144,7 +144,7 @@ extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: RString, lock: *mut
 
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(null_ctx(), "mem_usage", 0, || {
-        value::with_lock(value, Lock::heap_bytes).unwrap_or(0)
+        value::heap_bytes(value).unwrap_or(0)
     })
 }
 
@@ -173,7 +173,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, lock: *mut c_void) {
 /// May run on Redis's lazy-free thread: touches only the value and an atomic.
 extern "C" fn free(value: *mut c_void) {
     guard::callback(null_ctx(), "free", (), || {
-        if let Some(holders) = value::with_lock(value, |lock| lock.holders().len()) {
+        if let Some(holders) = value::holder_count(value) {
             value::free_value(value);
             stats::value_counted(-1, holders);
         }

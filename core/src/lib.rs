@@ -9,6 +9,7 @@
 
 pub mod args;
 pub mod clock;
+pub mod compact;
 pub mod deadlines;
 pub mod filing;
 pub mod firing;

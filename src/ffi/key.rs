@@ -4,12 +4,13 @@
 //! let go of the module state, because Redis calls back into the module
 //! (`unlink2`, `free`) while it replaces or deletes a value.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_lock_core::{Lock, Slot};
 use redis_module::raw;
 
+use crate::ffi::value::{self, Access};
 use crate::ffi::{rm, Ctx, RString};
 
 /// Our data type, set once at load.
@@ -28,6 +29,9 @@ enum Pending {
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
     pending: Pending,
+    /// The stored lock, opened for changes (a compact one read out), until
+    /// its changes are written back.
+    access: Option<Access>,
 }
 
 impl LockKey {
@@ -54,6 +58,7 @@ impl LockKey {
         let opened = LockKey {
             key,
             pending: Pending::Nothing,
+            access: None,
         };
         if key.is_null() {
             return Ok(opened);
@@ -69,15 +74,21 @@ impl LockKey {
     }
 
     /// The lock in a key opened by someone else (a scan), if it holds one.
+    /// `f` may change its holders' fields (filing), not its shape.
     pub fn scanned(key: *mut raw::RedisModuleKey, f: impl FnOnce(&mut Lock)) {
         if key.is_null() || !is_lock(key) {
             return;
         }
         let value = rm!(RedisModule_ModuleTypeGetValue(key)).unwrap_or(std::ptr::null_mut());
-        // SAFETY: the key holds our type, whose values are Box<Lock>.
-        if let Some(lock) = unsafe { value.cast::<Lock>().as_mut() } {
+        let Some(mut access) = Access::new(value) else {
+            return;
+        };
+        if let Some(lock) = access.lock() {
             f(lock);
         }
+        // Filing changes no lock's shape: the write-back cannot fail (and
+        // a key a scan opened could not take a new value).
+        let _ = access.write_back();
     }
 
     /// The lock stored in the keyspace, ignoring anything pending.
@@ -85,10 +96,36 @@ impl LockKey {
         if self.key.is_null() {
             return None;
         }
-        let value = rm!(RedisModule_ModuleTypeGetValue(self.key))?.cast::<Lock>();
-        // SAFETY: open() checked the key holds our type, whose values are
-        // always Box<Lock> pointers; the key is open for our lifetime.
-        unsafe { value.as_mut() }
+        if self.access.is_none() {
+            self.access = Access::new(rm!(RedisModule_ModuleTypeGetValue(self.key))?);
+        }
+        self.access.as_mut()?.lock()
+    }
+
+    /// Writes changes to a compact stored lock back into its value; a lock
+    /// that lost the compact shape replaces it as a full value.
+    fn write_back(&mut self) {
+        let Some(mut access) = self.access.take() else {
+            return;
+        };
+        match access.write_back() {
+            Ok(()) => self.access = Some(access),
+            Err(lock) => {
+                let new = value::into_value(lock);
+                let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
+                let mut old = std::ptr::null_mut();
+                let status = rm!(RedisModule_ModuleTypeReplaceValue(
+                    self.key, ty, new, &mut old
+                ));
+                if status == Some(raw::REDISMODULE_OK as c_int) {
+                    // Redis took the new value and handed back the old one
+                    // (the `Access`'s), calling none of our callbacks.
+                    value::free_value(old);
+                } else {
+                    value::free_value(new);
+                }
+            }
+        }
     }
 
     /// A new value is pending: it is counted when it is committed, with
@@ -100,16 +137,24 @@ impl LockKey {
     /// Carries out a pending store or delete. Call it with no module-state
     /// borrow held: Redis calls our type callbacks from inside.
     pub fn commit(&mut self) {
-        match std::mem::replace(&mut self.pending, Pending::Nothing) {
+        let pending = std::mem::replace(&mut self.pending, Pending::Nothing);
+        if matches!(pending, Pending::Nothing) {
+            self.write_back();
+        } else {
+            // The stored value is about to go: its changes go with it.
+            self.access = None;
+        }
+        match pending {
             Pending::Nothing => {}
             Pending::Delete => {
-                if self.stored().is_some() {
+                // Not through `stored()`: no `Access` may outlive the value.
+                if !self.key.is_null() && is_lock(self.key) {
                     crate::hints::own_change(|| rm!(RedisModule_DeleteKey(self.key)));
                 }
             }
             Pending::Store(lock) => {
                 let holders = lock.holders().len();
-                let value = Box::into_raw(lock).cast::<c_void>();
+                let value = value::into_value(*lock);
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
                 let status = crate::hints::own_change(|| {
                     rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value))
@@ -117,8 +162,8 @@ impl LockKey {
                 if status == Some(raw::REDISMODULE_OK as c_int) {
                     crate::stats::value_counted(1, holders);
                 } else {
-                    // SAFETY: Redis did not take the value; it is still ours.
-                    drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+                    // Redis did not take the value; it is still ours.
+                    value::free_value(value);
                 }
             }
         }
@@ -155,6 +200,7 @@ fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
 
 impl Drop for LockKey {
     fn drop(&mut self) {
+        self.write_back();
         if !self.key.is_null() {
             rm!(RedisModule_CloseKey(self.key));
         }

@@ -1,31 +1,189 @@
-//! Our data type's values as Redis holds them: a `Box<Lock>` behind a
-//! `void *`. Only the type's callbacks and the key access see these
-//! pointers; everything above gets a scoped reference.
+//! Our data type's values as Redis holds them, behind a `void *`: a
+//! `Box<Compact>` (48 bytes) for an exclusive lock whose owner the compact
+//! form keeps (`core/src/compact.rs`), a `Box<Lock>` (80 bytes and up) for
+//! every other lock. Both are 8-byte aligned; the pointer's low bit says
+//! which one it is. Only the type's callbacks and the key access see these
+//! pointers; everything above gets a scoped reference to a [`Lock`].
 
 use std::ffi::c_void;
 
+use redis_lock_core::compact::Compact;
 use redis_lock_core::Lock;
 
-/// A loaded lock handed to Redis, which owns it from now on.
+/// The low bit of a compact value's pointer.
+const COMPACT_TAG: usize = 1;
+
+/// A value's two forms.
+enum Form {
+    Full(*mut Lock),
+    Compact(*mut Compact),
+}
+
+fn form(value: *mut c_void) -> Option<Form> {
+    if value.is_null() {
+        return None;
+    }
+    Some(if (value as usize) & COMPACT_TAG == 0 {
+        Form::Full(value.cast())
+    } else {
+        Form::Compact(value.cast::<u8>().wrapping_sub(COMPACT_TAG).cast())
+    })
+}
+
+/// A lock handed to Redis, which owns it from now on, in the compact form
+/// when it fits.
 pub fn into_value(lock: Lock) -> *mut c_void {
-    Box::into_raw(Box::new(lock)).cast::<c_void>()
+    match Compact::of(&lock) {
+        Some(compact) => Box::into_raw(Box::new(compact))
+            .cast::<u8>()
+            .wrapping_add(COMPACT_TAG)
+            .cast(),
+        None => Box::into_raw(Box::new(lock)).cast(),
+    }
 }
 
 /// Runs `f` with the lock behind a value Redis passed to one of our type's
 /// callbacks; `None` for null. The reference does not outlive the call.
 pub fn with_lock<R>(value: *const c_void, f: impl FnOnce(&Lock) -> R) -> Option<R> {
     // SAFETY: Redis only passes our type's callbacks values it got from
-    // `into_value` (or `ModuleTypeSetValue` of a `Box<Lock>`), alive for
-    // the callback.
-    unsafe { value.cast::<Lock>().as_ref() }.map(f)
+    // `into_value` (directly or through `ModuleTypeSetValue`), alive for the
+    // callback; `form` undoes the tag `into_value` set.
+    match form(value.cast_mut())? {
+        Form::Full(lock) => unsafe { lock.as_ref() }.map(f),
+        Form::Compact(compact) => unsafe { compact.as_ref() }.map(|c| f(&c.to_lock())),
+    }
 }
 
-/// Frees a value Redis is done with (`free`); `false` for null.
-pub fn free_value(value: *mut c_void) -> bool {
-    if value.is_null() {
-        return false;
+/// The holders of the lock behind a value (without spelling a compact
+/// lock out: the `free` callback runs for every lock that ends).
+pub fn holder_count(value: *const c_void) -> Option<usize> {
+    match form(value.cast_mut())? {
+        // SAFETY: as in `with_lock`.
+        Form::Full(lock) => unsafe { lock.as_ref() }.map(|lock| lock.holders().len()),
+        Form::Compact(_) => Some(1),
     }
-    // SAFETY: as above; Redis frees each of our values exactly once.
-    drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
-    true
+}
+
+/// Bytes the lock behind a value owns, for `MEMORY USAGE`.
+pub fn heap_bytes(value: *const c_void) -> Option<usize> {
+    match form(value.cast_mut())? {
+        // SAFETY: as in `with_lock`.
+        Form::Full(lock) => unsafe { lock.as_ref() }.map(Lock::heap_bytes),
+        Form::Compact(compact) => unsafe { compact.as_ref() }.map(Compact::heap_bytes),
+    }
+}
+
+/// Frees a value Redis is done with (`free`, or one Redis did not take);
+/// `false` for null.
+pub fn free_value(value: *mut c_void) -> bool {
+    // SAFETY: as in `with_lock`; Redis frees each of our values exactly once.
+    match form(value) {
+        None => false,
+        Some(Form::Full(lock)) => {
+            drop(unsafe { Box::from_raw(lock) });
+            true
+        }
+        Some(Form::Compact(compact)) => {
+            drop(unsafe { Box::from_raw(compact) });
+            true
+        }
+    }
+}
+
+/// The lock behind a value in the keyspace, opened for changes: a full lock
+/// is changed where it lies; a compact one is read out once and written
+/// back by [`Access::write_back`]. Whoever holds an `Access` keeps the key
+/// open and drops the `Access` before the key's value is replaced, deleted
+/// or the key closed (`LockKey` does).
+pub struct Access {
+    value: *mut c_void,
+    decoded: Option<(*mut Compact, Lock)>,
+}
+
+impl Access {
+    /// Access to the lock behind `value`; `None` for null.
+    pub fn new(value: *mut c_void) -> Option<Access> {
+        let decoded = match form(value)? {
+            Form::Full(_) => None,
+            // SAFETY: as in `with_lock`, for as long as the key is open.
+            Form::Compact(compact) => Some((compact, unsafe { compact.as_ref() }?.to_lock())),
+        };
+        Some(Access { value, decoded })
+    }
+
+    pub fn lock(&mut self) -> Option<&mut Lock> {
+        match &mut self.decoded {
+            Some((_, lock)) => Some(lock),
+            // SAFETY: a full value is a `Box<Lock>` Redis keeps alive while
+            // the key is open; the `&mut self` borrow is the only access.
+            None => unsafe { self.value.cast::<Lock>().as_mut() },
+        }
+    }
+
+    /// Writes a compact lock's changes back into its value. `Err` with the
+    /// lock when it no longer has the compact shape (the caller stores it
+    /// as a full value instead; `Access` then no longer speaks for it).
+    pub fn write_back(&mut self) -> Result<(), Lock> {
+        let Some((compact, lock)) = &self.decoded else {
+            return Ok(());
+        };
+        match Compact::of(lock) {
+            Some(fresh) => {
+                // SAFETY: as in `new`; no reference into the value is alive
+                // (the decoded lock is a copy).
+                if let Some(stored) = unsafe { compact.as_mut() } {
+                    *stored = fresh;
+                }
+                Ok(())
+            }
+            None => match self.decoded.take() {
+                Some((_, lock)) => Err(lock),
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UUID: &[u8] = b"7f3c1a2e-9b4d-4e8f-a6c5-0d1e2f3a4b5c";
+
+    #[test]
+    fn a_value_reads_back_as_the_lock_it_was_made_from() {
+        let long = [b'x'; 40];
+        for owner in [UUID, b"short", &long[..]] {
+            let lock = Lock::exclusive(owner, 2, 7, 1_000);
+            let value = into_value(lock.clone());
+            assert_eq!(with_lock(value, Clone::clone), Some(lock.clone()));
+            assert_eq!(holder_count(value), Some(1));
+            let compact = (value as usize) & COMPACT_TAG != 0;
+            assert_eq!(compact, owner.len() <= 36, "{owner:?}");
+            assert_eq!(
+                heap_bytes(value),
+                Some(if compact { 48 } else { lock.heap_bytes() })
+            );
+            assert!(free_value(value));
+        }
+        assert!(!free_value(std::ptr::null_mut()));
+        assert_eq!(with_lock(std::ptr::null(), |_| ()), None);
+    }
+
+    #[test]
+    fn changes_through_access_are_written_back() {
+        let value = into_value(Lock::exclusive(UUID, 1, 7, 1_000));
+        let mut access = Access::new(value).unwrap();
+        let holder = &mut access.lock().unwrap().holders_mut()[0];
+        holder.set_expiry_id(42);
+        assert_eq!(access.write_back(), Ok(()));
+        let read = with_lock(value, |lock| lock.holders()[0].expiry_id());
+        assert_eq!(read, Some(42));
+        // A change of shape is handed back to be stored in full.
+        let mut access = Access::new(value).unwrap();
+        *access.lock().unwrap() = Lock::exclusive(&[b'y'; 50], 1, 8, 2_000);
+        let full = access.write_back().unwrap_err();
+        assert_eq!(full.holders()[0].owner(), &[b'y'; 50][..]);
+        assert!(free_value(value));
+    }
 }
