@@ -35,28 +35,74 @@
 //! acting on it.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 /// Stale heap items tolerated beyond the number of live entries before the
 /// heap is rebuilt.
 const STALE_SLACK: usize = 1024;
 
-#[derive(Debug)]
-struct Slot<K> {
-    /// `None` while the slot is free.
-    key: Option<K>,
-    /// Bumped whenever the slot is freed, so old ids stop matching. Never 0.
-    generation: u32,
-    /// Heap items filed for the live entry: 1, more after a lease shrank.
-    /// Lets a rebuild keep single items without looking further (the field
-    /// fills padding: a slot is 32 bytes with or without it).
-    items: u32,
+/// Bytes of a key kept inside its slot.
+pub const PACKED_KEY: usize = 19;
+
+/// A key the index can keep inside a slot, in [`PACKED_KEY`] bytes, when it
+/// is short enough (a lock's name up to 17 bytes in a database below 255);
+/// other keys are kept beside the slab. The defaults keep every key beside.
+pub trait SlabKey: Sized {
+    /// The key in its packed form, if it has one.
+    fn pack(&self) -> Option<[u8; PACKED_KEY]> {
+        None
+    }
+
+    /// The key [`SlabKey::pack`] packed.
+    fn unpack(packed: &[u8; PACKED_KEY]) -> Option<Self> {
+        let _ = packed;
+        None
+    }
 }
 
-impl<K> Slot<K> {
+impl SlabKey for u64 {
+    fn pack(&self) -> Option<[u8; PACKED_KEY]> {
+        let mut packed = [0; PACKED_KEY];
+        packed.get_mut(..8)?.copy_from_slice(&self.to_le_bytes());
+        Some(packed)
+    }
+
+    fn unpack(packed: &[u8; PACKED_KEY]) -> Option<Self> {
+        Some(u64::from_le_bytes(packed.get(..8)?.try_into().ok()?))
+    }
+}
+
+impl SlabKey for usize {
+    fn pack(&self) -> Option<[u8; PACKED_KEY]> {
+        u64::try_from(*self).ok()?.pack()
+    }
+
+    fn unpack(packed: &[u8; PACKED_KEY]) -> Option<Self> {
+        usize::try_from(u64::unpack(packed)?).ok()
+    }
+}
+
+/// A slot's state.
+const LIVE: u8 = 1;
+/// The live entry's key is in `spilled`, not in the slot.
+const SPILLED: u8 = 2;
+/// The live entry has more than one heap item (its lease shrank): a
+/// rebuild keeps only its earliest.
+const SEVERAL: u8 = 4;
+
+/// 24 bytes: a key of a lock name up to 17 bytes lives here whole.
+#[derive(Debug)]
+struct Slot {
+    flags: u8,
+    key: [u8; PACKED_KEY],
+    /// Bumped whenever the slot is freed, so old ids stop matching. Never 0.
+    generation: u32,
+}
+
+impl Slot {
     /// The slot holds a live entry of this generation.
     fn holds(&self, generation: u32) -> bool {
-        self.generation == generation && self.key.is_some()
+        self.generation == generation && self.flags & LIVE != 0
     }
 }
 
@@ -65,7 +111,9 @@ type Item = Reverse<(u64, u32, u32)>;
 
 #[derive(Debug)]
 pub struct DeadlineIndex<K> {
-    slots: Vec<Slot<K>>,
+    slots: Vec<Slot>,
+    /// The keys of live slots that do not pack, by slot.
+    spilled: HashMap<u32, K>,
     /// Free slots, lowest first: new entries fill the bottom of the slab,
     /// so that after a spike the top empties and is given back. Entries at
     /// or above `slots.len()` are left over from a shrink and skipped.
@@ -81,6 +129,7 @@ impl<K> Default for DeadlineIndex<K> {
     fn default() -> Self {
         DeadlineIndex {
             slots: Vec::new(),
+            spilled: HashMap::new(),
             free: BinaryHeap::new(),
             heap: BinaryHeap::new(),
             live: 0,
@@ -99,7 +148,7 @@ fn parts_of(id: u64) -> (u32, u32) {
     (id as u32, (id >> 32) as u32)
 }
 
-impl<K> DeadlineIndex<K> {
+impl<K: SlabKey> DeadlineIndex<K> {
     pub fn new() -> Self {
         Self::default()
     }
@@ -115,18 +164,26 @@ impl<K> DeadlineIndex<K> {
                     return 0;
                 };
                 self.slots.push(Slot {
-                    key: None,
+                    flags: 0,
+                    key: [0; PACKED_KEY],
                     generation: self.generation_floor,
-                    items: 0,
                 });
                 slot
             }
         };
+        let (flags, packed) = match key.pack() {
+            Some(packed) => (LIVE, packed),
+            None => {
+                self.spilled.insert(slot, key);
+                (LIVE | SPILLED, [0; PACKED_KEY])
+            }
+        };
         let Some(entry) = self.slots.get_mut(slot as usize) else {
+            self.spilled.remove(&slot);
             return 0;
         };
-        entry.key = Some(key);
-        entry.items = 1;
+        entry.flags = flags;
+        entry.key = packed;
         let generation = entry.generation;
         self.heap.push(Reverse((deadline, slot, generation)));
         self.live += 1;
@@ -134,7 +191,7 @@ impl<K> DeadlineIndex<K> {
     }
 
     /// The live slot entry `id` names, if any.
-    fn slot_mut(&mut self, id: u64) -> Option<&mut Slot<K>> {
+    fn slot_mut(&mut self, id: u64) -> Option<&mut Slot> {
         let (slot, generation) = parts_of(id);
         self.slots
             .get_mut(slot as usize)
@@ -154,15 +211,27 @@ impl<K> DeadlineIndex<K> {
         self.is_live(slot, generation)
     }
 
+    /// Frees live slot `slot` (its entry `entry`) and returns its key.
+    fn free_slot(&mut self, slot: u32) -> Option<K> {
+        let entry = self.slots.get_mut(slot as usize)?;
+        let flags = std::mem::replace(&mut entry.flags, 0);
+        entry.generation = entry.generation.checked_add(1).unwrap_or(1);
+        let key = if flags & SPILLED != 0 {
+            self.spilled.remove(&slot)
+        } else {
+            K::unpack(&entry.key)
+        };
+        self.free.push(Reverse(slot));
+        self.live -= 1;
+        key
+    }
+
     /// Drops entry `id` (the lock was released or deleted) and returns its
     /// key; `None` if there is no such entry.
     pub fn remove(&mut self, id: u64) -> Option<K> {
         let (slot, _) = parts_of(id);
-        let entry = self.slot_mut(id)?;
-        let key = entry.key.take();
-        entry.generation = entry.generation.checked_add(1).unwrap_or(1);
-        self.free.push(Reverse(slot));
-        self.live -= 1;
+        self.slot_mut(id)?;
+        let key = self.free_slot(slot);
         if self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuild_heap();
         }
@@ -186,7 +255,7 @@ impl<K> DeadlineIndex<K> {
     fn shrink_top(&mut self) {
         let mut shrunk = false;
         while let Some(top) = self.slots.last() {
-            if top.key.is_some() {
+            if top.flags & LIVE != 0 {
                 break;
             }
             self.generation_floor = self.generation_floor.max(top.generation);
@@ -213,9 +282,10 @@ impl<K> DeadlineIndex<K> {
     /// Bytes the index holds (slab, free list, heap): `INFO lock`'s
     /// `lock_lease_index_bytes`, and tests of the shrink.
     pub fn capacity_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot<K>>()
+        self.slots.capacity() * std::mem::size_of::<Slot>()
             + self.free.capacity() * std::mem::size_of::<u32>()
             + self.heap.capacity() * std::mem::size_of::<Item>()
+            + self.spilled.capacity() * (std::mem::size_of::<(u32, K)>() + 1)
     }
 
     /// Entry `id`'s lease now ends at `deadline`, earlier than it did: an
@@ -226,7 +296,7 @@ impl<K> DeadlineIndex<K> {
         let Some(entry) = self.slot_mut(id) else {
             return;
         };
-        entry.items = entry.items.saturating_add(1);
+        entry.flags |= SEVERAL;
         self.heap.push(Reverse((deadline, slot, generation)));
         if self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuild_heap();
@@ -288,21 +358,48 @@ impl<K> DeadlineIndex<K> {
     /// Rewrites or drops every key: `map` returns the new key, or `None` to
     /// drop the entry (used for `FLUSHDB` and `SWAPDB`).
     pub fn remap(&mut self, mut map: impl FnMut(&K) -> Option<K>) {
-        for (slot, entry) in self.slots.iter_mut().enumerate() {
-            let Some(key) = entry.key.take() else {
+        for slot in 0..self.slots.len() {
+            let Ok(slot) = u32::try_from(slot) else {
+                break;
+            };
+            let Some(entry) = self.slots.get(slot as usize) else {
+                break;
+            };
+            if entry.flags & LIVE == 0 {
+                continue;
+            }
+            let key = if entry.flags & SPILLED != 0 {
+                self.spilled.remove(&slot)
+            } else {
+                K::unpack(&entry.key)
+            };
+            let mapped = key.as_ref().and_then(&mut map);
+            let Some(mapped) = mapped else {
+                // Dropped: free the slot (its key is already taken out).
+                if let Some(entry) = self.slots.get_mut(slot as usize) {
+                    entry.flags &= !SPILLED;
+                }
+                self.free_slot(slot);
                 continue;
             };
-            entry.key = map(&key);
-            if entry.key.is_none() {
-                entry.generation = entry.generation.checked_add(1).unwrap_or(1);
-                if let Ok(slot) = u32::try_from(slot) {
-                    self.free.push(Reverse(slot));
+            let several = entry.flags & SEVERAL;
+            let (flags, packed) = match mapped.pack() {
+                Some(packed) => (LIVE, packed),
+                None => {
+                    self.spilled.insert(slot, mapped);
+                    (LIVE | SPILLED, [0; PACKED_KEY])
                 }
-                self.live -= 1;
+            };
+            if let Some(entry) = self.slots.get_mut(slot as usize) {
+                entry.flags = flags | several;
+                entry.key = packed;
             }
         }
         self.rebuild_heap();
         self.shrink_top();
+        if self.spilled.capacity() > 2 * self.spilled.len() + STALE_SLACK {
+            self.spilled.shrink_to_fit();
+        }
     }
 
     /// The heap again without stale items: for each live entry, only its
@@ -317,7 +414,7 @@ impl<K> DeadlineIndex<K> {
         items.retain(|&Reverse((deadline, slot, generation))| {
             match self.slots.get(slot as usize) {
                 Some(entry) if entry.holds(generation) => {
-                    if entry.items > 1 {
+                    if entry.flags & SEVERAL != 0 {
                         several.push((slot, deadline, generation));
                         return false;
                     }
@@ -330,7 +427,7 @@ impl<K> DeadlineIndex<K> {
         several.dedup_by_key(|&mut (slot, _, _)| slot);
         for (slot, deadline, generation) in several {
             if let Some(entry) = self.slots.get_mut(slot as usize) {
-                entry.items = 1;
+                entry.flags &= !SEVERAL;
             }
             items.push(Reverse((deadline, slot, generation)));
         }
@@ -354,6 +451,50 @@ impl<K> DeadlineIndex<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::KeyId;
+
+    // Keys the index keeps beside the slab.
+    impl SlabKey for &str {}
+    impl SlabKey for () {}
+    impl SlabKey for (i32, &str) {}
+
+    #[test]
+    fn a_slot_is_24_bytes_and_a_heap_item_16() {
+        assert_eq!(std::mem::size_of::<Slot>(), 24);
+        assert_eq!(std::mem::size_of::<Item>(), 16);
+    }
+
+    #[test]
+    fn packed_and_spilled_keys_come_back_through_every_path() {
+        let mut index = DeadlineIndex::new();
+        let short = KeyId::new(1, b"lock:000000000001");
+        let long = KeyId::new(1, &[b'n'; 40]);
+        let other = KeyId::new(2, b"x");
+        let (a, b, c) = (
+            index.insert(10, short.clone()),
+            index.insert(20, long.clone()),
+            index.insert(30, other.clone()),
+        );
+        assert_eq!(index.spilled.len(), 1);
+        // SWAPDB 1 <-> 255: the short name no longer packs (db 255), and
+        // back again.
+        let swap = |db: i32| match db {
+            1 => 255,
+            255 => 1,
+            db => db,
+        };
+        index.remap(|id| Some(id.in_db(swap(id.db()))));
+        assert_eq!(index.spilled.len(), 2);
+        index.remap(|id| Some(id.in_db(swap(id.db()))));
+        assert_eq!(index.spilled.len(), 1);
+        assert_eq!(index.remove(b), Some(long));
+        assert!(index.spilled.is_empty());
+        // A flush of database 2 drops its entry.
+        index.remap(|id| (id.db() != 2).then(|| id.clone()));
+        assert_eq!(index.remove(c), None);
+        assert_eq!(index.pop_due(100, 10), vec![(a, short)]);
+        assert!(index.is_empty());
+    }
 
     #[test]
     fn pops_due_entries_in_deadline_order_up_to_a_limit() {

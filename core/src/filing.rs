@@ -13,14 +13,14 @@
 //!   an async load) gets an entry per holder, and the node's counter rises
 //!   above its tokens so that every later grant here is above them.
 
-use crate::deadlines::DeadlineIndex;
+use crate::deadlines::{DeadlineIndex, SlabKey};
 use crate::lock::{Holder, Lock};
 use crate::token::TokenCounter;
 
 /// Files `holder` after a change, given the lease end it had before
 /// (`None`: it is new). Returns whether the index changed (the timer may
 /// need arming earlier).
-pub fn on_change<K>(
+pub fn on_change<K: SlabKey>(
     index: &mut DeadlineIndex<K>,
     holder: &mut Holder,
     previous_deadline: Option<u64>,
@@ -51,7 +51,7 @@ pub enum Arrival {
 
 /// Files the holders of a lock that arrived, and raises `tokens` above
 /// each holder's token. Returns how many holders were filed.
-pub fn on_arrival<K: Clone>(
+pub fn on_arrival<K: Clone + SlabKey>(
     tokens: &mut TokenCounter,
     index: &mut DeadlineIndex<K>,
     lock: &mut Lock,
@@ -84,7 +84,7 @@ pub enum Surfaced {
 }
 
 /// Looks at the holder filed under `entry` at monotonic time `now`.
-pub fn on_surfaced<K>(
+pub fn on_surfaced<K: SlabKey>(
     index: &mut DeadlineIndex<K>,
     lock: &mut Lock,
     entry: u64,

@@ -5,6 +5,7 @@
 //! of their own (24 bytes saved per lock in jemalloc's classes, and one
 //! `free` less on every release).
 
+use crate::deadlines::{SlabKey, PACKED_KEY};
 use crate::inline;
 
 /// Names up to this many bytes are stored inline.
@@ -65,6 +66,28 @@ impl KeyId {
     }
 }
 
+/// In the lease index's slots: a database below 255 in one byte, the
+/// name's length in one, the name (up to 17 bytes, which takes in the 17
+/// bytes of `lock:%012d`) in the rest. Other names are kept beside.
+impl SlabKey for KeyId {
+    fn pack(&self) -> Option<[u8; PACKED_KEY]> {
+        let db = u8::try_from(self.db()).ok().filter(|db| *db != u8::MAX)?;
+        let name = self.name();
+        let (len, bytes) = inline::pack::<{ PACKED_KEY - 2 }>(name)?;
+        let mut packed = [0; PACKED_KEY];
+        packed[0] = db;
+        packed[1] = len;
+        packed.get_mut(2..)?.copy_from_slice(&bytes);
+        Some(packed)
+    }
+
+    fn unpack(packed: &[u8; PACKED_KEY]) -> Option<Self> {
+        let [db, len, name @ ..] = packed;
+        let name = name.get(..usize::from(*len))?;
+        Some(KeyId::new(i32::from(*db), name))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +139,27 @@ mod tests {
         assert_eq!(short.in_db(5), KeyId::new(5, b"lock:x"));
         let long = KeyId::new(3, &[b'z'; 64]);
         assert_eq!(long.in_db(0), KeyId::new(0, &[b'z'; 64]));
+    }
+
+    #[test]
+    fn packs_short_names_in_low_databases_and_reads_them_back() {
+        for (db, name, packs) in [
+            (0, &b""[..], true),
+            (0, b"lock:000000123456", true),
+            (254, b"lock:000000123456", true),
+            (255, b"lock:000000123456", false),
+            (-1, b"a", false),
+            (70_000, b"a", false),
+            (3, b"lock:0000001234567", false),
+            (3, &[0u8; 17][..], true),
+        ] {
+            let id = KeyId::new(db, name);
+            let packed = id.pack();
+            assert_eq!(packed.is_some(), packs, "{db} {name:?}");
+            if let Some(packed) = packed {
+                assert_eq!(KeyId::unpack(&packed), Some(id));
+            }
+        }
     }
 
     #[test]
