@@ -241,7 +241,7 @@ fn run() -> Result<bool> {
         }
         let mut load_time = Duration::from_secs(5);
         if wanted(4) {
-            match micro::memory(&server, &scripts, &plan, &mut report) {
+            match micro::memory(&plan, &mut report) {
                 Ok(t) => load_time = t,
                 Err(e) => fail(&mut report, 4, e),
             }
@@ -503,6 +503,7 @@ mod tests {
     #[test]
     fn owner_is_36_bytes() {
         assert_eq!(OWNER.len(), 36);
+        assert_eq!(micro::TEXT_OWNER.len(), 36);
     }
 
     #[test]
