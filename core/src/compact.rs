@@ -35,6 +35,9 @@ enum Spelling {
 /// Where a UUID's text has its dashes.
 const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
 
+/// Where each of a UUID's 16 bytes is spelled in its text.
+const UUID_DIGITS_AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+
 /// An exclusive lock with one holder in 48 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Compact {
@@ -68,6 +71,33 @@ impl Compact {
         })
     }
 
+    /// Takes in `after`, a change of the lock whose owner was `owner`
+    /// (what [`Compact::to_lock`] gave); `false`, changing nothing, when
+    /// `after` no longer has the compact shape. The owner is packed again
+    /// only if it changed: a hold that only changes counts, tokens, leases
+    /// and index entries (every command on an exclusive lock) costs a
+    /// comparison and four stores.
+    pub fn update(&mut self, owner: &[u8], after: &Lock) -> bool {
+        if after.mode() == Mode::Exclusive && after.limit().is_none() {
+            if let [now] = after.holders() {
+                if now.owner() == owner {
+                    self.token = now.token();
+                    self.deadline = now.deadline();
+                    self.expiry_id = now.expiry_id();
+                    self.holds = now.holds();
+                    return true;
+                }
+            }
+        }
+        match Compact::of(after) {
+            Some(fresh) => {
+                *self = fresh;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The lock this stands for.
     pub fn to_lock(&self) -> Lock {
         let mut text = [0; TEXT_OWNER];
@@ -79,7 +109,9 @@ impl Compact {
         lock
     }
 
-    /// The owner's bytes, spelled out into `text` when they are text.
+    /// The owner's bytes, spelled out into `text` when they are text. (On
+    /// every command that reads a compact lock: no search, no branch per
+    /// digit.)
     fn owner<'a>(&'a self, text: &'a mut [u8; TEXT_OWNER]) -> &'a [u8] {
         let bytes = self.owner.get(..usize::from(self.len)).unwrap_or(&[]);
         let digits: &[u8; 16] = match self.spelling {
@@ -87,28 +119,33 @@ impl Compact {
             Spelling::Hex | Spelling::Uuid => b"0123456789abcdef",
             Spelling::HexUpper | Spelling::UuidUpper => b"0123456789ABCDEF",
         };
-        let dashes: &[usize] = match self.spelling {
-            Spelling::Uuid | Spelling::UuidUpper => &UUID_DASHES,
-            _ => &[],
+        let pair = |byte: u8| {
+            [
+                digits[usize::from(byte >> 4)],
+                digits[usize::from(byte & 0xf)],
+            ]
         };
-        let mut at = 0;
-        for byte in bytes {
-            for nibble in [byte >> 4, byte & 0xf] {
-                if dashes.contains(&at) {
-                    if let Some(slot) = text.get_mut(at) {
-                        *slot = b'-';
+        match self.spelling {
+            Spelling::Uuid | Spelling::UuidUpper => {
+                for at in UUID_DASHES {
+                    if let Some(dash) = text.get_mut(at) {
+                        *dash = b'-';
                     }
-                    at += 1;
                 }
-                if let (Some(slot), Some(digit)) =
-                    (text.get_mut(at), digits.get(usize::from(nibble)))
-                {
-                    *slot = *digit;
+                for (&at, &byte) in UUID_DIGITS_AT.iter().zip(bytes) {
+                    if let Some(slot) = text.get_mut(at..at + 2) {
+                        slot.copy_from_slice(&pair(byte));
+                    }
                 }
-                at += 1;
+                &text[..]
+            }
+            _ => {
+                for (slot, &byte) in text.chunks_exact_mut(2).zip(bytes) {
+                    slot.copy_from_slice(&pair(byte));
+                }
+                text.get(..2 * bytes.len()).unwrap_or(&[])
             }
         }
-        text.get(..at).unwrap_or(&[])
     }
 
     /// Bytes this lock owns, for `MEMORY USAGE`.
@@ -117,64 +154,71 @@ impl Compact {
     }
 }
 
+/// A hex digit's class in [`DIGITS`]: 0 for a byte that is none.
+const DECIMAL: u8 = 1 << 4;
+const LOWER: u8 = 2 << 4;
+const UPPER: u8 = 4 << 4;
+
+/// Per byte: its class in the high bits, its value in the low four.
+const DIGITS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = DECIMAL | i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = LOWER | (10 + i as u8);
+        table[b'A' as usize + i] = UPPER | (10 + i as u8);
+        i += 1;
+    }
+    table
+};
+
 /// `owner` as `(spelling, length, bytes)`, if the compact form holds it.
+/// One pass over the owner: it runs for every lock made.
 fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
     if let Some((len, bytes)) = crate::inline::pack::<OWNER_BYTES>(owner) {
         return Some((Spelling::Raw, len, bytes));
     }
-    if owner.len() > TEXT_OWNER {
+    if owner.len() > TEXT_OWNER || owner.len() % 2 != 0 {
         return None;
     }
     let is_uuid = owner.len() == TEXT_OWNER
         && UUID_DASHES
             .iter()
             .all(|&at| owner.get(at).copied() == Some(b'-'));
-    let mut text = [0u8; TEXT_OWNER];
-    let mut count = 0;
+    let mut bytes = [0; OWNER_BYTES];
+    let mut classes = 0u8;
+    let mut high: Option<u8> = None;
+    let mut out = 0;
     for (at, byte) in owner.iter().enumerate() {
-        if is_uuid && UUID_DASHES.contains(&at) {
+        if is_uuid && matches!(at, 8 | 13 | 18 | 23) {
             continue;
         }
-        if let Some(slot) = text.get_mut(count) {
-            *slot = *byte;
-        }
-        count += 1;
-    }
-    let digits = text.get(..count)?;
-    let lower = digits
-        .iter()
-        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
-    let upper = digits
-        .iter()
-        .all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(b));
-    let spelling = match (is_uuid, lower, upper) {
-        (true, true, _) => Spelling::Uuid,
-        (true, false, true) => Spelling::UuidUpper,
-        (false, true, _) => Spelling::Hex,
-        (false, false, true) => Spelling::HexUpper,
-        _ => return None,
-    };
-    if digits.len() % 2 != 0 {
-        return None;
-    }
-    let mut bytes = [0; OWNER_BYTES];
-    for (pair, slot) in digits.chunks_exact(2).zip(bytes.iter_mut()) {
-        let [high, low] = pair else {
+        let digit = DIGITS[usize::from(*byte)];
+        if digit == 0 {
             return None;
-        };
-        *slot = (nibble(*high)? << 4) | nibble(*low)?;
+        }
+        classes |= digit;
+        let value = digit & 0xf;
+        match high.take() {
+            None => high = Some(value),
+            Some(first) => {
+                *bytes.get_mut(out)? = (first << 4) | value;
+                out += 1;
+            }
+        }
     }
-    let len = u8::try_from(digits.len() / 2).ok()?;
-    Some((spelling, len, bytes))
-}
-
-fn nibble(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
+    let spelling = match (is_uuid, classes & LOWER != 0, classes & UPPER != 0) {
+        (_, true, true) => return None,
+        (true, _, false) => Spelling::Uuid,
+        (true, false, true) => Spelling::UuidUpper,
+        (false, _, false) => Spelling::Hex,
+        (false, false, true) => Spelling::HexUpper,
+    };
+    Some((spelling, u8::try_from(out).ok()?, bytes))
 }
 
 #[cfg(test)]
@@ -260,6 +304,33 @@ mod tests {
         let mut two = Lock::shared(None, Holder::new(b"a", 1, 1, 1));
         two.add_holder(Holder::new(b"b", 1, 2, 2));
         assert!(Compact::of(&two).is_none());
+    }
+
+    #[test]
+    fn updates_take_in_every_change() {
+        let original = lock(b"7f3c1a2e-9b4d-4e8f-a6c5-0d1e2f3a4b5c");
+        let mut compact = Compact::of(&original).unwrap();
+        let before = compact.to_lock();
+        let mut after = before.clone();
+        let holder = &mut after.holders_mut()[0];
+        holder.set_holds(9);
+        holder.set_token(77);
+        holder.set_deadline(1_234);
+        holder.set_expiry_id(5);
+        let owner = before.holders()[0].owner();
+        assert!(compact.update(owner, &after));
+        assert_eq!(compact.to_lock(), after);
+        // Another owner is packed afresh; one the form cannot keep is refused
+        // and leaves the value as it was.
+        let other = lock(b"0123456789ABCDEF0123456789ABCDEF");
+        assert!(compact.update(owner, &other));
+        assert_eq!(compact.to_lock(), other);
+        let owner = other.holders()[0].owner();
+        let unpackable = lock(&[b'z'; 30]);
+        assert!(!compact.update(owner, &unpackable));
+        assert_eq!(compact.to_lock(), other);
+        let shared = Lock::shared(None, Holder::new(b"a", 1, 1, 1));
+        assert!(!compact.update(owner, &shared));
     }
 
     #[test]

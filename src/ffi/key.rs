@@ -154,13 +154,16 @@ impl LockKey {
             }
             Pending::Store(lock) => {
                 let holders = lock.holders().len();
-                let value = value::into_value(*lock);
+                let (value, access) = value::into_value_with_access(*lock);
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
                 let status = crate::hints::own_change(|| {
                     rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value))
                 });
                 if status == Some(raw::REDISMODULE_OK as c_int) {
                     crate::stats::value_counted(1, holders);
+                    // What the command reads next (its effects) is the lock
+                    // it just stored: no need to read the value back.
+                    self.access = Some(access);
                 } else {
                     // Redis did not take the value; it is still ours.
                     value::free_value(value);

@@ -42,6 +42,36 @@ pub fn into_value(lock: Lock) -> *mut c_void {
     }
 }
 
+/// [`into_value`], with an [`Access`] to the new value that needs not read
+/// it back (for the key access, which keeps using the lock it stored).
+/// The `Access` speaks for the value only once Redis has taken it.
+pub fn into_value_with_access(lock: Lock) -> (*mut c_void, Access) {
+    match Compact::of(&lock) {
+        Some(compact) => {
+            let compact = Box::into_raw(Box::new(compact));
+            let value = compact.cast::<u8>().wrapping_add(COMPACT_TAG).cast();
+            let decoded = Decoded::new(compact, lock);
+            (
+                value,
+                Access {
+                    value,
+                    decoded: Some(decoded),
+                },
+            )
+        }
+        None => {
+            let value = Box::into_raw(Box::new(lock)).cast();
+            (
+                value,
+                Access {
+                    value,
+                    decoded: None,
+                },
+            )
+        }
+    }
+}
+
 /// Runs `f` with the lock behind a value Redis passed to one of our type's
 /// callbacks; `None` for null. The reference does not outlive the call.
 pub fn with_lock<R>(value: *const c_void, f: impl FnOnce(&Lock) -> R) -> Option<R> {
@@ -97,7 +127,37 @@ pub fn free_value(value: *mut c_void) -> bool {
 /// or the key closed (`LockKey` does).
 pub struct Access {
     value: *mut c_void,
-    decoded: Option<(*mut Compact, Lock)>,
+    /// A compact value: where it lies, the lock as read, and the copy the
+    /// caller changes.
+    decoded: Option<Decoded>,
+}
+
+struct Decoded {
+    compact: *mut Compact,
+    /// The owner as read (a compact owner is at most 36 bytes).
+    owner: ([u8; 36], usize),
+    lock: Lock,
+}
+
+impl Decoded {
+    fn new(compact: *mut Compact, lock: Lock) -> Decoded {
+        let mut owner = ([0; 36], 0);
+        if let Some(bytes) = lock.holders().first().map(|holder| holder.owner()) {
+            if let Some(buffer) = owner.0.get_mut(..bytes.len()) {
+                buffer.copy_from_slice(bytes);
+                owner.1 = bytes.len();
+            }
+        }
+        Decoded {
+            compact,
+            owner,
+            lock,
+        }
+    }
+
+    fn owner(&self) -> &[u8] {
+        self.owner.0.get(..self.owner.1).unwrap_or(&[])
+    }
 }
 
 impl Access {
@@ -106,14 +166,17 @@ impl Access {
         let decoded = match form(value)? {
             Form::Full(_) => None,
             // SAFETY: as in `with_lock`, for as long as the key is open.
-            Form::Compact(compact) => Some((compact, unsafe { compact.as_ref() }?.to_lock())),
+            Form::Compact(compact) => Some(Decoded::new(
+                compact,
+                unsafe { compact.as_ref() }?.to_lock(),
+            )),
         };
         Some(Access { value, decoded })
     }
 
     pub fn lock(&mut self) -> Option<&mut Lock> {
         match &mut self.decoded {
-            Some((_, lock)) => Some(lock),
+            Some(decoded) => Some(&mut decoded.lock),
             // SAFETY: a full value is a `Box<Lock>` Redis keeps alive while
             // the key is open; the `&mut self` borrow is the only access.
             None => unsafe { self.value.cast::<Lock>().as_mut() },
@@ -124,22 +187,20 @@ impl Access {
     /// lock when it no longer has the compact shape (the caller stores it
     /// as a full value instead; `Access` then no longer speaks for it).
     pub fn write_back(&mut self) -> Result<(), Lock> {
-        let Some((compact, lock)) = &self.decoded else {
+        let Some(decoded) = &mut self.decoded else {
             return Ok(());
         };
-        match Compact::of(lock) {
-            Some(fresh) => {
-                // SAFETY: as in `new`; no reference into the value is alive
-                // (the decoded lock is a copy).
-                if let Some(stored) = unsafe { compact.as_mut() } {
-                    *stored = fresh;
-                }
-                Ok(())
-            }
-            None => match self.decoded.take() {
-                Some((_, lock)) => Err(lock),
-                None => Ok(()),
-            },
+        // SAFETY: as in `new`; no reference into the value is alive (the
+        // decoded lock is a copy).
+        let Some(stored) = (unsafe { decoded.compact.as_mut() }) else {
+            return Ok(());
+        };
+        if stored.update(decoded.owner(), &decoded.lock) {
+            return Ok(());
+        }
+        match self.decoded.take() {
+            Some(decoded) => Err(decoded.lock),
+            None => Ok(()),
         }
     }
 }
@@ -168,6 +229,20 @@ mod tests {
         }
         assert!(!free_value(std::ptr::null_mut()));
         assert_eq!(with_lock(std::ptr::null(), |_| ()), None);
+    }
+
+    #[test]
+    fn a_stored_value_and_its_access_agree() {
+        for owner in [UUID, &[b'x'; 40][..]] {
+            let lock = Lock::exclusive(owner, 2, 7, 1_000);
+            let (value, mut access) = into_value_with_access(lock.clone());
+            assert_eq!(access.lock(), Some(&mut lock.clone()));
+            access.lock().unwrap().holders_mut()[0].set_expiry_id(5);
+            assert_eq!(access.write_back(), Ok(()));
+            let entry = with_lock(value, |lock| lock.holders()[0].expiry_id());
+            assert_eq!(entry, Some(5));
+            assert!(free_value(value));
+        }
     }
 
     #[test]
