@@ -342,18 +342,12 @@ mod tests {
     #[test]
     fn random_owners_round_trip() {
         // A small PRNG: owners of every length and alphabet mix.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut below = crate::testing::below(0x9e37_79b9_7f4a_7c15);
         let alphabet = b"0123456789abcdefABCDEF-xyz:";
         for _ in 0..20_000 {
-            let len = (next() % 40) as usize;
+            let len = below(40) as usize;
             let owner: Vec<u8> = (0..len)
-                .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                .map(|_| alphabet[below(alphabet.len() as u64) as usize])
                 .collect();
             let original = lock(&owner);
             if let Some(compact) = Compact::of(&original) {

@@ -532,13 +532,7 @@ mod tests {
     #[test]
     fn deadlines_years_apart_pop_exactly_on_time() {
         use std::collections::BTreeMap;
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move |below: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % below
-        };
+        let mut next = crate::testing::below(0x2545_f491_4f6c_dd1d);
         let mut index = DeadlineIndex::new();
         let mut model: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
         let mut now = 10 * 365 * DAY_MS;
@@ -848,13 +842,7 @@ mod tests {
     #[test]
     fn random_operations_agree_with_a_model() {
         use std::collections::HashMap;
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |below: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % below
-        };
+        let mut next = crate::testing::below(0x9e37_79b9_7f4a_7c15);
         let mut index = DeadlineIndex::new();
         // id -> (key, earliest item)
         let mut model: HashMap<u64, (u64, u64)> = HashMap::new();

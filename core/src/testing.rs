@@ -29,3 +29,15 @@ impl MemorySlot {
         self.0.as_ref()?.holders().first()
     }
 }
+
+/// A small deterministic generator (xorshift64) for randomized tests: each
+/// call gives a number below its argument (which must not be 0).
+pub fn below(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed;
+    move |bound| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % bound
+    }
+}

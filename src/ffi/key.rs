@@ -140,9 +140,12 @@ impl LockKey {
         let pending = std::mem::replace(&mut self.pending, Pending::Nothing);
         if matches!(pending, Pending::Nothing) {
             self.write_back();
-        } else {
-            // The stored value is about to go: its changes go with it.
-            self.access = None;
+        } else if let Some(mut access) = self.access.take() {
+            // The stored value is about to go. Its changes are written back
+            // first all the same: `unlink2` reads it to drop its holders'
+            // lease-index entries. (A change of shape has no value to go
+            // to: the value is replaced or deleted anyway.)
+            let _ = access.write_back();
         }
         match pending {
             Pending::Nothing => {}
