@@ -33,43 +33,22 @@ fn form(value: *mut c_void) -> Option<Form> {
 /// A lock handed to Redis, which owns it from now on, in the compact form
 /// when it fits.
 pub fn into_value(lock: Lock) -> *mut c_void {
-    match Compact::of(&lock) {
-        Some(compact) => Box::into_raw(Box::new(compact))
-            .cast::<u8>()
-            .wrapping_add(COMPACT_TAG)
-            .cast(),
-        None => Box::into_raw(Box::new(lock)).cast(),
-    }
+    into_value_with_access(lock).0
 }
 
 /// [`into_value`], with an [`Access`] to the new value that needs not read
 /// it back (for the key access, which keeps using the lock it stored).
 /// The `Access` speaks for the value only once Redis has taken it.
 pub fn into_value_with_access(lock: Lock) -> (*mut c_void, Access) {
-    match Compact::of(&lock) {
+    let (value, decoded) = match Compact::of(&lock) {
         Some(compact) => {
             let compact = Box::into_raw(Box::new(compact));
             let value = compact.cast::<u8>().wrapping_add(COMPACT_TAG).cast();
-            let decoded = Decoded::new(compact, lock);
-            (
-                value,
-                Access {
-                    value,
-                    decoded: Some(decoded),
-                },
-            )
+            (value, Some(Decoded::new(compact, lock)))
         }
-        None => {
-            let value = Box::into_raw(Box::new(lock)).cast();
-            (
-                value,
-                Access {
-                    value,
-                    decoded: None,
-                },
-            )
-        }
-    }
+        None => (Box::into_raw(Box::new(lock)).cast(), None),
+    };
+    (value, Access { value, decoded })
 }
 
 /// Runs `f` with the lock behind a value Redis passed to one of our type's
