@@ -203,13 +203,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
                 slot
             }
         };
-        let (flags, packed) = match key.pack() {
-            Some(packed) => (LIVE, packed),
-            None => {
-                self.spilled.insert(slot, key);
-                (LIVE | SPILLED, [0; PACKED_KEY])
-            }
-        };
+        let (flags, packed) = self.place_key(slot, key);
         let Some(entry) = self.slots.get_mut(slot as usize) else {
             self.spilled.remove(&slot);
             return 0;
@@ -251,7 +245,19 @@ impl<K: SlabKey> DeadlineIndex<K> {
         self.is_live(slot, generation)
     }
 
-    /// Frees live slot `slot` (its entry `entry`) and returns its key.
+    /// A live slot's flags and packed bytes for `key`; a key that does not
+    /// pack is kept beside the slab, under `slot`.
+    fn place_key(&mut self, slot: u32, key: K) -> (u8, [u8; PACKED_KEY]) {
+        match key.pack() {
+            Some(packed) => (LIVE, packed),
+            None => {
+                self.spilled.insert(slot, key);
+                (LIVE | SPILLED, [0; PACKED_KEY])
+            }
+        }
+    }
+
+    /// Frees live slot `slot` and returns its key.
     fn free_slot(&mut self, slot: u32) -> Option<K> {
         let entry = self.slots.get_mut(slot as usize)?;
         let flags = std::mem::replace(&mut entry.flags, 0);
@@ -425,13 +431,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
                 continue;
             };
             let several = entry.flags & SEVERAL;
-            let (flags, packed) = match mapped.pack() {
-                Some(packed) => (LIVE, packed),
-                None => {
-                    self.spilled.insert(slot, mapped);
-                    (LIVE | SPILLED, [0; PACKED_KEY])
-                }
-            };
+            let (flags, packed) = self.place_key(slot, mapped);
             if let Some(entry) = self.slots.get_mut(slot as usize) {
                 entry.flags = flags | several;
                 entry.key = packed;
