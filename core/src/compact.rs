@@ -9,13 +9,12 @@
 //! the client sent, because the form is used only when it gives them back
 //! exactly ([`Compact::to_lock`] of [`Compact::of`] is the same lock).
 
-use crate::lock::{Lock, Mode};
+use crate::lock::{Lock, Mode, TEXT_OWNER};
 
 /// Owner bytes kept in the compact form.
 const OWNER_BYTES: usize = 18;
 
-/// The longest owner in text the compact form spells out (a UUID).
-const TEXT_OWNER: usize = 36;
+const TEXT_OWNER_LEN: u8 = TEXT_OWNER as u8;
 
 /// How the owner's bytes spell it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +47,27 @@ pub struct Compact {
     spelling: Spelling,
     len: u8,
     owner: [u8; OWNER_BYTES],
+}
+
+/// A compact lock's owner as the client sent it (36 bytes at most), kept
+/// in a fixed buffer: no allocation, no copy of a variable length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerText {
+    len: u8,
+    bytes: [u8; TEXT_OWNER],
+}
+
+impl OwnerText {
+    /// `owner`, if it is at most 36 bytes (every owner [`Compact::of`]
+    /// takes): a copy, cheaper than spelling it out again.
+    pub fn of(owner: &[u8]) -> Option<OwnerText> {
+        let (len, bytes) = crate::inline::pack::<TEXT_OWNER>(owner)?;
+        Some(OwnerText { len, bytes })
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or(&[])
+    }
 }
 
 impl Compact {
@@ -100,22 +120,39 @@ impl Compact {
 
     /// The lock this stands for.
     pub fn to_lock(&self) -> Lock {
-        let mut text = [0; TEXT_OWNER];
-        let owner = self.owner(&mut text);
-        let mut lock = Lock::exclusive(owner, self.holds, self.token, self.deadline);
-        if let Some(holder) = lock.holders_mut().first_mut() {
-            holder.set_expiry_id(self.expiry_id);
-        }
-        lock
+        self.decode().0
     }
 
-    /// The owner's bytes, spelled out into `text` when they are text. (On
-    /// every command that reads a compact lock: no search, no branch per
-    /// digit.)
-    fn owner<'a>(&'a self, text: &'a mut [u8; TEXT_OWNER]) -> &'a [u8] {
-        let bytes = self.owner.get(..usize::from(self.len)).unwrap_or(&[]);
+    /// The lock this stands for, and its owner spelled out apart (what
+    /// [`Compact::update`] compares the changed lock's owner with).
+    pub fn decode(&self) -> (Lock, OwnerText) {
+        let text = self.owner_text();
+        let lock = Lock::exclusive_from_text(
+            text.len,
+            &text.bytes,
+            self.holds,
+            self.token,
+            self.deadline,
+            self.expiry_id,
+        );
+        (lock, text)
+    }
+
+    /// The owner's bytes, spelled out when they are text. (On every command
+    /// that reads a compact lock: no search, no branch per digit, and only
+    /// fixed-size copies.)
+    pub fn owner_text(&self) -> OwnerText {
+        let mut text = OwnerText {
+            len: self.len,
+            bytes: [0; TEXT_OWNER],
+        };
         let digits: &[u8; 16] = match self.spelling {
-            Spelling::Raw => return bytes,
+            Spelling::Raw => {
+                if let Some(raw) = text.bytes.first_chunk_mut::<OWNER_BYTES>() {
+                    *raw = self.owner;
+                }
+                return text;
+            }
             Spelling::Hex | Spelling::Uuid => b"0123456789abcdef",
             Spelling::HexUpper | Spelling::UuidUpper => b"0123456789ABCDEF",
         };
@@ -125,27 +162,29 @@ impl Compact {
                 digits[usize::from(byte & 0xf)],
             ]
         };
+        let bytes = self.owner.get(..usize::from(self.len)).unwrap_or(&[]);
         match self.spelling {
             Spelling::Uuid | Spelling::UuidUpper => {
                 for at in UUID_DASHES {
-                    if let Some(dash) = text.get_mut(at) {
+                    if let Some(dash) = text.bytes.get_mut(at) {
                         *dash = b'-';
                     }
                 }
                 for (&at, &byte) in UUID_DIGITS_AT.iter().zip(bytes) {
-                    if let Some(slot) = text.get_mut(at..at + 2) {
+                    if let Some(slot) = text.bytes.get_mut(at..at + 2) {
                         slot.copy_from_slice(&pair(byte));
                     }
                 }
-                &text[..]
+                text.len = TEXT_OWNER_LEN;
             }
             _ => {
-                for (slot, &byte) in text.chunks_exact_mut(2).zip(bytes) {
+                for (slot, &byte) in text.bytes.chunks_exact_mut(2).zip(bytes) {
                     slot.copy_from_slice(&pair(byte));
                 }
-                text.get(..2 * bytes.len()).unwrap_or(&[])
+                text.len = self.len.saturating_mul(2);
             }
         }
+        text
     }
 
     /// Bytes this lock owns, for `MEMORY USAGE`.
@@ -177,7 +216,8 @@ const DIGITS: [u8; 256] = {
 };
 
 /// `owner` as `(spelling, length, bytes)`, if the compact form holds it.
-/// One pass over the owner: it runs for every lock made.
+/// It runs for every lock made: two digits at a time, at fixed places for
+/// a UUID, with no branch per digit.
 fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
     if let Some((len, bytes)) = crate::inline::pack::<OWNER_BYTES>(owner) {
         return Some((Spelling::Raw, len, bytes));
@@ -191,25 +231,30 @@ fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
             .all(|&at| owner.get(at).copied() == Some(b'-'));
     let mut bytes = [0; OWNER_BYTES];
     let mut classes = 0u8;
-    let mut high: Option<u8> = None;
-    let mut out = 0;
-    for (at, byte) in owner.iter().enumerate() {
-        if is_uuid && matches!(at, 8 | 13 | 18 | 23) {
-            continue;
+    let mut digits_only = true;
+    let mut put = |out: &mut u8, high: u8, low: u8| {
+        let (high, low) = (DIGITS[usize::from(high)], DIGITS[usize::from(low)]);
+        digits_only &= high != 0 && low != 0;
+        classes |= high | low;
+        // The shift drops `high`'s class bits.
+        *out = (high << 4) | (low & 0xf);
+    };
+    let len = if is_uuid {
+        let digit = |at: usize| owner.get(at).copied().unwrap_or(0);
+        for (out, &at) in bytes.iter_mut().zip(&UUID_DIGITS_AT) {
+            put(out, digit(at), digit(at + 1));
         }
-        let digit = DIGITS[usize::from(*byte)];
-        if digit == 0 {
-            return None;
-        }
-        classes |= digit;
-        let value = digit & 0xf;
-        match high.take() {
-            None => high = Some(value),
-            Some(first) => {
-                *bytes.get_mut(out)? = (first << 4) | value;
-                out += 1;
+        UUID_DIGITS_AT.len()
+    } else {
+        for (out, pair) in bytes.iter_mut().zip(owner.chunks_exact(2)) {
+            if let [high, low] = pair {
+                put(out, *high, *low);
             }
         }
+        owner.len() / 2
+    };
+    if !digits_only {
+        return None;
     }
     let spelling = match (is_uuid, classes & LOWER != 0, classes & UPPER != 0) {
         (_, true, true) => return None,
@@ -218,7 +263,7 @@ fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
         (false, _, false) => Spelling::Hex,
         (false, false, true) => Spelling::HexUpper,
     };
-    Some((spelling, u8::try_from(out).ok()?, bytes))
+    Some((spelling, u8::try_from(len).ok()?, bytes))
 }
 
 #[cfg(test)]

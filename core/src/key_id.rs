@@ -11,6 +11,9 @@ use crate::inline;
 /// Names up to this many bytes are stored inline.
 const INLINE_NAME: usize = 18;
 
+/// Names up to this many bytes are packed in a lease-index slot.
+const PACKED_NAME: usize = PACKED_KEY - 2;
+
 /// A key name and its database. A name is always stored the same way for a
 /// given length, so the derived equality, hash and order are those of
 /// `(db, name)` as far as any caller can tell (the order is total, not
@@ -70,21 +73,37 @@ impl KeyId {
 /// name's length in one, the name (up to 17 bytes, which takes in the 17
 /// bytes of `lock:%012d`) in the rest. Other names are kept beside.
 impl SlabKey for KeyId {
+    /// Fixed-size copies only (it runs for every lock filed): an inline
+    /// name is zero-padded, so its first 17 bytes are the whole of a name
+    /// that fits.
     fn pack(&self) -> Option<[u8; PACKED_KEY]> {
-        let db = u8::try_from(self.db()).ok().filter(|db| *db != u8::MAX)?;
-        let name = self.name();
-        let (len, bytes) = inline::pack::<{ PACKED_KEY - 2 }>(name)?;
+        let KeyId::Inline { db, len, name } = self else {
+            return None;
+        };
+        let db = u8::try_from(*db).ok().filter(|db| *db != u8::MAX)?;
+        if usize::from(*len) > PACKED_NAME {
+            return None;
+        }
         let mut packed = [0; PACKED_KEY];
-        packed[0] = db;
-        packed[1] = len;
-        packed.get_mut(2..)?.copy_from_slice(&bytes);
+        let [packed_db, packed_len, packed_name @ ..] = &mut packed;
+        *packed_db = db;
+        *packed_len = *len;
+        *packed_name = *name.first_chunk::<PACKED_NAME>()?;
         Some(packed)
     }
 
     fn unpack(packed: &[u8; PACKED_KEY]) -> Option<Self> {
-        let [db, len, name @ ..] = packed;
-        let name = name.get(..usize::from(*len))?;
-        Some(KeyId::new(i32::from(*db), name))
+        let [db, len, packed_name @ ..] = packed;
+        if usize::from(*len) > PACKED_NAME {
+            return None;
+        }
+        let mut name = [0; INLINE_NAME];
+        *name.first_chunk_mut::<PACKED_NAME>()? = *packed_name;
+        Some(KeyId::Inline {
+            db: i32::from(*db),
+            len: *len,
+            name,
+        })
     }
 }
 
@@ -158,6 +177,23 @@ mod tests {
             assert_eq!(packed.is_some(), packs, "{db} {name:?}");
             if let Some(packed) = packed {
                 assert_eq!(KeyId::unpack(&packed), Some(id));
+            }
+        }
+        // Every length, each byte its own: equal (padding and all) after
+        // the round trip, and the same hash.
+        let name: Vec<u8> = (1..=INLINE_NAME as u8).collect();
+        for len in 0..=INLINE_NAME {
+            let id = KeyId::new(9, &name[..len]);
+            match id.pack() {
+                Some(packed) => {
+                    assert!(len <= PACKED_NAME);
+                    let back = KeyId::unpack(&packed).unwrap();
+                    assert_eq!(back.name(), &name[..len]);
+                    assert_eq!(back, id);
+                    let set: HashSet<KeyId> = [id, back].into_iter().collect();
+                    assert_eq!(set.len(), 1);
+                }
+                None => assert!(len > PACKED_NAME),
             }
         }
     }

@@ -12,6 +12,9 @@ use crate::inline;
 /// every command reads the cache line the lock is already in.
 const INLINE_OWNER: usize = 38;
 
+/// The longest owner the compact form spells out in text (a UUID).
+pub(crate) const TEXT_OWNER: usize = 36;
+
 /// A holder's owner, inline when short.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Owner {
@@ -24,6 +27,19 @@ impl Owner {
         match inline::pack(owner) {
             Some((len, bytes)) => Owner::Inline { len, bytes },
             None => Owner::Heap(owner.into()),
+        }
+    }
+
+    /// The first `len` bytes of `text`: only fixed-size copies, for the
+    /// compact form's decode on every command.
+    fn from_text(len: u8, text: &[u8; TEXT_OWNER]) -> Self {
+        let mut bytes = [0; INLINE_OWNER];
+        if let Some(head) = bytes.first_chunk_mut::<TEXT_OWNER>() {
+            *head = *text;
+        }
+        Owner::Inline {
+            len: len.min(TEXT_OWNER as u8),
+            bytes,
         }
     }
 
@@ -166,6 +182,29 @@ impl Lock {
             mode: Mode::Exclusive,
             limit: None,
             holders: Holders::One(Holder::new(owner, holds, token, deadline)),
+        }
+    }
+
+    /// [`Lock::exclusive`] for an owner of `len` bytes at the start of
+    /// `text` (the compact form's decode).
+    pub(crate) fn exclusive_from_text(
+        len: u8,
+        text: &[u8; TEXT_OWNER],
+        holds: u32,
+        token: i64,
+        deadline: u64,
+        expiry_id: u64,
+    ) -> Self {
+        Lock {
+            mode: Mode::Exclusive,
+            limit: None,
+            holders: Holders::One(Holder {
+                owner: Owner::from_text(len, text),
+                holds,
+                token,
+                deadline,
+                expiry_id,
+            }),
         }
     }
 

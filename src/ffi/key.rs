@@ -22,7 +22,9 @@ pub struct WrongType;
 
 enum Pending {
     Nothing,
-    Store(Box<Lock>),
+    /// Kept inline: a compact lock is stored without the full one ever
+    /// being boxed.
+    Store(Lock),
     Delete,
 }
 
@@ -105,12 +107,14 @@ impl LockKey {
     /// Writes changes to a compact stored lock back into its value; a lock
     /// that lost the compact shape replaces it as a full value.
     fn write_back(&mut self) {
-        let Some(mut access) = self.access.take() else {
+        let Some(access) = &mut self.access else {
             return;
         };
         match access.write_back() {
-            Ok(()) => self.access = Some(access),
+            Ok(()) => {}
             Err(lock) => {
+                // The `Access` no longer speaks for the value.
+                self.access = None;
                 let new = value::into_value(lock);
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
                 let mut old = std::ptr::null_mut();
@@ -157,7 +161,7 @@ impl LockKey {
             }
             Pending::Store(lock) => {
                 let holders = lock.holders().len();
-                let (value, access) = value::into_value_with_access(*lock);
+                let (value, access) = value::into_value_with_access(lock);
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
                 let status = crate::hints::own_change(|| {
                     rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value))
@@ -186,7 +190,7 @@ impl Slot for LockKey {
     }
 
     fn store(&mut self, lock: Lock) {
-        self.pending = Pending::Store(Box::new(lock));
+        self.pending = Pending::Store(lock);
     }
 
     fn delete(&mut self) {

@@ -7,7 +7,7 @@
 
 use std::ffi::c_void;
 
-use redis_lock_core::compact::Compact;
+use redis_lock_core::compact::{Compact, OwnerText};
 use redis_lock_core::Lock;
 
 /// The low bit of a compact value's pointer.
@@ -40,15 +40,35 @@ pub fn into_value(lock: Lock) -> *mut c_void {
 /// it back (for the key access, which keeps using the lock it stored).
 /// The `Access` speaks for the value only once Redis has taken it.
 pub fn into_value_with_access(lock: Lock) -> (*mut c_void, Access) {
-    let (value, decoded) = match Compact::of(&lock) {
-        Some(compact) => {
-            let compact = Box::into_raw(Box::new(compact));
-            let value = compact.cast::<u8>().wrapping_add(COMPACT_TAG).cast();
-            (value, Some(Decoded::new(compact, lock)))
-        }
-        None => (Box::into_raw(Box::new(lock)).cast(), None),
+    let Some(compact) = Compact::of(&lock) else {
+        let value = Box::into_raw(Box::new(lock)).cast();
+        return (
+            value,
+            Access {
+                value,
+                decoded: None,
+            },
+        );
     };
-    (value, Access { value, decoded })
+    let owner = lock
+        .holders()
+        .first()
+        .and_then(|holder| OwnerText::of(holder.owner()))
+        .unwrap_or_else(|| compact.owner_text());
+    let compact = Box::into_raw(Box::new(compact));
+    let value = compact.cast::<u8>().wrapping_add(COMPACT_TAG).cast();
+    let decoded = Decoded {
+        compact,
+        owner,
+        lock,
+    };
+    (
+        value,
+        Access {
+            value,
+            decoded: Some(decoded),
+        },
+    )
 }
 
 /// Runs `f` with the lock behind a value Redis passed to one of our type's
@@ -113,30 +133,9 @@ pub struct Access {
 
 struct Decoded {
     compact: *mut Compact,
-    /// The owner as read (a compact owner is at most 36 bytes).
-    owner: ([u8; 36], usize),
+    /// The owner as read.
+    owner: OwnerText,
     lock: Lock,
-}
-
-impl Decoded {
-    fn new(compact: *mut Compact, lock: Lock) -> Decoded {
-        let mut owner = ([0; 36], 0);
-        if let Some(bytes) = lock.holders().first().map(|holder| holder.owner()) {
-            if let Some(buffer) = owner.0.get_mut(..bytes.len()) {
-                buffer.copy_from_slice(bytes);
-                owner.1 = bytes.len();
-            }
-        }
-        Decoded {
-            compact,
-            owner,
-            lock,
-        }
-    }
-
-    fn owner(&self) -> &[u8] {
-        self.owner.0.get(..self.owner.1).unwrap_or(&[])
-    }
 }
 
 impl Access {
@@ -145,10 +144,14 @@ impl Access {
         let decoded = match form(value)? {
             Form::Full(_) => None,
             // SAFETY: as in `with_lock`, for as long as the key is open.
-            Form::Compact(compact) => Some(Decoded::new(
-                compact,
-                unsafe { compact.as_ref() }?.to_lock(),
-            )),
+            Form::Compact(compact) => {
+                let (lock, owner) = unsafe { compact.as_ref() }?.decode();
+                Some(Decoded {
+                    compact,
+                    owner,
+                    lock,
+                })
+            }
         };
         Some(Access { value, decoded })
     }
@@ -164,7 +167,7 @@ impl Access {
 
     /// Writes a compact lock's changes back into its value. `Err` with the
     /// lock when it no longer has the compact shape (the caller stores it
-    /// as a full value instead; `Access` then no longer speaks for it).
+    /// as a full value instead); the `Access` then gives no lock.
     pub fn write_back(&mut self) -> Result<(), Lock> {
         let Some(decoded) = &mut self.decoded else {
             return Ok(());
@@ -174,9 +177,11 @@ impl Access {
         let Some(stored) = (unsafe { decoded.compact.as_mut() }) else {
             return Ok(());
         };
-        if stored.update(decoded.owner(), &decoded.lock) {
+        if stored.update(decoded.owner.as_bytes(), &decoded.lock) {
             return Ok(());
         }
+        // From here on the `Access` speaks for nothing.
+        self.value = std::ptr::null_mut();
         match self.decoded.take() {
             Some(decoded) => Err(decoded.lock),
             None => Ok(()),
