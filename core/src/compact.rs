@@ -97,10 +97,10 @@ impl Compact {
     /// only if it changed: a hold that only changes counts, tokens, leases
     /// and index entries (every command on an exclusive lock) costs a
     /// comparison and four stores.
-    pub fn update(&mut self, owner: &[u8], after: &Lock) -> bool {
+    pub fn update(&mut self, owner: &OwnerText, after: &Lock) -> bool {
         if after.mode() == Mode::Exclusive && after.limit().is_none() {
             if let [now] = after.holders() {
-                if now.owner() == owner {
+                if now.owner_is_text(owner.len, &owner.bytes) {
                     self.token = now.token();
                     self.deadline = now.deadline();
                     self.expiry_id = now.expiry_id();
@@ -136,6 +136,20 @@ impl Compact {
             self.expiry_id,
         );
         (lock, text)
+    }
+
+    /// [`Compact::decode`] into `lock`, reusing it; the owner as read.
+    pub fn decode_into(&self, lock: &mut Lock) -> OwnerText {
+        let text = self.owner_text();
+        lock.set_exclusive_from_text(
+            text.len,
+            &text.bytes,
+            self.holds,
+            self.token,
+            self.deadline,
+            self.expiry_id,
+        );
+        text
     }
 
     /// The owner's bytes, spelled out when they are text. (On every command
@@ -362,26 +376,72 @@ mod tests {
         holder.set_token(77);
         holder.set_deadline(1_234);
         holder.set_expiry_id(5);
-        let owner = before.holders()[0].owner();
-        assert!(compact.update(owner, &after));
+        let owner = OwnerText::of(before.holders()[0].owner()).unwrap();
+        assert!(compact.update(&owner, &after));
         assert_eq!(compact.to_lock(), after);
         // Another owner is packed afresh; one the form cannot keep is refused
         // and leaves the value as it was.
         let other = lock(b"0123456789ABCDEF0123456789ABCDEF");
-        assert!(compact.update(owner, &other));
+        assert!(compact.update(&owner, &other));
         assert_eq!(compact.to_lock(), other);
-        let owner = other.holders()[0].owner();
+        let owner = OwnerText::of(other.holders()[0].owner()).unwrap();
         let unpackable = lock(&[b'z'; 30]);
-        assert!(!compact.update(owner, &unpackable));
+        assert!(!compact.update(&owner, &unpackable));
         assert_eq!(compact.to_lock(), other);
         let shared = Lock::shared(None, Holder::new(b"a", 1, 1, 1));
-        assert!(!compact.update(owner, &shared));
+        assert!(!compact.update(&owner, &shared));
+        // An owner that only starts like the one read, or is it and more,
+        // is another owner (packed afresh, not kept).
+        for changed in [
+            &b"0123456789ABCDEF0123456789ABCDE"[..],
+            b"0123456789ABCDEF0123456789ABCDEF0",
+        ] {
+            let mut compact = Compact::of(&other).unwrap();
+            let after = lock(changed);
+            assert_eq!(
+                compact.update(&owner, &after),
+                Compact::of(&after).is_some()
+            );
+            if let Some(fresh) = Compact::of(&after) {
+                assert_eq!(compact, fresh);
+            }
+        }
     }
 
     #[test]
     fn fits_jemallocs_48_byte_class() {
         assert_eq!(std::mem::size_of::<Compact>(), 48);
         assert!(std::mem::size_of::<Lock>() > 48);
+    }
+
+    #[test]
+    fn decoding_into_any_lock_gives_the_same_lock() {
+        let shared = Lock::with_holders(
+            Mode::Shared,
+            NonZeroU32::new(5),
+            vec![
+                Holder::new(b"r1", 1, 2, 3),
+                Holder::new(&[b'r'; 60], 1, 4, 5),
+            ],
+        )
+        .unwrap();
+        let targets = [
+            lock(b"owner-1"),
+            lock(&[b'h'; 80]),
+            shared,
+            Lock::shared(None, Holder::new(b"one", 1, 1, 1)),
+        ];
+        for owner in OWNERS {
+            let Some(compact) = Compact::of(&lock(owner)) else {
+                continue;
+            };
+            for target in &targets {
+                let mut into = target.clone();
+                let text = compact.decode_into(&mut into);
+                assert_eq!(into, compact.to_lock(), "{owner:?} into {target:?}");
+                assert_eq!(text.as_bytes(), *owner);
+            }
+        }
     }
 
     #[test]

@@ -127,6 +127,19 @@ impl Holder {
         self.expiry_id = id;
     }
 
+    /// The owner is the first `len` bytes of `text` (the rest of `text`
+    /// zeros, as [`crate::compact::OwnerText`] keeps it): one fixed-size
+    /// comparison. `false` may only mean "cannot tell this way" for an
+    /// owner stored otherwise; never `true` for another owner.
+    pub(crate) fn owner_is_text(&self, len: u8, text: &[u8; TEXT_OWNER]) -> bool {
+        match &self.owner {
+            Owner::Inline { len: own, bytes } => {
+                *own == len && bytes.first_chunk::<TEXT_OWNER>() == Some(text)
+            }
+            Owner::Heap(_) => false,
+        }
+    }
+
     pub fn is(&self, owner: &[u8]) -> bool {
         self.owner.as_bytes() == owner
     }
@@ -206,6 +219,31 @@ impl Lock {
                 expiry_id,
             }),
         }
+    }
+
+    /// Makes this lock the one [`Lock::exclusive_from_text`] makes, in place
+    /// when it has one holder (the compact form's decode into a lock kept
+    /// for reuse).
+    pub(crate) fn set_exclusive_from_text(
+        &mut self,
+        len: u8,
+        text: &[u8; TEXT_OWNER],
+        holds: u32,
+        token: i64,
+        deadline: u64,
+        expiry_id: u64,
+    ) {
+        let Holders::One(holder) = &mut self.holders else {
+            *self = Lock::exclusive_from_text(len, text, holds, token, deadline, expiry_id);
+            return;
+        };
+        self.mode = Mode::Exclusive;
+        self.limit = None;
+        holder.owner = Owner::from_text(len, text);
+        holder.holds = holds;
+        holder.token = token;
+        holder.deadline = deadline;
+        holder.expiry_id = expiry_id;
     }
 
     /// A shared lock with one holder, limited to `limit` holders.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_lock_core::{Lock, Slot};
 use redis_module::raw;
 
+use crate::ffi::lock_copy::LockCopy;
 use crate::ffi::value::{self, Access};
 use crate::ffi::{rm, Ctx, RString};
 
@@ -22,9 +23,7 @@ pub struct WrongType;
 
 enum Pending {
     Nothing,
-    /// Kept inline: a compact lock is stored without the full one ever
-    /// being boxed.
-    Store(Lock),
+    Store(LockCopy),
     Delete,
 }
 
@@ -159,9 +158,11 @@ impl LockKey {
                     crate::hints::own_change(|| rm!(RedisModule_DeleteKey(self.key)));
                 }
             }
-            Pending::Store(lock) => {
-                let holders = lock.holders().len();
-                let (value, access) = value::into_value_with_access(lock);
+            Pending::Store(copy) => {
+                let holders = copy.lock().map_or(0, |lock| lock.holders().len());
+                let Some((value, access)) = value::into_value_with_access(copy) else {
+                    return;
+                };
                 let ty = LOCK_TYPE_PTR.load(Ordering::Relaxed);
                 let status = crate::hints::own_change(|| {
                     rm!(RedisModule_ModuleTypeSetValue(self.key, ty, value))
@@ -173,6 +174,7 @@ impl LockKey {
                     self.access = Some(access);
                 } else {
                     // Redis did not take the value; it is still ours.
+                    drop(access);
                     value::free_value(value);
                 }
             }
@@ -184,13 +186,13 @@ impl Slot for LockKey {
     fn lock(&mut self) -> Option<&mut Lock> {
         match self.pending {
             Pending::Delete => None,
-            Pending::Store(ref mut lock) => Some(lock),
+            Pending::Store(ref mut copy) => copy.lock_mut(),
             Pending::Nothing => self.stored(),
         }
     }
 
     fn store(&mut self, lock: Lock) {
-        self.pending = Pending::Store(lock);
+        self.pending = Pending::Store(LockCopy::new(lock));
     }
 
     fn delete(&mut self) {

@@ -10,6 +10,7 @@ pub mod blocked;
 pub mod command;
 pub mod io;
 pub mod key;
+pub mod lock_copy;
 pub mod value;
 
 pub type Ctx = *mut raw::RedisModuleCtx;

@@ -6,9 +6,12 @@
 //! pointers; everything above gets a scoped reference to a [`Lock`].
 
 use std::ffi::c_void;
+use std::ptr::NonNull;
 
 use redis_lock_core::compact::{Compact, OwnerText};
 use redis_lock_core::Lock;
+
+use crate::ffi::lock_copy::LockCopy;
 
 /// The low bit of a compact value's pointer.
 const COMPACT_TAG: usize = 1;
@@ -33,42 +36,45 @@ fn form(value: *mut c_void) -> Option<Form> {
 /// A lock handed to Redis, which owns it from now on, in the compact form
 /// when it fits.
 pub fn into_value(lock: Lock) -> *mut c_void {
-    into_value_with_access(lock).0
+    match Compact::of(&lock) {
+        Some(compact) => tagged(compact),
+        None => Box::into_raw(Box::new(lock)).cast(),
+    }
 }
 
-/// [`into_value`], with an [`Access`] to the new value that needs not read
-/// it back (for the key access, which keeps using the lock it stored).
-/// The `Access` speaks for the value only once Redis has taken it.
-pub fn into_value_with_access(lock: Lock) -> (*mut c_void, Access) {
-    let Some(compact) = Compact::of(&lock) else {
-        let value = Box::into_raw(Box::new(lock)).cast();
-        return (
-            value,
-            Access {
-                value,
-                decoded: None,
-            },
-        );
+fn tagged(compact: Compact) -> *mut c_void {
+    Box::into_raw(Box::new(compact))
+        .cast::<u8>()
+        .wrapping_add(COMPACT_TAG)
+        .cast()
+}
+
+/// [`into_value`] for a key access's new lock, with an [`Access`] to the
+/// new value that needs not read it back (the key access keeps using the
+/// lock it stored). The `Access` speaks for the value only once Redis has
+/// taken it. `None` for a copy given up already.
+pub fn into_value_with_access(mut copy: LockCopy) -> Option<(*mut c_void, Access)> {
+    let lock = copy.lock()?;
+    let Some(compact) = Compact::of(lock) else {
+        let value = Box::into_raw(Box::new(copy.into_lock()?)).cast();
+        let access = Access {
+            value: NonNull::new(value)?,
+            decoded: LockCopy::none(),
+        };
+        return Some((value, access));
     };
     let owner = lock
         .holders()
         .first()
         .and_then(|holder| OwnerText::of(holder.owner()))
         .unwrap_or_else(|| compact.owner_text());
-    let compact = Box::into_raw(Box::new(compact));
-    let value = compact.cast::<u8>().wrapping_add(COMPACT_TAG).cast();
-    let decoded = Decoded {
-        compact,
-        owner,
-        lock,
+    copy.set_owner(owner);
+    let value = tagged(compact);
+    let access = Access {
+        value: NonNull::new(value)?,
+        decoded: copy,
     };
-    (
-        value,
-        Access {
-            value,
-            decoded: Some(decoded),
-        },
-    )
+    Some((value, access))
 }
 
 /// Runs `f` with the lock behind a value Redis passed to one of our type's
@@ -125,43 +131,31 @@ pub fn free_value(value: *mut c_void) -> bool {
 /// open and drops the `Access` before the key's value is replaced, deleted
 /// or the key closed (`LockKey` does).
 pub struct Access {
-    value: *mut c_void,
-    /// A compact value: where it lies, the lock as read, and the copy the
-    /// caller changes.
-    decoded: Option<Decoded>,
-}
-
-struct Decoded {
-    compact: *mut Compact,
-    /// The owner as read.
-    owner: OwnerText,
-    lock: Lock,
+    value: NonNull<c_void>,
+    /// A compact value's lock as read (with its owner as read), which the
+    /// caller changes; none for a full value.
+    decoded: LockCopy,
 }
 
 impl Access {
     /// Access to the lock behind `value`; `None` for null.
     pub fn new(value: *mut c_void) -> Option<Access> {
-        let decoded = match form(value)? {
-            Form::Full(_) => None,
+        let value = NonNull::new(value)?;
+        let decoded = match form(value.as_ptr())? {
+            Form::Full(_) => LockCopy::none(),
             // SAFETY: as in `with_lock`, for as long as the key is open.
-            Form::Compact(compact) => {
-                let (lock, owner) = unsafe { compact.as_ref() }?.decode();
-                Some(Decoded {
-                    compact,
-                    owner,
-                    lock,
-                })
-            }
+            Form::Compact(compact) => LockCopy::decoded(unsafe { compact.as_ref() }?),
         };
         Some(Access { value, decoded })
     }
 
+    /// The lock (none for a compact one given back by `write_back`).
     pub fn lock(&mut self) -> Option<&mut Lock> {
-        match &mut self.decoded {
-            Some(decoded) => Some(&mut decoded.lock),
+        match form(self.value.as_ptr())? {
+            Form::Compact(_) => self.decoded.lock_mut(),
             // SAFETY: a full value is a `Box<Lock>` Redis keeps alive while
             // the key is open; the `&mut self` borrow is the only access.
-            None => unsafe { self.value.cast::<Lock>().as_mut() },
+            Form::Full(lock) => unsafe { lock.as_mut() },
         }
     }
 
@@ -169,21 +163,23 @@ impl Access {
     /// lock when it no longer has the compact shape (the caller stores it
     /// as a full value instead); the `Access` then gives no lock.
     pub fn write_back(&mut self) -> Result<(), Lock> {
-        let Some(decoded) = &mut self.decoded else {
+        let decoded = &self.decoded;
+        let (Some(Form::Compact(compact)), Some(lock), Some(owner)) =
+            (form(self.value.as_ptr()), decoded.lock(), decoded.owner())
+        else {
             return Ok(());
         };
         // SAFETY: as in `new`; no reference into the value is alive (the
         // decoded lock is a copy).
-        let Some(stored) = (unsafe { decoded.compact.as_mut() }) else {
+        let Some(stored) = (unsafe { compact.as_mut() }) else {
             return Ok(());
         };
-        if stored.update(decoded.owner.as_bytes(), &decoded.lock) {
+        if stored.update(owner, lock) {
             return Ok(());
         }
-        // From here on the `Access` speaks for nothing.
-        self.value = std::ptr::null_mut();
-        match self.decoded.take() {
-            Some(decoded) => Err(decoded.lock),
+        // From here on the `Access` gives no lock.
+        match self.decoded.take_lock() {
+            Some(lock) => Err(lock),
             None => Ok(()),
         }
     }
@@ -197,6 +193,7 @@ mod tests {
 
     #[test]
     fn a_value_reads_back_as_the_lock_it_was_made_from() {
+        let _one = crate::ffi::lock_copy::SPARE_IN_TEST.lock();
         let long = [b'x'; 40];
         for owner in [UUID, b"short", &long[..]] {
             let lock = Lock::exclusive(owner, 2, 7, 1_000);
@@ -217,9 +214,10 @@ mod tests {
 
     #[test]
     fn a_stored_value_and_its_access_agree() {
+        let _one = crate::ffi::lock_copy::SPARE_IN_TEST.lock();
         for owner in [UUID, &[b'x'; 40][..]] {
             let lock = Lock::exclusive(owner, 2, 7, 1_000);
-            let (value, mut access) = into_value_with_access(lock.clone());
+            let (value, mut access) = into_value_with_access(LockCopy::new(lock.clone())).unwrap();
             assert_eq!(access.lock(), Some(&mut lock.clone()));
             access.lock().unwrap().holders_mut()[0].set_expiry_id(5);
             assert_eq!(access.write_back(), Ok(()));
@@ -231,6 +229,7 @@ mod tests {
 
     #[test]
     fn changes_through_access_are_written_back() {
+        let _one = crate::ffi::lock_copy::SPARE_IN_TEST.lock();
         let value = into_value(Lock::exclusive(UUID, 1, 7, 1_000));
         let mut access = Access::new(value).unwrap();
         let holder = &mut access.lock().unwrap().holders_mut()[0];
