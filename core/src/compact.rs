@@ -126,15 +126,8 @@ impl Compact {
     /// The lock this stands for, and its owner spelled out apart (what
     /// [`Compact::update`] compares the changed lock's owner with).
     pub fn decode(&self) -> (Lock, OwnerText) {
-        let text = self.owner_text();
-        let lock = Lock::exclusive_from_text(
-            text.len,
-            &text.bytes,
-            self.holds,
-            self.token,
-            self.deadline,
-            self.expiry_id,
-        );
+        let mut lock = Lock::exclusive(&[], 0, 0, 0);
+        let text = self.decode_into(&mut lock);
         (lock, text)
     }
 

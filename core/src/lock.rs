@@ -198,32 +198,9 @@ impl Lock {
         }
     }
 
-    /// [`Lock::exclusive`] for an owner of `len` bytes at the start of
-    /// `text` (the compact form's decode).
-    pub(crate) fn exclusive_from_text(
-        len: u8,
-        text: &[u8; TEXT_OWNER],
-        holds: u32,
-        token: i64,
-        deadline: u64,
-        expiry_id: u64,
-    ) -> Self {
-        Lock {
-            mode: Mode::Exclusive,
-            limit: None,
-            holders: Holders::One(Holder {
-                owner: Owner::from_text(len, text),
-                holds,
-                token,
-                deadline,
-                expiry_id,
-            }),
-        }
-    }
-
-    /// Makes this lock the one [`Lock::exclusive_from_text`] makes, in place
-    /// when it has one holder (the compact form's decode into a lock kept
-    /// for reuse).
+    /// Makes this lock exclusive, held by the owner of `len` bytes at the
+    /// start of `text`, in place (the compact form's decode, into a lock
+    /// kept for reuse).
     pub(crate) fn set_exclusive_from_text(
         &mut self,
         len: u8,
@@ -233,17 +210,18 @@ impl Lock {
         deadline: u64,
         expiry_id: u64,
     ) {
-        let Holders::One(holder) = &mut self.holders else {
-            *self = Lock::exclusive_from_text(len, text, holds, token, deadline, expiry_id);
-            return;
-        };
+        if !matches!(self.holders, Holders::One(_)) {
+            self.holders = Holders::One(Holder::new(&[], 0, 0, 0));
+        }
         self.mode = Mode::Exclusive;
         self.limit = None;
-        holder.owner = Owner::from_text(len, text);
-        holder.holds = holds;
-        holder.token = token;
-        holder.deadline = deadline;
-        holder.expiry_id = expiry_id;
+        if let Holders::One(holder) = &mut self.holders {
+            holder.owner = Owner::from_text(len, text);
+            holder.holds = holds;
+            holder.token = token;
+            holder.deadline = deadline;
+            holder.expiry_id = expiry_id;
+        }
     }
 
     /// A shared lock with one holder, limited to `limit` holders.
