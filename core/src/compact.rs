@@ -101,10 +101,12 @@ impl Compact {
         if after.mode() == Mode::Exclusive && after.limit().is_none() {
             if let [now] = after.holders() {
                 if now.owner_is_text(owner.len, &owner.bytes) {
-                    self.token = now.token();
-                    self.deadline = now.deadline();
-                    self.expiry_id = now.expiry_id();
-                    self.holds = now.holds();
+                    let fields = (now.token(), now.deadline(), now.expiry_id(), now.holds());
+                    // A command that changed nothing (`LOCK.FENCE`) leaves
+                    // the value's cache line clean.
+                    if fields != (self.token, self.deadline, self.expiry_id, self.holds) {
+                        (self.token, self.deadline, self.expiry_id, self.holds) = fields;
+                    }
                     return true;
                 }
             }
@@ -153,42 +155,49 @@ impl Compact {
             len: self.len,
             bytes: [0; TEXT_OWNER],
         };
-        let digits: &[u8; 16] = match self.spelling {
+        let alpha = match self.spelling {
             Spelling::Raw => {
                 if let Some(raw) = text.bytes.first_chunk_mut::<OWNER_BYTES>() {
                     *raw = self.owner;
                 }
                 return text;
             }
-            Spelling::Hex | Spelling::Uuid => b"0123456789abcdef",
-            Spelling::HexUpper | Spelling::UuidUpper => b"0123456789ABCDEF",
+            Spelling::Hex | Spelling::Uuid => b'a',
+            Spelling::HexUpper | Spelling::UuidUpper => b'A',
         };
-        let pair = |byte: u8| {
-            [
-                digits[usize::from(byte >> 4)],
-                digits[usize::from(byte & 0xf)],
-            ]
+        // Sixteen digits at a time; the owner's unused bytes are zeros.
+        let padded: [u8; OWNER_BYTES] = self.owner;
+        let [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r] = padded;
+        let first = hex16([a, b, c, d, e, f, g, h], alpha);
+        let second = hex16([i, j, k, l, m, n, o, p], alpha);
+        let third = hex16([q, r, 0, 0, 0, 0, 0, 0], alpha);
+        let mut put = |at: usize, digits: &[u8]| {
+            if let Some(to) = text.bytes.get_mut(at..at + digits.len()) {
+                to.copy_from_slice(digits);
+            }
         };
-        let bytes = self.owner.get(..usize::from(self.len)).unwrap_or(&[]);
         match self.spelling {
             Spelling::Uuid | Spelling::UuidUpper => {
+                // 8-4-4-4-12.
+                put(0, &first[..8]);
+                put(9, &first[8..12]);
+                put(14, &first[12..]);
+                put(19, &second[..4]);
+                put(24, &second[4..]);
                 for at in UUID_DASHES {
-                    if let Some(dash) = text.bytes.get_mut(at) {
-                        *dash = b'-';
-                    }
-                }
-                for (&at, &byte) in UUID_DIGITS_AT.iter().zip(bytes) {
-                    if let Some(slot) = text.bytes.get_mut(at..at + 2) {
-                        slot.copy_from_slice(&pair(byte));
-                    }
+                    put(at, b"-");
                 }
                 text.len = TEXT_OWNER_LEN;
             }
             _ => {
-                for (slot, &byte) in text.bytes.chunks_exact_mut(2).zip(bytes) {
-                    slot.copy_from_slice(&pair(byte));
-                }
+                put(0, &first);
+                put(16, &second);
+                put(32, &third[..4]);
                 text.len = self.len.saturating_mul(2);
+                // Zeros after the owner, as `OwnerText` keeps it.
+                for byte in text.bytes.iter_mut().skip(usize::from(text.len)) {
+                    *byte = 0;
+                }
             }
         }
         text
@@ -198,6 +207,28 @@ impl Compact {
     pub fn heap_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
     }
+}
+
+/// Eight bytes as sixteen hex digits, with `alpha` (`a` or `A`) for ten:
+/// a few word operations instead of a table lookup per digit (this runs
+/// on every command that reads a compact lock).
+fn hex16(bytes: [u8; 8], alpha: u8) -> [u8; 16] {
+    let word = u64::from_be_bytes(bytes);
+    let [high, low] = [word >> 32, word & 0xffff_ffff].map(|half| {
+        // One nibble per byte, the most significant first.
+        let half = (half | (half << 16)) & 0x0000_ffff_0000_ffff;
+        let half = (half | (half << 8)) & 0x00ff_00ff_00ff_00ff;
+        let nibbles = (half | (half << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+        // 1 in each byte whose nibble is ten or more.
+        let letters = ((nibbles + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+        let digits = nibbles + 0x3030_3030_3030_3030;
+        (digits + letters * u64::from(alpha - b'0' - 10)).to_be_bytes()
+    });
+    let mut digits = [0; 16];
+    let (to_high, to_low) = digits.split_at_mut(8);
+    to_high.copy_from_slice(&high);
+    to_low.copy_from_slice(&low);
+    digits
 }
 
 /// A hex digit's class in [`DIGITS`]: 0 for a byte that is none.
@@ -405,6 +436,19 @@ mod tests {
     fn fits_jemallocs_48_byte_class() {
         assert_eq!(std::mem::size_of::<Compact>(), 48);
         assert!(std::mem::size_of::<Lock>() > 48);
+    }
+
+    #[test]
+    fn sixteen_hex_digits_at_a_time() {
+        let mut below = crate::testing::below(0x5851_f42d_4c95_7f2d);
+        for _ in 0..10_000 {
+            let bytes = below(u64::MAX).to_be_bytes();
+            let lower: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex16(bytes, b'a'), lower.as_bytes());
+            assert_eq!(hex16(bytes, b'A'), lower.to_uppercase().as_bytes());
+        }
+        assert_eq!(&hex16([0xff; 8], b'a'), b"ffffffffffffffff");
+        assert_eq!(&hex16([0; 8], b'A'), b"0000000000000000");
     }
 
     #[test]

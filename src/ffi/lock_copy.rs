@@ -4,8 +4,7 @@
 //! words long (it is moved on every command) and reading a compact lock
 //! allocates nothing.
 
-use std::ptr::null_mut;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::cell::Cell;
 
 use redis_lock_core::compact::{Compact, OwnerText};
 use redis_lock_core::Lock;
@@ -17,10 +16,13 @@ struct Copied {
     owner: Option<OwnerText>,
 }
 
-/// The spare box: a `Box<Copied>` given up, or null. One is enough: a
-/// command has one key open at a time (an event handler's key inside it
-/// takes a box of its own).
-static SPARE: AtomicPtr<Copied> = AtomicPtr::new(null_mut());
+thread_local! {
+    /// The spare box. One is enough: a command has one key open at a time
+    /// (an event handler's key inside it takes a box of its own). Not an
+    /// atomic: a locked instruction after the write-back to a lock's cold
+    /// cache line would wait for that line, on every command.
+    static SPARE: Cell<Option<Box<Copied>>> = const { Cell::new(None) };
+}
 
 /// `None`: no copy (a full value's access), or one given up
 /// ([`LockCopy::into_lock`]).
@@ -104,21 +106,12 @@ fn placeholder() -> Lock {
 }
 
 fn spare() -> Option<Box<Copied>> {
-    let spare = SPARE.swap(null_mut(), Ordering::Acquire);
-    // SAFETY: a non-null `SPARE` is a box `keep` gave up, and the swap
-    // took it: nobody else has it.
-    (!spare.is_null()).then(|| unsafe { Box::from_raw(spare) })
+    SPARE.try_with(Cell::take).ok().flatten()
 }
 
-/// Keeps `copied` as the spare, unless there is one.
+/// Keeps `copied` as the spare (instead of the one there was).
 fn keep(copied: Box<Copied>) {
-    let copied = Box::into_raw(copied);
-    let kept = SPARE.compare_exchange(null_mut(), copied, Ordering::Release, Ordering::Relaxed);
-    if kept.is_err() {
-        // SAFETY: `copied` came from `Box::into_raw` just above and was not
-        // kept: it is still ours.
-        drop(unsafe { Box::from_raw(copied) });
-    }
+    let _ = SPARE.try_with(|spare| drop(spare.replace(Some(copied))));
 }
 
 impl Drop for LockCopy {
@@ -135,11 +128,6 @@ impl Drop for LockCopy {
     }
 }
 
-/// Tests that use the spare take this first (tests run on threads of one
-/// process, and there is one spare).
-#[cfg(test)]
-pub static SPARE_IN_TEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,13 +140,20 @@ mod tests {
             .map_or(std::ptr::null(), |c| c as *const Copied)
     }
 
+    /// This thread's spare (each test runs on a thread of its own).
     fn the_spare() -> *const Copied {
-        SPARE.load(Ordering::Relaxed).cast_const()
+        SPARE.with(|spare| {
+            let kept = spare.take();
+            let at = kept
+                .as_deref()
+                .map_or(std::ptr::null(), |c| c as *const Copied);
+            spare.set(kept);
+            at
+        })
     }
 
     #[test]
     fn a_dropped_copy_leaves_its_box_for_the_next() {
-        let _one = SPARE_IN_TEST.lock();
         let copy = LockCopy::new(Lock::exclusive(UUID, 1, 2, 3));
         assert_eq!(copy.lock(), Some(&Lock::exclusive(UUID, 1, 2, 3)));
         let first = boxed(&copy);
@@ -182,9 +177,10 @@ mod tests {
         // With no spare, a box of its own; one spare is kept, not two.
         let other = LockCopy::decoded(&compact);
         assert_eq!(other.lock(), Some(&lock));
+        let second = boxed(&other);
         drop(decoded);
         drop(other);
-        assert_eq!(the_spare(), first);
+        assert_eq!(the_spare(), second);
         // A copy that owns more than its box is not kept.
         drop(spare());
         drop(LockCopy::new(Lock::exclusive(&[b'o'; 100], 1, 2, 3)));

@@ -193,7 +193,6 @@ mod tests {
 
     #[test]
     fn a_value_reads_back_as_the_lock_it_was_made_from() {
-        let _one = crate::ffi::lock_copy::SPARE_IN_TEST.lock();
         let long = [b'x'; 40];
         for owner in [UUID, b"short", &long[..]] {
             let lock = Lock::exclusive(owner, 2, 7, 1_000);
@@ -214,7 +213,6 @@ mod tests {
 
     #[test]
     fn a_stored_value_and_its_access_agree() {
-        let _one = crate::ffi::lock_copy::SPARE_IN_TEST.lock();
         for owner in [UUID, &[b'x'; 40][..]] {
             let lock = Lock::exclusive(owner, 2, 7, 1_000);
             let (value, mut access) = into_value_with_access(LockCopy::new(lock.clone())).unwrap();
@@ -229,7 +227,6 @@ mod tests {
 
     #[test]
     fn changes_through_access_are_written_back() {
-        let _one = crate::ffi::lock_copy::SPARE_IN_TEST.lock();
         let value = into_value(Lock::exclusive(UUID, 1, 7, 1_000));
         let mut access = Access::new(value).unwrap();
         let holder = &mut access.lock().unwrap().holders_mut()[0];
