@@ -166,8 +166,7 @@ impl Compact {
             Spelling::HexUpper | Spelling::UuidUpper => b'A',
         };
         // Sixteen digits at a time; the owner's unused bytes are zeros.
-        let padded: [u8; OWNER_BYTES] = self.owner;
-        let [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r] = padded;
+        let [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q, r] = self.owner;
         let first = hex16([a, b, c, d, e, f, g, h], alpha);
         let second = hex16([i, j, k, l, m, n, o, p], alpha);
         let third = hex16([q, r, 0, 0, 0, 0, 0, 0], alpha);

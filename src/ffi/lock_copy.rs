@@ -26,7 +26,7 @@ thread_local! {
 }
 
 /// `None`: no copy (a full value's access), or one given up
-/// ([`LockCopy::into_lock`]).
+/// ([`LockCopy::take_lock`]).
 pub struct LockCopy(Option<Box<Copied>>);
 
 impl LockCopy {
@@ -86,13 +86,8 @@ impl LockCopy {
         }
     }
 
-    /// The lock itself (to be stored in full); the box stays for the next
-    /// copy.
-    pub fn into_lock(mut self) -> Option<Lock> {
-        self.take_lock()
-    }
-
-    /// [`LockCopy::into_lock`] in place: the copy is left empty.
+    /// The lock itself (to be stored in full); the copy is left empty and
+    /// the box stays for the next one.
     pub fn take_lock(&mut self) -> Option<Lock> {
         let copied = self.0.as_mut()?;
         let lock = std::mem::replace(&mut copied.lock, placeholder());
@@ -160,13 +155,14 @@ mod tests {
         let first = boxed(&copy);
         drop(copy);
         assert_eq!(the_spare(), first);
-        let again = LockCopy::new(Lock::exclusive(b"x", 4, 5, 6));
+        let mut again = LockCopy::new(Lock::exclusive(b"x", 4, 5, 6));
         assert_eq!(boxed(&again), first);
         assert!(the_spare().is_null());
         assert_eq!(again.lock(), Some(&Lock::exclusive(b"x", 4, 5, 6)));
         assert_eq!(again.owner(), None, "a reused box keeps no old owner");
         // Given up, the lock is whole and the box is kept.
-        assert_eq!(again.into_lock(), Some(Lock::exclusive(b"x", 4, 5, 6)));
+        assert_eq!(again.take_lock(), Some(Lock::exclusive(b"x", 4, 5, 6)));
+        assert_eq!(again.lock(), None);
         assert_eq!(the_spare(), first);
         // Decoded into the spare, in place, with the owner as read.
         let lock = Lock::exclusive(UUID, 2, 7, 1_000);

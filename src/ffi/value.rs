@@ -56,7 +56,7 @@ fn tagged(compact: Compact) -> *mut c_void {
 pub fn into_value_with_access(mut copy: LockCopy) -> Option<(*mut c_void, Access)> {
     let lock = copy.lock()?;
     let Some(compact) = Compact::of(lock) else {
-        let value = Box::into_raw(Box::new(copy.into_lock()?)).cast();
+        let value = Box::into_raw(Box::new(copy.take_lock()?)).cast();
         let access = Access {
             value: NonNull::new(value)?,
             decoded: LockCopy::none(),
