@@ -73,7 +73,11 @@ fn run<R>(
 
 /// Commits what the operation changed and propagates it.
 fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CStr) {
-    opened.key.commit();
+    match outcome.change {
+        // The waiters are served below.
+        Change::Deleted { .. } | Change::Left { .. } => opened.key.commit_then_serve(),
+        _ => opened.key.commit(),
+    }
     match outcome.change {
         Change::Stored { .. } | Change::Joined => {
             effects::stored(

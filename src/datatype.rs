@@ -233,8 +233,9 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, lock: *const c_void) 
                 if hinted {
                     timer::arm(state);
                 }
-                // The key's name is copied only when someone waits at all.
-                if state.waiters.is_empty() {
+                // The key's name is copied only when someone waits at all,
+                // and nobody serves them next.
+                if state.waiters.is_empty() || crate::hints::waiters_served_next() {
                     return;
                 }
                 if let Some(id) = key_of(ctx) {

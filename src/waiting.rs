@@ -242,7 +242,8 @@ pub fn settle(target: &Target, key: &mut LockKey) {
     .flatten();
     match ended {
         Some(ops::Ended::Lock { .. }) => {
-            key.commit();
+            // The waiters are served below.
+            key.commit_then_serve();
             effects::expired(target);
         }
         Some(ops::Ended::Holders(gone)) => {
@@ -421,7 +422,11 @@ pub fn revoke_undelivered(ctx: Ctx, grant: &Grant) {
     }) else {
         return;
     };
-    lock_key.commit();
+    match outcome.change {
+        // `settle` serves the waiters below.
+        ops::Change::Deleted { .. } | ops::Change::Left { .. } => lock_key.commit_then_serve(),
+        _ => lock_key.commit(),
+    }
     match outcome.change {
         ops::Change::Deleted { .. } => {
             effects::deleted(&target, c"lock.release");

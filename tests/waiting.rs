@@ -71,6 +71,61 @@ fn twenty_waiters_are_granted_in_arrival_order() {
     assert_eq!(info_lock(&mut conn, "waiting"), 0);
 }
 
+/// A release that frees a lock with waiters serves them itself: the
+/// deletion leaves no grant pending for the timer (which fired once per
+/// hand-off, two timer re-arms and a firing that found the queue served).
+#[test]
+fn a_hand_off_by_release_does_not_fire_the_timer() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    acquire(&mut conn, "job", "holder", 30_000).unwrap();
+    let waiters: Vec<_> = (0..20)
+        .map(|i| spawn_waiter(&server, "job", &format!("w{i}"), 30_000, 0))
+        .collect();
+    let runs = info_lock(&mut conn, "timer_runs");
+    let mut current = "holder".to_string();
+    for (i, handle) in waiters.into_iter().enumerate() {
+        assert_eq!(release(&mut conn, "job", &current), Some(0));
+        handle.join().unwrap().expect("the head waiter is granted");
+        current = format!("w{i}");
+        assert_eq!(owner(&mut conn, "job").as_deref(), Some(current.as_str()));
+    }
+    // Every lease and wait here runs for 30 s: nothing else is due.
+    let fired = info_lock(&mut conn, "timer_runs") - runs;
+    assert!(fired < 5, "the timer fired {fired} times for 20 hand-offs");
+    assert_eq!(info_lock(&mut conn, "wait_grants"), 20);
+}
+
+/// The same for a lease that ends: the firing that ends it serves the
+/// queue, and the deletion leaves nothing for a second firing.
+#[test]
+fn a_hand_off_at_lease_end_fires_the_timer_once() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    acquire(&mut conn, "job", "holder", 30_000).unwrap();
+    // Each waiter holds for 20 ms once granted, then its lease ends.
+    let waiters: Vec<_> = (0..10)
+        .map(|i| spawn_waiter(&server, "job", &format!("w{i}"), 20, 0))
+        .collect();
+    let runs = info_lock(&mut conn, "timer_runs");
+    assert_eq!(release(&mut conn, "job", "holder"), Some(0));
+    for handle in waiters {
+        handle
+            .join()
+            .unwrap()
+            .expect("every waiter is granted in turn");
+    }
+    assert!(wait_until(PATIENCE, || owner(&mut conn, "job").is_none()));
+    // Ten lease ends; a firing per lease end, and at most one more for a
+    // timer that fired a millisecond early.
+    let fired = info_lock(&mut conn, "timer_runs") - runs;
+    assert!(
+        (10..=15).contains(&fired),
+        "the timer fired {fired} times for 10 lease ends"
+    );
+    assert_eq!(info_lock(&mut conn, "expired"), 10);
+}
+
 #[test]
 fn a_lease_end_hands_the_lock_to_the_next_waiter_untouched() {
     let server = RedisServer::start();

@@ -137,6 +137,14 @@ impl LockKey {
         matches!(self.pending, Pending::Store(_))
     }
 
+    /// [`LockKey::commit`] for a caller that serves the key's waiters
+    /// itself right after (`waiting::grant_waiters`): removing the lock
+    /// leaves no grant pending for the timer, whose firing would only find
+    /// them served.
+    pub fn commit_then_serve(&mut self) {
+        crate::hints::served_next(|| self.commit());
+    }
+
     /// Carries out a pending store or delete. Call it with no module-state
     /// borrow held: Redis calls our type callbacks from inside.
     pub fn commit(&mut self) {
