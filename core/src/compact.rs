@@ -262,9 +262,9 @@ fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
     if owner.len() > TEXT_OWNER || owner.len() % 2 != 0 {
         return None;
     }
-    // Owners that are neither (`host:pid:thread`, names) nearly always
-    // show it in their first two bytes, which a UUID and a hex id share:
-    // the scan below runs only for likely ones.
+    // An owner that is neither a UUID nor a hex id (`host:pid:thread`, a
+    // name) nearly always shows it in its first two bytes, which are
+    // hex digits in both: the scan below runs only for likely ones.
     if owner
         .iter()
         .take(2)
