@@ -73,11 +73,8 @@ fn run<R>(
 
 /// Commits what the operation changed and propagates it.
 fn finish<R>(opened: &mut Opened, owner: &[u8], outcome: &Outcome<R>, event: &CStr) {
-    match outcome.change {
-        // The waiters are served below.
-        Change::Deleted { .. } | Change::Left { .. } => opened.key.commit_then_serve(),
-        _ => opened.key.commit(),
-    }
+    // A freed lock's waiters are served below.
+    waiting::commit(&mut opened.key, outcome.change);
     match outcome.change {
         Change::Stored { .. } | Change::Joined => {
             effects::stored(

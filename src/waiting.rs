@@ -224,6 +224,16 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
     settle(&target, &mut lock_key);
 }
 
+/// Commits what `change` did to `key`. A change that freed the lock or a
+/// hold of it is followed by serving the queue (`grant_waiters` or
+/// `settle`, by the caller): its deletion leaves no grant for the timer.
+pub fn commit(key: &mut LockKey, change: ops::Change) {
+    match change {
+        ops::Change::Deleted { .. } | ops::Change::Left { .. } => key.commit_then_serve(),
+        _ => key.commit(),
+    }
+}
+
 /// Ends a lock whose lease is over (announcing it), then serves the queue.
 /// Every path that may find a free lock calls this first.
 pub fn settle(target: &Target, key: &mut LockKey) {
@@ -422,11 +432,7 @@ pub fn revoke_undelivered(ctx: Ctx, grant: &Grant) {
     }) else {
         return;
     };
-    match outcome.change {
-        // `settle` serves the waiters below.
-        ops::Change::Deleted { .. } | ops::Change::Left { .. } => lock_key.commit_then_serve(),
-        _ => lock_key.commit(),
-    }
+    commit(&mut lock_key, outcome.change);
     match outcome.change {
         ops::Change::Deleted { .. } => {
             effects::deleted(&target, c"lock.release");
