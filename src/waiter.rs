@@ -45,5 +45,8 @@ pub struct Grant {
     pub key: KeyId,
     pub owner: Box<[u8]>,
     pub token: i64,
+    /// The granted lease's end on the lease clock: a reply that goes out
+    /// after it says the lease ended rather than that the lock was removed.
+    pub deadline: u64,
     pub delivered: Cell<bool>,
 }

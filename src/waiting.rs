@@ -144,6 +144,7 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
                     key: id.clone(),
                     owner: waiter.owner,
                     token: holder.token(),
+                    deadline: holder.deadline(),
                     delivered: Cell::new(false),
                 };
                 unblock(waiter.client, Answer::Token(grant));
@@ -332,6 +333,9 @@ extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
                 grant.delivered.set(true);
                 ffi::reply_integer(ctx, grant.token)
             }
+            Some(Answer::Token(grant)) if CLOCK.monotonic_ms() >= grant.deadline => {
+                ffi::reply_error(ctx, LEASE_ENDED_BEFORE_REPLY)
+            }
             Some(Answer::Token(_)) => ffi::reply_error(ctx, GONE_BEFORE_REPLY),
             Some(Answer::Error(message)) => ffi::reply_error(ctx, message),
             Some(Answer::TimedOut) | None => ffi::reply_null(ctx),
@@ -343,6 +347,12 @@ extern "C" fn on_reply(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
 /// grant and the reply (the same event-loop turn): never a dead token.
 const GONE_BEFORE_REPLY: &str =
     "ERR the lock granted to this waiter was removed before the reply (evicted or deleted): acquire again";
+
+/// The reply to a waiter whose granted lease ended before the reply went
+/// out (a ttl shorter than the server's delay in that turn): never a dead
+/// token, and a reason the caller can act on.
+const LEASE_ENDED_BEFORE_REPLY: &str =
+    "ERR the lease granted to this waiter ended before the reply: acquire again (with a longer ttl-ms)";
 
 /// Whether the waiter's grant still stands as the reply goes out: the lock
 /// is there, live, with the granted owner and token. The reply runs in the

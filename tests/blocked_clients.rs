@@ -188,7 +188,7 @@ fn a_waiter_is_checked_against_the_max_ttl_in_force_when_it_is_granted() {
     let mut c = server.conn();
     acquire(&mut c, "k", "A", 30_000).unwrap();
     let handle = spawn_waiter_or_error(&server, "k", "B", 86_400_000);
-    let next = spawn_waiter(&server, "k", "C", 1_000, 0);
+    let next = spawn_waiter(&server, "k", "C", 30_000, 0);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("lock.max-ttl")
@@ -201,6 +201,34 @@ fn a_waiter_is_checked_against_the_max_ttl_in_force_when_it_is_granted() {
     let token = next.join().unwrap().expect("C is granted");
     let info = held(&mut c, "k");
     assert_eq!((info.owner.as_slice(), info.token), (&b"C"[..], token));
+}
+
+/// A grant whose lease ends before its reply goes out (here the lease
+/// clock is moved past it in the same transaction as the release that
+/// granted it) is answered with an error that says so, never a token.
+#[test]
+fn a_grant_whose_lease_ends_before_the_reply_says_so() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "A", 30_000).unwrap();
+    let handle = spawn_waiter_or_error(&server, "k", "W", 30_000);
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg("A")
+        .cmd("LOCK.DEBUG")
+        .arg("MONOTONIC-JUMP")
+        .arg(30_001)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        handle.join().unwrap(),
+        Err("ERR the lease granted to this waiter ended before the reply: acquire again (with a longer ttl-ms)".to_string())
+    );
+    assert!(wait_until(SOON, || !exists(&mut c, "k")));
+    assert_eq!(lock_stat(&mut c, "lock_waiting"), 0);
+    assert_eq!(lock_stat(&mut c, "lock_lease_index"), 0);
 }
 
 #[test]

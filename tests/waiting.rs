@@ -26,6 +26,19 @@ fn held_token(conn: &mut Connection, key: &str) -> Option<i64> {
     lock_info(conn, key).map(|info| info.token)
 }
 
+/// `owner`, which holds `job` and has its reply, shortens its lease to end
+/// 1 ms from now: the lease ends as any lease does, and no server, however
+/// slow, can end it between a grant and its reply.
+fn shorten(conn: &mut Connection, owner: &str) {
+    let left: i64 = redis::cmd("LOCK.EXTEND")
+        .arg("job")
+        .arg(owner)
+        .arg(1)
+        .query(conn)
+        .unwrap();
+    assert_eq!(left, 1, "{owner} holds the lock");
+}
+
 #[test]
 fn twenty_waiters_are_granted_in_arrival_order() {
     let server = RedisServer::start();
@@ -79,33 +92,44 @@ fn twenty_waiters_are_granted_in_arrival_order() {
 
 /// A lease that ends hands the lock on in the firing that ends it: the
 /// deletion leaves no grant pending for a second firing (as the release
-/// above leaves none for any firing).
+/// above leaves none for any firing). Each lease is granted for a minute
+/// and shortened to 1 ms once its waiter has its reply (`shorten`).
 #[test]
 fn a_hand_off_at_lease_end_fires_the_timer_once() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     acquire(&mut conn, "job", "holder", 30_000).unwrap();
-    // Each waiter holds for 20 ms once granted, then its lease ends.
     let waiters: Vec<_> = (0..10)
-        .map(|i| spawn_waiter(&server, "job", &format!("w{i}"), 20, 0))
+        .map(|i| spawn_waiter(&server, "job", &format!("w{i}"), 60_000, 0))
         .collect();
-    let runs = info_lock(&mut conn, "timer_runs");
     assert_eq!(release(&mut conn, "job", "holder"), Some(0));
-    for handle in waiters {
-        handle
+    let runs = info_lock(&mut conn, "timer_runs");
+    let mut last_token = 0;
+    for (i, handle) in waiters.into_iter().enumerate() {
+        let token = handle
             .join()
             .unwrap()
             .expect("every waiter is granted in turn");
+        assert!(token > last_token);
+        last_token = token;
+        assert_eq!(owner(&mut conn, "job"), Some(format!("w{i}")));
+        assert_eq!(held_token(&mut conn, "job"), Some(token));
+        // w{i} has its reply: it shortens its lease to end in 1 ms, and
+        // the timer ends it.
+        shorten(&mut conn, &format!("w{i}"));
     }
     assert!(wait_until(PATIENCE, || owner(&mut conn, "job").is_none()));
-    // Ten lease ends: a firing each, and a few more allowed for a timer
-    // that fires a millisecond early (without the fix: 19 or 20).
+    assert!(wait_until(PATIENCE, || info_lock(&mut conn, "expired") == 10));
+    // Ten lease ends, a firing each, and a few more allowed for a timer
+    // that fires a millisecond early (without the fix, 18 to 20: the
+    // deletion left a pending grant that a second firing found served).
     let fired = info_lock(&mut conn, "timer_runs") - runs;
     assert!(
         (10..=15).contains(&fired),
         "the timer fired {fired} times for 10 lease ends"
     );
-    assert_eq!(info_lock(&mut conn, "expired"), 10);
+    assert_eq!(info_lock(&mut conn, "wait_grants"), 10);
+    assert_eq!(info_lock(&mut conn, "lease_index"), 0);
 }
 
 #[test]
@@ -129,17 +153,20 @@ fn locks_handed_to_waiters_end_by_themselves() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     assert!(acquire(&mut conn, "job", "first", 30_000).is_some());
-    let b1 = spawn_waiter(&server, "job", "b", 300, 0);
-    assert!(wait_until(PATIENCE, || waiters(&mut conn, "job") == 1));
-    let b2 = spawn_waiter(&server, "job", "b", 300, 0);
-    assert!(wait_until(PATIENCE, || waiters(&mut conn, "job") == 2));
-    let c = spawn_waiter(&server, "job", "c", 300, 0);
-    assert!(wait_until(PATIENCE, || waiters(&mut conn, "job") == 3));
+    // Minute-long leases, shortened once each reply is in (a short lease
+    // could end before a slow server's reply).
+    let b1 = spawn_waiter(&server, "job", "b", 60_000, 0);
+    let b2 = spawn_waiter(&server, "job", "b", 60_000, 0);
+    let c = spawn_waiter(&server, "job", "c", 60_000, 0);
+    assert_eq!(waiters(&mut conn, "job"), 3);
     assert_eq!(release(&mut conn, "job", "first"), Some(0));
     let token_b = b1.join().unwrap().expect("b granted");
     assert_eq!(b2.join().unwrap(), Some(token_b), "b re-entered");
+    assert_eq!(owner(&mut conn, "job").as_deref(), Some("b"));
+    shorten(&mut conn, "b");
     let token_c = c.join().unwrap().expect("c granted at b's lease end");
     assert!(token_c > token_b);
+    shorten(&mut conn, "c");
     // Its end removes the key (an ended lease reads as absent before).
     assert!(
         wait_until(PATIENCE, || info_lock(&mut conn, "expired") == 2),
