@@ -23,9 +23,23 @@ fn ping(c: &mut Connection) -> bool {
 /// replica); right after it the lock ends and its waiter is granted.
 fn lease_end_inside_a_write_pause(server: &RedisServer, replica: Option<&RedisServer>) {
     let mut c = server.conn();
-    acquire(&mut c, "pz", "o", 300).unwrap();
+    acquire(&mut c, "pz", "o", 30_000).unwrap();
     let waiter = spawn_waiter(server, "pz", "next", 30_000, 0);
-    cmd(&mut c, &["CLIENT", "PAUSE", "60000", "WRITE"]);
+    // The lease is made to end 1 ms from now in the same transaction that
+    // pauses writes: it ends inside the pause however slow the server (a
+    // short lease from the start could end before the waiter was queued).
+    let _: Value = redis::pipe()
+        .atomic()
+        .cmd("LOCK.EXTEND")
+        .arg("pz")
+        .arg("o")
+        .arg(1)
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .query(&mut c)
+        .unwrap();
     // Reads go on during a write pause: the lease is seen to end...
     assert!(wait_until(SOON, || lock_info(&mut c, "pz").is_none()));
     // ...and a few timer rounds later the key is still there, untouched.

@@ -389,22 +389,38 @@ fn waiting_readers_are_admitted_together_up_to_the_limit() {
     assert_eq!(lock_stat(&mut c, "lock_holders"), 1);
 }
 
+/// `owner`'s lease on `key` ends 1 ms from now (`LOCK.EXTEND key owner 1`).
+fn shorten(c: &mut Connection, key: &str, owner: &str) {
+    assert_eq!(
+        run(c, &["LOCK.EXTEND", key, owner, "1"]).unwrap(),
+        Value::Int(1),
+        "{owner} holds {key}"
+    );
+}
+
 #[test]
 fn each_holder_lease_ends_on_its_own_and_hands_off() {
     let server = RedisServer::start();
     let mut c = server.conn();
-    shared(&mut c, "pool", "short", 200, Some(1))
+    // Leases of a minute, shortened to 1 ms when the test is ready for them
+    // to end (a short lease from the start could end before a slow server
+    // queued the waiter or admitted the second reader).
+    shared(&mut c, "pool", "short", 60_000, Some(1))
         .unwrap()
         .unwrap();
-    let next = spawn_wait(&server, "pool", "next", 60_000, Some(Some(1)), 10_000);
+    let next = spawn_wait(&server, "pool", "next", 60_000, Some(Some(1)), 0);
+    shorten(&mut c, "pool", "short");
     // Nobody touches the key: the timer ends the short lease and admits the
     // next waiter.
     let token = next.join().unwrap().expect("granted at the lease end");
     assert_eq!(holders(&mut c, "pool")[0].token, token);
-    shared(&mut c, "doc", "brief", 200, None).unwrap().unwrap();
+    shared(&mut c, "doc", "brief", 60_000, None)
+        .unwrap()
+        .unwrap();
     shared(&mut c, "doc", "long", 60_000, None)
         .unwrap()
         .unwrap();
+    shorten(&mut c, "doc", "brief");
     assert!(wait_until(SOON, || owners(&mut c, "doc") == ["long"]));
     // The pool's lease ended with the whole lock (its only holder); the
     // brief reader's while another held on.
@@ -520,10 +536,12 @@ fn a_shared_lock_saved_renamed_or_copied_behaves_like_an_exclusive_one() {
     let copy = run(&mut c, &["COPY", "m1", "m2"]);
     assert!(copy.is_err(), "COPY of a shared lock: {copy:?}");
     // RENAME carries every holder, and the leases still end by themselves.
-    shared(&mut c, "brief", "x", 300, None).unwrap().unwrap();
-    shared(&mut c, "brief", "y", 300, None).unwrap().unwrap();
+    shared(&mut c, "brief", "x", 60_000, None).unwrap().unwrap();
+    shared(&mut c, "brief", "y", 60_000, None).unwrap().unwrap();
     run(&mut c, &["RENAME", "brief", "renamed"]).unwrap();
     assert_eq!(owners(&mut c, "renamed"), ["x", "y"]);
+    shorten(&mut c, "renamed", "x");
+    shorten(&mut c, "renamed", "y");
     assert!(
         wait_until(SOON, || !exists(&mut c, "renamed")),
         "a renamed shared lock outlived its leases"

@@ -26,9 +26,9 @@ fn held_token(conn: &mut Connection, key: &str) -> Option<i64> {
     lock_info(conn, key).map(|info| info.token)
 }
 
-/// `owner`, which holds `job` and has its reply, shortens its lease to end
-/// 1 ms from now: the lease ends as any lease does, and no server, however
-/// slow, can end it between a grant and its reply.
+/// `owner`, which holds `job` (and has its reply, if it waited), shortens
+/// its lease to end 1 ms from now: the lease ends as any lease does, and no
+/// server, however slow, can end it before the test is ready for it.
 fn shorten(conn: &mut Connection, owner: &str) {
     let left: i64 = redis::cmd("LOCK.EXTEND")
         .arg("job")
@@ -136,9 +136,13 @@ fn a_hand_off_at_lease_end_fires_the_timer_once() {
 fn a_lease_end_hands_the_lock_to_the_next_waiter_untouched() {
     let server = RedisServer::start();
     let mut conn = server.conn();
-    assert!(acquire(&mut conn, "job", "short", 200).is_some());
-    let waiter = spawn_waiter(&server, "job", "next", 5_000, 0);
-    // Nobody touches the key: the expiry timer must end the lease and grant.
+    assert!(acquire(&mut conn, "job", "short", 30_000).is_some());
+    let waiter = spawn_waiter(&server, "job", "next", 30_000, 0);
+    // Once the waiter is queued, the holder's lease is made to end in 1 ms
+    // (a short lease from the start could end before a slow server queued
+    // the waiter). Nobody touches the key after: the expiry timer must end
+    // the lease and grant.
+    shorten(&mut conn, "short");
     let token = waiter.join().unwrap().expect("granted at lease end");
     assert_eq!(owner(&mut conn, "job").as_deref(), Some("next"));
     assert_eq!(held_token(&mut conn, "job"), Some(token));
@@ -182,8 +186,18 @@ fn a_timeout_replies_nil_and_leaves_no_trace() {
     let server = RedisServer::start();
     let mut conn = server.conn();
     assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
-    let waiter = spawn_waiter(&server, "job", "patient", 1_000, 100);
-    assert_eq!(waiter.join().unwrap(), None);
+    // On a connection of its own, in this thread: the wait is not watched
+    // for in the queue, which a slow server could end before a probe saw it.
+    let mut patient = server.conn();
+    let reply: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg("patient")
+        .arg(1_000)
+        .arg("WAIT")
+        .arg(100)
+        .query(&mut patient)
+        .unwrap();
+    assert_eq!(reply, None);
     assert_eq!(waiters(&mut conn, "job"), 0);
     assert_eq!(info_lock(&mut conn, "wait_timeouts"), 1);
     assert_eq!(info_lock(&mut conn, "waiting"), 0);
@@ -323,7 +337,8 @@ fn a_waiter_put_back_at_the_head_still_times_out() {
     let mut conn = server.conn();
     assert!(acquire(&mut conn, "job", "holder", 30_000).is_some());
     assert!(acquire(&mut conn, "other", "carol", 30_000).is_some());
-    let waiter = spawn_waiter(&server, "job", "patient", 30_000, 300);
+    // Its timeout leaves time for a slow server to show it queued first.
+    let waiter = spawn_waiter(&server, "job", "patient", 30_000, 3_000);
     let replies: Vec<Value> = redis::pipe()
         .atomic()
         .cmd("RENAME")
