@@ -66,9 +66,6 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     };
     let version = u32::try_from(encver).ok()?;
     let record = record::decode(&mut LoadIo::new(rdb), version, &CLOCK, bounds).ok()?;
-    // The node's counter is raised when the lock is really in the keyspace
-    // (the `loaded` and `restore` events): a RESTORE whose ABSTTL is past
-    // loads a value that Redis then throws away.
     let holders = record
         .holders
         .iter()
@@ -88,11 +85,25 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         || match load_lock(rdb, encver) {
             Some(lock) => {
                 stats::value_counted(1, lock.holders().len());
-                // RESTORE and MIGRATE add it without an event we hear of:
-                // the timer's sweep finds it.
-                if crate::hints::hint() {
-                    with_state(timer::arm);
-                }
+                // Every later grant here is above the tokens that arrive,
+                // from now on: a RESTORE (or MIGRATE, or a slot migration's
+                // payload) followed at once by a release, a lease end or a
+                // grant of another name in the same MULTI raises nothing
+                // later. A value the server then throws away (a RESTORE
+                // whose ABSTTL is past) raises it too: the counter only
+                // ever goes up, and no token is lost by it.
+                // The lease is filed by the timer's sweep: RESTORE and
+                // MIGRATE add the key without an event we hear of.
+                let hinted = crate::hints::hint();
+                let highest = lock.holders().iter().map(Holder::token).max();
+                with_state(|state| {
+                    if let Some(token) = highest {
+                        state.node.tokens.raise(token);
+                    }
+                    if hinted {
+                        timer::arm(state);
+                    }
+                });
                 value::into_value(lock)
             }
             None => std::ptr::null_mut(),

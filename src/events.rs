@@ -3,7 +3,8 @@
 //! evicted. The module listens to no generic keyspace event (every `DEL`,
 //! `EXPIRE` and `RENAME` on the server would pay for it): a lock that
 //! leaves a name calls `unlink2`, and one that arrives under a new name
-//! (`RENAME`, `MOVE`, `RESTORE`) is found by the lease sweep (`sweep`).
+//! (`RENAME`, `MOVE`, `RESTORE`, or `SWAPDB` in the middle of a sweep
+//! pass) is found by the lease sweep (`sweep`).
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -109,6 +110,11 @@ extern "C" fn on_swapdb(
         let Some((first, second)) = ffi::swapped_dbs(data) else {
             return;
         };
+        // A lock the sweep has not filed yet may move into a database the
+        // current pass has already scanned (or the pass's cursor into
+        // another database's keys): the pass no longer covers it, and a
+        // new one must follow (the timer, armed below, starts it).
+        crate::hints::hint();
         let swap = move |db: i32| match db {
             db if db == first => second,
             db if db == second => first,

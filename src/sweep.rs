@@ -4,11 +4,13 @@
 //! for it. A lock that arrives under a name without the module hearing of
 //! it (`RENAME`, `MOVE`, `RESTORE`, `MIGRATE`) so carries no live entry in
 //! the lease index. After a hint that this may have happened (a lock key
-//! left a name other than by our own hand, or a lock was restored), and
-//! while there are more lock values than indexed leases, the timer scans
-//! the keyspace in slices of at most a few milliseconds and files every
-//! lock it finds without a live entry, raising the token counter above its
-//! token. The scan stops as soon as the counts agree again.
+//! left a name other than by our own hand, a lock was restored, or
+//! databases were swapped, which can move an unfiled lock behind a pass),
+//! and while there are more lock values than indexed leases, the timer
+//! scans the keyspace in slices of at most a few milliseconds and files
+//! every lock it finds without a live entry. The scan stops as soon as the
+//! counts agree again. (The token counter does not wait for the sweep: a
+//! restored lock raises it as it is read, in `datatype::rdb_load`.)
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;

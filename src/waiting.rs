@@ -181,22 +181,13 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
     let Some(name) = ffi::OwnedString::new(ctx, key) else {
         return;
     };
-    // A key of another type: nobody can get this lock now. Its waiters keep
-    // waiting (within their timeouts) and the name is looked at again
-    // later: the value may go without an event the module hears of.
-    let Ok(mut lock_key) = LockKey::open_untouched(ctx, name.as_ptr(), true) else {
-        with_state(|state| {
-            if state.waiters.has_waiters(id) {
-                state.behind_foreign.insert(id.clone());
-                timer::arm(state);
-            }
-        });
-        return;
-    };
     // Only an entry whose lease is over settles the key: a stale one is
     // dropped, and a lease that grew since it was filed is filed again
     // (`filing::on_surfaced`), before anything else can return early.
     if let Some(entry) = entry {
+        let Some(mut lock_key) = open_settled(ctx, &name, id) else {
+            return;
+        };
         let now = CLOCK.monotonic_ms();
         let surfaced = with_state(|state| {
             let lock = lock_key.lock()?;
@@ -211,18 +202,42 @@ pub fn settle_by_name(ctx: Ctx, id: &KeyId, entry: Option<u64>) {
         if surfaced != Some(Surfaced::Ended) {
             return;
         }
+        // Closed before the slot check below: its `EXISTS` may expire or
+        // delete the key, which must not happen under an open key.
+        drop(lock_key);
     }
     // A grant from a timer bypasses the cluster's MOVED/ASK checks: in a
     // slot this node does not serve now (migrated away, or the key already
     // moved to the importing node), the waiters are told to retry, and the
     // retried command is redirected to the node that serves the key.
     if !ffi::serves_key(ctx, name.as_ptr()) {
-        drop(lock_key);
         answer_all(id, NOT_SERVED_HERE);
         return;
     }
+    // Opened after the check, so what it reads is what the keyspace holds
+    // now.
+    let Some(mut lock_key) = open_settled(ctx, &name, id) else {
+        return;
+    };
     let target = Target::new(ctx, name.as_ptr(), db, key);
     settle(&target, &mut lock_key);
+}
+
+/// Opens `name` for settling. A key of another type: nobody can get this
+/// lock now. Its waiters keep waiting (within their timeouts) and the name
+/// is looked at again later: the value may go without an event the module
+/// hears of.
+fn open_settled(ctx: Ctx, name: &ffi::OwnedString, id: &KeyId) -> Option<LockKey> {
+    let opened = LockKey::open_untouched(ctx, name.as_ptr(), true);
+    if opened.is_err() {
+        with_state(|state| {
+            if state.waiters.has_waiters(id) {
+                state.behind_foreign.insert(id.clone());
+                timer::arm(state);
+            }
+        });
+    }
+    opened.ok()
 }
 
 /// Commits what `change` did to `key`. A change that freed the lock or a

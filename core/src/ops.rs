@@ -202,9 +202,9 @@ pub fn expire_if_due(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) 
 }
 
 /// A token for a fresh lock in `slot`: above every token this node issued
-/// or saw, and above the token of the lock the slot held before (one that
-/// arrived by `RESTORE` or `MIGRATE` raises the counter only once the lease
-/// sweep has found it). Changes nothing when it fails.
+/// or saw, and above the token of the lock the slot held before (the
+/// adapter raises the counter as a lock arrives; this keeps the rule local
+/// for any slot). Changes nothing when it fails.
 fn fresh_token(node: &mut Node, slot: &mut impl Slot, clock: &impl Clock) -> Result<i64, OpError> {
     let mut tokens = node.tokens;
     if let Some(previous) = slot.lock() {
