@@ -108,7 +108,7 @@ fn model_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Expect<args::Acquire
         return Expect::Err(vec![ArgError::WrongArity]);
     }
     let mut defects = Defects::new();
-    defects.holder_owner(argv[2]);
+    defects.owner(argv[2], limits);
     let ttl_ms = defects.ttl(argv[3], limits);
     let (mut wait_ms, mut shared, mut limit) = (None, false, None);
     let mut i = 4;
