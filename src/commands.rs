@@ -7,7 +7,7 @@ use std::ffi::{c_int, CStr};
 use redis_lock_core::args::{self as parse, ArgError};
 use redis_lock_core::ops::{self, Acquired, Change, Outcome};
 use redis_lock_core::wait::{self, Caller, Then};
-use redis_lock_core::{Mode, Now};
+use redis_lock_core::{Clock, Mode, Now};
 use redis_module::raw;
 
 use crate::config::{self, DEBUG};
@@ -457,12 +457,21 @@ pub fn debug(ctx: Ctx, args: &Argv) -> c_int {
             }
         }
         [_, sub, jump] if sub.eq_ignore_ascii_case(b"MONOTONIC-JUMP") => {
+            let latest = redis_lock_core::lease::LATEST_READING_MS;
             match parse::parse_i64(jump).and_then(|ms| u64::try_from(ms).ok()) {
-                Some(ms) => {
-                    CLOCK.jump_monotonic_ms(ms);
-                    with_state(timer::rearm);
-                    ffi::reply_ok(ctx)
-                }
+                Some(ms) => match CLOCK.jump_monotonic_ms(ms, latest) {
+                    Some(()) => {
+                        with_state(timer::rearm);
+                        ffi::reply_ok(ctx)
+                    }
+                    None => ffi::reply_error(
+                        ctx,
+                        &format!(
+                            "ERR the jump would carry the lease clock past {latest} ms, the latest reading leases and waits can be filed at (it reads {} ms)",
+                            CLOCK.monotonic_ms()
+                        ),
+                    ),
+                },
                 None => ffi::reply_error(
                     ctx,
                     "ERR the jump must be a non-negative integer (milliseconds)",
