@@ -9,12 +9,17 @@
 # the way apt checks it: the suite's InRelease must carry a valid signature
 # of Debian's archive keyring (gpgv), the package index must match the hash
 # InRelease gives it, and the package the hash the index gives it.
+#
+# The mirror is the machine's own: the archive URIs of its apt sources
+# (/etc/apt/sources.list and sources.list.d/, one-line `deb` entries and
+# deb822 `URIs:` fields), in order, the first one that serves the suite with
+# a valid Debian signature; DEBIAN_MIRROR=<uri> names one instead (APT_ETC=<dir>
+# reads another apt configuration directory).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="$ROOT/.valkey-tls"
 SERVER="$DIR/usr/bin/valkey-server"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SUITE="bookworm-backports"
 PACKAGE="valkey-tools"
 KEYRING="/usr/share/keyrings/debian-archive-keyring.gpg"
@@ -34,15 +39,61 @@ if [ ! -r "$KEYRING" ]; then
     exit 1
 fi
 
+# The `deb` archive URIs of the machine's apt sources, in the order apt reads
+# them, one per line (deb822 stanzas with `Enabled: no` are skipped).
+apt_uris() {
+    local etc="${APT_ETC:-/etc/apt}" f
+    for f in "$etc/sources.list" "$etc"/sources.list.d/*.list; do
+        [ -r "$f" ] || continue
+        awk '$1 == "deb" {
+                 i = 2
+                 if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+                 if (i <= NF) print $i
+             }' "$f"
+    done
+    for f in "$etc"/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        awk 'function flush() {
+                 if (deb && enabled && uris != "") { n = split(uris, u, " "); for (j = 1; j <= n; j++) print u[j] }
+                 deb = 0; enabled = 1; uris = ""
+             }
+             BEGIN { flush() }
+             /^[ \t]*#/ { next }
+             /^[ \t]*$/ { flush(); next }
+             tolower($1) == "types:" { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+             tolower($1) == "enabled:" { enabled = (tolower($2) != "no") }
+             tolower($1) == "uris:" { for (i = 2; i <= NF; i++) uris = uris " " $i }
+             END { flush() }' "$f"
+    done
+}
+
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-echo "Fetching Debian's $PACKAGE ($SUITE, Valkey with TLS) into $DIR ..." >&2
-curl -fsS -o "$work/InRelease" "$MIRROR/dists/$SUITE/InRelease"
-gpgv --keyring "$KEYRING" --output "$work/Release" "$work/InRelease" 2>"$work/gpgv.log" || {
-    cat "$work/gpgv.log" >&2
-    echo "error: $SUITE's InRelease does not carry a valid Debian signature" >&2
+if [ -n "${DEBIAN_MIRROR:-}" ]; then
+    candidates="$DEBIAN_MIRROR"
+else
+    candidates="$(apt_uris | awk '!seen[$0]++')"
+fi
+[ -n "$candidates" ] || {
+    echo "error: no Debian archive in the apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/); name one with DEBIAN_MIRROR=<uri>" >&2
     exit 1
 }
+MIRROR=""
+while IFS= read -r uri; do
+    uri="${uri%/}"
+    case "$uri" in http://* | https://*) ;; *) continue ;; esac
+    curl -fsS -o "$work/InRelease" "$uri/dists/$SUITE/InRelease" 2>/dev/null || continue
+    if gpgv --keyring "$KEYRING" --output "$work/Release" "$work/InRelease" 2>"$work/gpgv.log"; then
+        MIRROR="$uri"
+        break
+    fi
+done <<<"$candidates"
+[ -n "$MIRROR" ] || {
+    [ -s "$work/gpgv.log" ] && cat "$work/gpgv.log" >&2
+    echo "error: no archive of the apt sources serves $SUITE with a valid Debian signature (tried: $(echo $candidates)); name one with DEBIAN_MIRROR=<uri>" >&2
+    exit 1
+}
+echo "Fetching Debian's $PACKAGE ($SUITE, Valkey with TLS) from $MIRROR into $DIR ..." >&2
 index="main/binary-amd64/Packages.xz"
 index_sha="$(awk -v f="$index" '/^SHA256:/{s=1; next} /^[^ ]/{s=0} s && $3==f {print $1}' "$work/Release")"
 [ -n "$index_sha" ] || { echo "error: no SHA256 for $index in $SUITE's Release" >&2; exit 1; }

@@ -7,7 +7,7 @@ use std::ffi::{c_int, CStr};
 use redis_lock_core::args::{self as parse, ArgError};
 use redis_lock_core::ops::{self, Acquired, Change, Outcome};
 use redis_lock_core::wait::{self, Caller, Then};
-use redis_lock_core::{Mode, Now};
+use redis_lock_core::{Clock, Mode, Now};
 use redis_module::raw;
 
 use crate::config::{self, DEBUG};
@@ -68,6 +68,19 @@ fn run<R>(
         let outcome = op(&mut state.node, key, &target.now);
         effects::file(state, key, owner, outcome.change, || target.id());
         outcome
+    })
+}
+
+/// [`run`] for an operation on `owner`'s own hold: `ops::as_holder` checks
+/// the owner against the lock and the `lock.max-owner-bytes` in force.
+fn run_as_holder<R>(
+    opened: &mut Opened,
+    owner: &[u8],
+    op: impl FnOnce(&mut ops::Node, &mut LockKey, &Now) -> Outcome<R>,
+) -> Option<Outcome<Result<R, ArgError>>> {
+    let max_owner_bytes = config::limits().max_owner_bytes;
+    run(opened, owner, |node, key, now| {
+        ops::as_holder(node, key, now, owner, max_owner_bytes, op)
     })
 }
 
@@ -188,17 +201,18 @@ pub fn acquire(ctx: Ctx, args: &Argv) -> c_int {
 /// `LOCK.RELEASE key owner [ALL]`
 pub fn release(ctx: Ctx, args: &Argv) -> c_int {
     let argv_bytes = args.bytes();
-    let parsed = parse_or_reply!(ctx, parse::parse_release(argv_bytes, &config::limits()));
+    let parsed = parse_or_reply!(ctx, parse::parse_release(argv_bytes));
     let mut opened = open_or_return!(ctx, args, true);
-    let Some(outcome) = run(&mut opened, parsed.owner, |node, key, now| {
+    let Some(outcome) = run_as_holder(&mut opened, parsed.owner, |node, key, now| {
         ops::release(node, key, now, parsed.owner, parsed.all)
     }) else {
         return ffi::reply_error(ctx, STATE_BUSY);
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.release");
     match outcome.reply {
-        Some(left) => ffi::reply_integer(ctx, i64::from(left)),
-        None => ffi::reply_null(ctx),
+        Ok(Some(left)) => ffi::reply_integer(ctx, i64::from(left)),
+        Ok(None) => ffi::reply_null(ctx),
+        Err(error) => ffi::reply_error(ctx, &error.to_string()),
     }
 }
 
@@ -207,29 +221,33 @@ pub fn extend(ctx: Ctx, args: &Argv) -> c_int {
     let argv_bytes = args.bytes();
     let parsed = parse_or_reply!(ctx, parse::parse_extend(argv_bytes, &config::limits()));
     let mut opened = open_or_return!(ctx, args, true);
-    let Some(outcome) = run(&mut opened, parsed.owner, |node, key, now| {
+    let Some(outcome) = run_as_holder(&mut opened, parsed.owner, |node, key, now| {
         ops::extend(node, key, now, parsed.owner, parsed.ttl_ms)
     }) else {
         return ffi::reply_error(ctx, STATE_BUSY);
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.extend");
-    ffi::reply_integer(ctx, i64::from(outcome.reply))
+    match outcome.reply {
+        Ok(extended) => ffi::reply_integer(ctx, i64::from(extended)),
+        Err(error) => ffi::reply_error(ctx, &error.to_string()),
+    }
 }
 
 /// `LOCK.FENCE key owner [ATLEAST n]`
 pub fn fence(ctx: Ctx, args: &Argv) -> c_int {
     let argv_bytes = args.bytes();
-    let parsed = parse_or_reply!(ctx, parse::parse_fence(argv_bytes, &config::limits()));
+    let parsed = parse_or_reply!(ctx, parse::parse_fence(argv_bytes));
     let mut opened = open_or_return!(ctx, args, true);
-    let Some(outcome) = run(&mut opened, parsed.owner, |node, key, now| {
+    let Some(outcome) = run_as_holder(&mut opened, parsed.owner, |node, key, now| {
         ops::fence(node, key, now, parsed.owner, parsed.at_least)
     }) else {
         return ffi::reply_error(ctx, STATE_BUSY);
     };
     finish(&mut opened, parsed.owner, &outcome, c"lock.fence");
     match outcome.reply {
-        Some(token) => ffi::reply_integer(ctx, token),
-        None => ffi::reply_null(ctx),
+        Ok(Some(token)) => ffi::reply_integer(ctx, token),
+        Ok(None) => ffi::reply_null(ctx),
+        Err(error) => ffi::reply_error(ctx, &error.to_string()),
     }
 }
 
@@ -439,12 +457,21 @@ pub fn debug(ctx: Ctx, args: &Argv) -> c_int {
             }
         }
         [_, sub, jump] if sub.eq_ignore_ascii_case(b"MONOTONIC-JUMP") => {
+            let latest = redis_lock_core::lease::LATEST_READING_MS;
             match parse::parse_i64(jump).and_then(|ms| u64::try_from(ms).ok()) {
-                Some(ms) => {
-                    CLOCK.jump_monotonic_ms(ms);
-                    with_state(timer::rearm);
-                    ffi::reply_ok(ctx)
-                }
+                Some(ms) => match CLOCK.jump_monotonic_ms(ms, latest) {
+                    Some(()) => {
+                        with_state(timer::rearm);
+                        ffi::reply_ok(ctx)
+                    }
+                    None => ffi::reply_error(
+                        ctx,
+                        &format!(
+                            "ERR the jump would carry the lease clock past {latest} ms, the latest reading leases and waits can be filed at (it reads {} ms)",
+                            CLOCK.monotonic_ms()
+                        ),
+                    ),
+                },
                 None => ffi::reply_error(
                     ctx,
                     "ERR the jump must be a non-negative integer (milliseconds)",

@@ -93,8 +93,11 @@ mod module {
         }
         config::register(context, restart_recovery_window);
         ffi::load_configs(ctx);
+        // `@lock` for operators, where the server lets a module add one.
+        let own_category =
+            ffi::command::add_acl_category(ctx, table::ACL_CATEGORY).then_some(table::ACL_CATEGORY);
         for command in &table::COMMANDS {
-            if let Err(why) = ffi::command::register(ctx, command) {
+            if let Err(why) = ffi::command::register(ctx, command, own_category) {
                 return fail(ctx, &why);
             }
         }

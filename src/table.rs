@@ -3,6 +3,8 @@
 //! registers each (`ffi::command::register`); a new command is one row
 //! here and its handler in `commands.rs`.
 
+use std::ffi::CStr;
+
 use crate::ffi::command::{
     option, optional, required, Command, INTEGER, OW_UPDATE, RO_ACCESS, RW_DELETE, RW_INSERT,
     RW_UPDATE, STRING, TOKEN,
@@ -39,12 +41,18 @@ mod entry {
     entry_point!(debug, "LOCK.DEBUG", commands::debug);
 }
 
+/// The module's own ACL category (`ACL CAT lock`, `+@lock`; Redis 7.4+ and
+/// Valkey): the commands clients use, not the internal effects nor
+/// `LOCK.DEBUG`, so that `+@lock` never grants an admin command.
+pub const ACL_CATEGORY: &CStr = c"lock";
+
 pub const COMMANDS: [Command; 10] = [
     Command {
         name: c"lock.acquire",
         handler: entry::acquire,
         flags: c"write deny-oom fast",
         acl: c"write fast",
+        in_own_category: true,
         summary: c"Acquires or re-enters a lock and returns its fencing token; nil when it cannot be granted now. SHARED: a read lock held with other shared holders; SHARED LIMIT n: a semaphore of n permits. With WAIT, blocks in FIFO order until granted or timeout (0 waits forever).",
         complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -4,
@@ -62,6 +70,7 @@ pub const COMMANDS: [Command; 10] = [
         handler: entry::release,
         flags: c"write fast",
         acl: c"write fast",
+        in_own_category: true,
         summary: c"Releases one hold (or ALL) of a lock held by owner; returns the holds left (0: freed), nil when owner does not hold it.",
         complexity: c"O(1)",
         arity: -3,
@@ -73,6 +82,7 @@ pub const COMMANDS: [Command; 10] = [
         handler: entry::extend,
         flags: c"write fast",
         acl: c"write fast",
+        in_own_category: true,
         summary: c"Makes the holder's lease end ttl-ms from now; 1 if owner holds the lock, else 0.",
         complexity: c"O(1)",
         arity: -4,
@@ -84,6 +94,7 @@ pub const COMMANDS: [Command; 10] = [
         handler: entry::fence,
         flags: c"write fast",
         acl: c"write fast",
+        in_own_category: true,
         summary: c"Returns the holder's fencing token, first raising it and this node's counter to at least n with ATLEAST; nil when owner does not hold the lock.",
         complexity: c"O(1)",
         arity: -3,
@@ -95,6 +106,7 @@ pub const COMMANDS: [Command; 10] = [
         handler: entry::info,
         flags: c"readonly fast",
         acl: c"read fast",
+        in_own_category: true,
         summary: c"Returns owner, holds, token, pttl, waiters and mode of an exclusive lock, or mode, limit, holders and waiters of a shared one; nil when there is none.",
         complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -2,
@@ -105,7 +117,8 @@ pub const COMMANDS: [Command; 10] = [
         name: c"lock.holders",
         handler: entry::holders,
         flags: c"readonly",
-        acl: c"read",
+        acl: c"read slow",
+        in_own_category: true,
         summary: c"Returns the holders of a lock in grant order (at most n with COUNT), each with owner, holds, token and pttl; an empty array when there is none.",
         complexity: c"O(holders)",
         arity: -2,
@@ -116,7 +129,8 @@ pub const COMMANDS: [Command; 10] = [
         name: c"lock.apply",
         handler: entry::apply,
         flags: c"write",
-        acl: c"write",
+        acl: c"write slow",
+        in_own_category: false,
         summary: c"Internal: the effect of a lock change as replicated to replicas and the AOF (owner, holds, token, absolute lease end; SHARED and the limit for a shared lock's holder). Refused from ordinary clients.",
         complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -6,
@@ -133,7 +147,8 @@ pub const COMMANDS: [Command; 10] = [
         name: c"lock.drop",
         handler: entry::drop,
         flags: c"write",
-        acl: c"write",
+        acl: c"write slow",
+        in_own_category: false,
         summary: c"Internal: the effect of an owner's hold leaving a shared lock that others still hold. Refused from ordinary clients.",
         complexity: c"O(holders)",
         arity: -3,
@@ -144,7 +159,8 @@ pub const COMMANDS: [Command; 10] = [
         name: c"lock.counter",
         handler: entry::counter,
         flags: c"write",
-        acl: c"write",
+        acl: c"write slow",
+        in_own_category: false,
         summary: c"Internal: raises this node's token counter to at least n (written to the AOF when a rewrite starts). Refused from ordinary clients.",
         complexity: c"O(1)",
         arity: 2,
@@ -155,7 +171,8 @@ pub const COMMANDS: [Command; 10] = [
         name: c"lock.debug",
         handler: entry::debug,
         flags: c"admin",
-        acl: c"admin dangerous",
+        acl: c"admin slow dangerous",
+        in_own_category: false,
         summary: c"Debug only (module loaded with debug yes): WALLCLOCK-OFFSET [ms] reads or sets the offset added to the wall clock the module reads, to show that leases ignore wall-clock steps; MONOTONIC-RATE [ppm] reads or sets how fast the lease clock runs (parts per million fast, negative: slow); MONOTONIC-JUMP ms moves the lease clock forward.",
         complexity: c"O(1)",
         arity: -2,

@@ -105,6 +105,7 @@ pub fn grant_waiters(target: &Target, key: &mut LockKey) {
         let rules = Rules {
             window: ops::Window::of(recovery::refusal(target.now.monotonic_ms)),
             max_ttl_ms: limits.max_ttl_ms,
+            max_owner_bytes: limits.max_owner_bytes,
             max_holders: limits.max_holders,
         };
         let handed = handoff::serve(

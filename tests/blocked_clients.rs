@@ -203,6 +203,28 @@ fn a_waiter_is_checked_against_the_max_ttl_in_force_when_it_is_granted() {
     assert_eq!((info.owner.as_slice(), info.token), (&b"C"[..], token));
 }
 
+#[test]
+fn a_waiter_is_checked_against_the_max_owner_bytes_in_force_when_it_is_granted() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "A", 30_000).unwrap();
+    let long = "w".repeat(200);
+    let handle = spawn_waiter_or_error(&server, "k", &long, 30_000);
+    let next = spawn_waiter(&server, "k", "C", 30_000, 0);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.max-owner-bytes")
+        .arg(100)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(release(&mut c, "k", "A"), Some(0));
+    assert_eq!(handle.join().unwrap(), Err(owner_error(100)));
+    // The refused waiter does not hold up the queue.
+    let token = next.join().unwrap().expect("C is granted");
+    let info = held(&mut c, "k");
+    assert_eq!((info.owner.as_slice(), info.token), (&b"C"[..], token));
+}
+
 /// A grant whose lease ends before its reply goes out (here the lease
 /// clock is moved past it in the same transaction as the release that
 /// granted it) is answered with an error that says so, never a token.

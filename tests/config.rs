@@ -125,6 +125,48 @@ fn config_set_changes_the_limits_at_once() {
     check_limits(&mut c, 123_456, 300);
 }
 
+/// A `lock.max-owner-bytes` lowered below a holder's owner never locks it
+/// out: its extend, fence and release still work; an owner that long that
+/// holds nothing still gets the error, and so does a new acquisition.
+#[test]
+fn a_lowered_max_owner_bytes_does_not_lock_a_holder_out() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let holder = "h".repeat(200);
+    let stranger = "s".repeat(200);
+    let token = acquire(&mut c, "k", &holder, 60_000).unwrap();
+    assert_eq!(
+        config_set(&mut c, "lock.max-owner-bytes", "100").unwrap(),
+        Value::Okay
+    );
+    assert_eq!(extend(&mut c, "k", &holder, 50_000), 1);
+    assert_eq!(fence(&mut c, "k", &holder, None), Some(token));
+    assert_eq!(
+        fence(&mut c, "k", &holder, Some(token + 5)),
+        Some(token + 5)
+    );
+    for args in [
+        vec!["LOCK.RELEASE", "k", stranger.as_str()],
+        vec!["LOCK.EXTEND", "k", stranger.as_str(), "1000"],
+        vec!["LOCK.FENCE", "k", stranger.as_str()],
+        vec!["LOCK.RELEASE", "free", stranger.as_str()],
+        vec!["LOCK.ACQUIRE", "k", holder.as_str(), "1000"],
+        vec!["LOCK.ACQUIRE", "free", stranger.as_str(), "1000"],
+    ] {
+        assert_eq!(error_of(&mut c, &args), owner_error(100), "{args:?}");
+    }
+    let info = held(&mut c, "k");
+    assert_eq!((info.owner, info.holds), (holder.clone().into_bytes(), 1));
+    assert!(!exists(&mut c, "free"));
+    assert_eq!(release(&mut c, "k", &holder), Some(0));
+    assert!(!exists(&mut c, "k"));
+    // Once it holds nothing, the long owner is refused like any other.
+    assert_eq!(
+        error_of(&mut c, &["LOCK.RELEASE", "k", &holder]),
+        owner_error(100)
+    );
+}
+
 #[test]
 fn module_arguments_set_the_limits() {
     let server = RedisServer::start_with(ServerOptions::default().module_args([

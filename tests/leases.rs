@@ -365,6 +365,34 @@ fn moved_and_restored_locks_still_end_by_themselves() {
     assert_eq!(lock_stat(&mut c, "lock_expired"), 3);
 }
 
+/// A `MONOTONIC-JUMP` that would carry the lease clock past what the lease
+/// index files exactly (2^44 − 1 ms, less the farthest deadline) is refused
+/// and moves nothing: past it every deadline was filed at 2^44 − 1, already
+/// due, and filed again at each firing, so the timer spun.
+#[test]
+fn a_jump_past_the_lease_index_range_is_refused() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "k", "o", 60_000).unwrap();
+    let runs = lock_stat(&mut c, "lock_timer_runs");
+    for jump in ["17592186044416", "17592186044415", "9223372036854775807"] {
+        let error = error_of(&mut c, &["LOCK.DEBUG", "MONOTONIC-JUMP", jump]);
+        assert!(
+            error.starts_with("ERR the jump would carry the lease clock past 17276739644415 ms"),
+            "{jump}: {error}"
+        );
+    }
+    // The clock did not move: the lease runs on, and a new one is filed.
+    assert!(held(&mut c, "k").pttl > 50_000);
+    acquire(&mut c, "k2", "o", 60_000).unwrap();
+    assert_eq!(extend(&mut c, "k", "o", 60_000), 1);
+    assert!(held(&mut c, "k2").pttl > 50_000);
+    // Nothing is due for a minute: the timer has nothing to do (a spinning
+    // one fired some 180 times a second here).
+    let fired = lock_stat(&mut c, "lock_timer_runs") - runs;
+    assert!(fired < 100, "the timer fired {fired} times");
+}
+
 /// `LOCK.DEBUG MONOTONIC-RATE` / `MONOTONIC-JUMP`: the lease clock runs
 /// fast, or jumps forward, and leases end that much earlier in real time
 /// (what the client's drift allowance is for); bad values are refused and

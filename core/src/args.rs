@@ -198,11 +198,14 @@ pub fn parse_acquire<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<AcquireAr
     })
 }
 
-pub fn parse_release<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ReleaseArgs<'a>, ArgError> {
+/// The owner is not held to `lock.max-owner-bytes` here: a holder is never
+/// locked out by a lowered limit ([`crate::ops::as_holder`] refuses a
+/// longer owner only when it does not hold the lock).
+pub fn parse_release<'a>(argv: &[&'a [u8]]) -> Result<ReleaseArgs<'a>, ArgError> {
     let [_, _, owner, options @ ..] = argv else {
         return Err(ArgError::WrongArity);
     };
-    let owner = parse_owner(owner, limits)?;
+    let owner = parse_holder_owner(owner)?;
     match options {
         [] => Ok(ReleaseArgs { owner, all: false }),
         [all] if all.eq_ignore_ascii_case(b"ALL") => Ok(ReleaseArgs { owner, all: true }),
@@ -210,11 +213,12 @@ pub fn parse_release<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ReleaseAr
     }
 }
 
+/// The owner as for [`parse_release`]; `ttl-ms` is held to `lock.max-ttl`.
 pub fn parse_extend<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs<'a>, ArgError> {
     let [_, _, owner, ttl, options @ ..] = argv else {
         return Err(ArgError::WrongArity);
     };
-    let owner = parse_owner(owner, limits)?;
+    let owner = parse_holder_owner(owner)?;
     let ttl_ms = parse_ttl(ttl, limits)?;
     if !options.is_empty() {
         return Err(ArgError::Syntax);
@@ -222,11 +226,12 @@ pub fn parse_extend<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<ExtendArgs
     Ok(ExtendArgs { owner, ttl_ms })
 }
 
-pub fn parse_fence<'a>(argv: &[&'a [u8]], limits: &Limits) -> Result<FenceArgs<'a>, ArgError> {
+/// The owner as for [`parse_release`].
+pub fn parse_fence<'a>(argv: &[&'a [u8]]) -> Result<FenceArgs<'a>, ArgError> {
     let [_, _, owner, options @ ..] = argv else {
         return Err(ArgError::WrongArity);
     };
-    let owner = parse_owner(owner, limits)?;
+    let owner = parse_holder_owner(owner)?;
     match options {
         [] => Ok(FenceArgs {
             owner,
@@ -325,12 +330,26 @@ pub fn parse_counter(argv: &[&[u8]]) -> Result<i64, ArgError> {
 fn parse_owner<'a>(owner: &'a [u8], limits: &Limits) -> Result<&'a [u8], ArgError> {
     if owner.is_empty() {
         Err(ArgError::EmptyOwner)
-    } else if owner.len() > limits.max_owner_bytes {
-        Err(ArgError::OwnerTooLong {
-            max: limits.max_owner_bytes,
-        })
+    } else {
+        check_owner_length(owner, limits.max_owner_bytes).map(|()| owner)
+    }
+}
+
+/// A holder's owner: only non-empty (its length is checked against the lock).
+fn parse_holder_owner(owner: &[u8]) -> Result<&[u8], ArgError> {
+    if owner.is_empty() {
+        Err(ArgError::EmptyOwner)
     } else {
         Ok(owner)
+    }
+}
+
+/// `ArgError::OwnerTooLong` for an owner longer than `max` bytes.
+pub fn check_owner_length(owner: &[u8], max: usize) -> Result<(), ArgError> {
+    if owner.len() > max {
+        Err(ArgError::OwnerTooLong { max })
+    } else {
+        Ok(())
     }
 }
 
@@ -519,27 +538,24 @@ mod tests {
     #[test]
     fn release_extend_fence_info_arguments() {
         assert_eq!(
-            parse_release(&argv("R k me"), &LIMITS),
+            parse_release(&argv("R k me")),
             Ok(ReleaseArgs {
                 owner: b"me",
                 all: false
             })
         );
         assert_eq!(
-            parse_release(&argv("R k me all"), &LIMITS),
+            parse_release(&argv("R k me all")),
             Ok(ReleaseArgs {
                 owner: b"me",
                 all: true
             })
         );
         assert_eq!(
-            parse_release(&argv("R k me ALL ALL"), &LIMITS),
+            parse_release(&argv("R k me ALL ALL")),
             Err(ArgError::Syntax)
         );
-        assert_eq!(
-            parse_release(&argv("R k"), &LIMITS),
-            Err(ArgError::WrongArity)
-        );
+        assert_eq!(parse_release(&argv("R k")), Err(ArgError::WrongArity));
         assert_eq!(
             parse_extend(&argv("E k me 10"), &LIMITS),
             Ok(ExtendArgs {
@@ -556,29 +572,26 @@ mod tests {
             Err(ArgError::WrongArity)
         );
         assert_eq!(
-            parse_fence(&argv("F k me"), &LIMITS),
+            parse_fence(&argv("F k me")),
             Ok(FenceArgs {
                 owner: b"me",
                 at_least: None
             })
         );
         assert_eq!(
-            parse_fence(&argv("F k me atleast 9"), &LIMITS),
+            parse_fence(&argv("F k me atleast 9")),
             Ok(FenceArgs {
                 owner: b"me",
                 at_least: Some(9)
             })
         );
+        assert_eq!(parse_fence(&argv("F k me ATLEAST")), Err(ArgError::Syntax));
         assert_eq!(
-            parse_fence(&argv("F k me ATLEAST"), &LIMITS),
-            Err(ArgError::Syntax)
-        );
-        assert_eq!(
-            parse_fence(&argv("F k me ATLEAST -1"), &LIMITS),
+            parse_fence(&argv("F k me ATLEAST -1")),
             Err(ArgError::AtLeast)
         );
         assert_eq!(
-            parse_fence(&argv("F k me ATLEAST 9007199254740991"), &LIMITS),
+            parse_fence(&argv("F k me ATLEAST 9007199254740991")),
             Ok(FenceArgs {
                 owner: b"me",
                 at_least: Some(9_007_199_254_740_991)
@@ -586,7 +599,7 @@ mod tests {
         );
         for too_big in ["9007199254740992", "4611686018427387905"] {
             assert_eq!(
-                parse_fence(&argv(&format!("F k me ATLEAST {too_big}")), &LIMITS),
+                parse_fence(&argv(&format!("F k me ATLEAST {too_big}"))),
                 Err(ArgError::AtLeast)
             );
         }

@@ -121,9 +121,18 @@ impl SystemClock {
         u64::try_from(real.max(0)).unwrap_or(u64::MAX)
     }
 
-    /// Moves the monotonic clock `ms` forward at once (it never goes back).
-    pub fn jump_monotonic_ms(&self, ms: u64) {
-        self.reskew(|skew, now| skew.anchor_ms = now.saturating_add(ms));
+    /// Moves the monotonic clock `ms` forward at once (it never goes back),
+    /// unless that carries it past `latest`: then `None`, and the clock
+    /// reads on as before.
+    pub fn jump_monotonic_ms(&self, ms: u64, latest: u64) -> Option<()> {
+        let mut jumped = None;
+        self.reskew(|skew, now| {
+            if let Some(to) = now.checked_add(ms).filter(|to| *to <= latest) {
+                skew.anchor_ms = to;
+                jumped = Some(());
+            }
+        });
+        jumped
     }
 
     /// Shifts every later wall-clock reading by `offset_ms`.
@@ -245,6 +254,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_jump_past_the_latest_reading_is_refused_and_moves_nothing() {
+        let clock = SystemClock::new();
+        let before = clock.monotonic_ms();
+        let latest = before + 1_000_000;
+        assert_eq!(clock.jump_monotonic_ms(2_000_000, latest), None);
+        assert_eq!(clock.jump_monotonic_ms(u64::MAX, latest), None);
+        assert!(clock.monotonic_ms() - before < 1_000);
+        assert_eq!(clock.jump_monotonic_ms(500_000, latest), Some(()));
+        assert!(clock.monotonic_ms() - before >= 500_000);
+    }
+
+    #[test]
     fn system_clock_offset_moves_wall_but_not_monotonic() {
         let clock = SystemClock::new();
         let wall = clock.wall_ms();
@@ -271,7 +292,7 @@ mod tests {
             "{mono} vs {real}"
         );
         // A jump moves it forward at once.
-        clock.jump_monotonic_ms(5_000);
+        assert_eq!(clock.jump_monotonic_ms(5_000, u64::MAX), Some(()));
         assert!(clock.monotonic_ms() >= mono1 + 5_000);
         // Slowing down never moves it back, and a rate outside the range is
         // refused, changing nothing.

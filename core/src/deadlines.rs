@@ -125,7 +125,8 @@ type Item = Reverse<(u32, u32, u32)>;
 const GENERATION_BITS: u32 = 20;
 const GENERATION_MASK: u32 = (1 << GENERATION_BITS) - 1;
 const DEADLINE_BITS: u32 = 64 - GENERATION_BITS;
-const LATEST_DEADLINE: u64 = (1 << DEADLINE_BITS) - 1;
+/// The latest deadline the index files exactly (2^44 − 1 ms, 557 years).
+pub const LATEST_DEADLINE: u64 = (1 << DEADLINE_BITS) - 1;
 
 fn item(deadline: u64, slot: u32, generation: u32) -> Item {
     let stamp = (deadline.min(LATEST_DEADLINE) << GENERATION_BITS)

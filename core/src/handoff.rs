@@ -16,8 +16,9 @@
 //! - A shared head is admitted with every shared waiter directly behind
 //!   it, up to the lock's `LIMIT`; an exclusive head only once nobody
 //!   holds the lock. A shared waiter behind an exclusive one waits for it.
-//! - A lowered `lock.max-holders` or `lock.max-ttl` answers a waiter whose
-//!   request it no longer allows with the error that request gets now.
+//! - A lowered `lock.max-holders`, `lock.max-ttl` or `lock.max-owner-bytes`
+//!   answers a waiter whose request it no longer allows with the error that
+//!   request gets now.
 
 use std::num::NonZeroU32;
 
@@ -46,6 +47,8 @@ pub struct Rules {
     pub window: Window,
     /// The longest lease a request may get now (`lock.max-ttl`).
     pub max_ttl_ms: u64,
+    /// The longest owner id a request may have now (`lock.max-owner-bytes`).
+    pub max_owner_bytes: usize,
     /// The most holders of a shared lock without a `LIMIT`
     /// (`lock.max-holders`), and the largest `LIMIT`.
     pub max_holders: u32,
@@ -120,7 +123,11 @@ where
         let too_many = head
             .limit()
             .is_some_and(|limit| limit.get() > rules.max_holders);
-        let answer = if head.ttl_ms() > rules.max_ttl_ms {
+        let answer = if let Err(error) =
+            crate::args::check_owner_length(head.owner(), rules.max_owner_bytes)
+        {
+            Answer::Refused(error.to_string())
+        } else if head.ttl_ms() > rules.max_ttl_ms {
             Answer::Refused(
                 crate::args::ArgError::Ttl {
                     max: rules.max_ttl_ms,
@@ -336,6 +343,7 @@ mod tests {
     const RULES: Rules = Rules {
         window: Window::Open,
         max_ttl_ms: 10_000,
+        max_owner_bytes: 8,
         max_holders: 100,
     };
 
@@ -413,6 +421,21 @@ mod tests {
         // b keeps its place ahead of a's third request.
         assert_eq!(queues.len(&"k"), 2);
         assert_eq!(queues.front(&"k"), Some(&W(b"b", 500)));
+    }
+
+    #[test]
+    fn an_owner_over_a_lowered_owner_limit_is_refused_at_grant_time() {
+        let (mut node, mut slot, clock, mut queues) =
+            setup(&[W(b"a-long-owner", 500), W(b"a", 500)]);
+        let handed = serve(&mut node, &mut slot, &clock, &mut queues, &"k", RULES);
+        assert_eq!(
+            owners(&handed),
+            vec![(&b"a-long-owner"[..], false), (b"a", true)]
+        );
+        assert_eq!(
+            handed.answered[0].1,
+            Answer::Refused("ERR owner must be at most 8 bytes (lock.max-owner-bytes)".into())
+        );
     }
 
     #[test]

@@ -16,6 +16,18 @@ pub const MAX_TTL_MS: u64 = 315_360_000_000;
 /// node granted: the payload is refused.
 pub const MAX_CLOCK_SKEW_MS: u64 = 86_400_000;
 
+/// The latest lease-clock reading at which every deadline the module files
+/// (a lease up to [`MAX_TTL_MS`] + [`MAX_CLOCK_SKEW_MS`] ahead, a wait up to
+/// [`crate::args::MAX_WAIT_MS`] ahead) still fits the lease index exactly
+/// ([`crate::deadlines::LATEST_DEADLINE`]): about 547 years of uptime, so
+/// only `LOCK.DEBUG MONOTONIC-JUMP` can get there, and it may not. Past it
+/// a deadline would be filed at the index's latest one, already due, and
+/// filed again at each firing: the timer would spin.
+pub const LATEST_READING_MS: u64 =
+    crate::deadlines::LATEST_DEADLINE - MAX_TTL_MS - MAX_CLOCK_SKEW_MS;
+
+const _: () = assert!(crate::args::MAX_WAIT_MS <= MAX_TTL_MS + MAX_CLOCK_SKEW_MS);
+
 /// Whether a lease end read from outside (Unix ms) is one a node could have
 /// granted: not beyond now + [`MAX_TTL_MS`] + [`MAX_CLOCK_SKEW_MS`].
 pub fn plausible_wall_end(clock: &impl Clock, wall_end_ms: i64) -> bool {

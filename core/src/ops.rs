@@ -10,6 +10,7 @@
 
 use std::num::NonZeroU32;
 
+use crate::args::{check_owner_length, ArgError};
 use crate::clock::Clock;
 use crate::lease;
 use crate::lock::{Holder, Lock, Mode};
@@ -478,6 +479,35 @@ pub fn grant(
     grant_with(node, slot, clock, &request, &Admission::in_window(window))
 }
 
+/// Runs `op` (`LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.FENCE`) for `owner`,
+/// whose id is checked against the lock rather than the setting alone: a
+/// holder is never locked out of its own hold by a `lock.max-owner-bytes`
+/// lowered after its grant, so an owner longer than `max_owner_bytes` is
+/// refused (the argument error, nothing changed) only when it does not hold
+/// the lock here (never did, or its lease ended).
+pub fn as_holder<S: Slot, C: Clock, R>(
+    node: &mut Node,
+    slot: &mut S,
+    clock: &C,
+    owner: &[u8],
+    max_owner_bytes: usize,
+    op: impl FnOnce(&mut Node, &mut S, &C) -> Outcome<R>,
+) -> Outcome<Result<R, ArgError>> {
+    if let Err(error) = check_owner_length(owner, max_owner_bytes) {
+        if live_holder(slot, clock, owner).is_none() {
+            return Outcome {
+                reply: Err(error),
+                change: Change::None,
+            };
+        }
+    }
+    let outcome = op(node, slot, clock);
+    Outcome {
+        reply: Ok(outcome.reply),
+        change: outcome.change,
+    }
+}
+
 /// `LOCK.RELEASE`: drops one hold (or all with `all`); the reply is the
 /// number of holds left, `None` when `owner` does not hold the lock.
 pub fn release(
@@ -788,6 +818,71 @@ mod tests {
             Ok(Acquired::Granted { token, reentered }) => (token, reentered),
             other => panic!("expected a grant, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_holder_is_not_locked_out_by_a_lowered_owner_limit() {
+        let (mut node, mut slot, clock) = setup();
+        let long: &[u8] = b"a-long-owner";
+        granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            long,
+            1_000,
+            Window::Open,
+        ));
+        // The limit is now 4 bytes: the holder still extends, fences and
+        // releases; another long owner gets the error and changes nothing.
+        let too_long = Err(ArgError::OwnerTooLong { max: 4 });
+        let other: &[u8] = b"another-long";
+        let refused = as_holder(&mut node, &mut slot, &clock, other, 4, |n, s, c| {
+            release(n, s, c, other, true)
+        });
+        assert_eq!(refused.reply, too_long);
+        assert_eq!(refused.change, Change::None);
+        let extended = as_holder(&mut node, &mut slot, &clock, long, 4, |n, s, c| {
+            extend(n, s, c, long, 5_000)
+        });
+        assert_eq!(extended.reply, Ok(true));
+        let fenced = as_holder(&mut node, &mut slot, &clock, long, 4, |n, s, c| {
+            fence(n, s, c, long, None)
+        });
+        assert!(matches!(fenced.reply, Ok(Some(_))));
+        // A short owner that holds nothing gets the operation's own answer.
+        let short = as_holder(&mut node, &mut slot, &clock, b"me", 4, |n, s, c| {
+            release(n, s, c, b"me", false)
+        });
+        assert_eq!(short.reply, Ok(None));
+        let released = as_holder(&mut node, &mut slot, &clock, long, 4, |n, s, c| {
+            release(n, s, c, long, false)
+        });
+        assert_eq!(released.reply, Ok(Some(0)));
+        // Once it no longer holds the lock, the long owner is refused.
+        let after = as_holder(&mut node, &mut slot, &clock, long, 4, |n, s, c| {
+            release(n, s, c, long, false)
+        });
+        assert_eq!(after.reply, too_long);
+    }
+
+    #[test]
+    fn a_long_owner_whose_lease_ended_is_no_holder() {
+        let (mut node, mut slot, clock) = setup();
+        let long: &[u8] = b"a-long-owner";
+        granted(acquire(
+            &mut node,
+            &mut slot,
+            &clock,
+            long,
+            10,
+            Window::Open,
+        ));
+        clock.advance_ms(11);
+        let outcome = as_holder(&mut node, &mut slot, &clock, long, 4, |n, s, c| {
+            extend(n, s, c, long, 1_000)
+        });
+        assert_eq!(outcome.reply, Err(ArgError::OwnerTooLong { max: 4 }));
+        assert_eq!(outcome.change, Change::None);
     }
 
     #[test]

@@ -210,6 +210,7 @@ impl World {
         let rules = Rules {
             window,
             max_ttl_ms: u64::MAX,
+            max_owner_bytes: usize::MAX,
             max_holders: MAX_HOLDERS,
         };
         // Owners holding now, and those granted in this hand-off: a grant to

@@ -1,12 +1,13 @@
 //! Registering a command with everything the server shows of it: its
 //! flags, key position, ACL categories (Redis 7.2+ and Valkey; on 7.0
-//! module commands are only in `@all`, see the README), and `COMMAND DOCS`
+//! module commands are only in `@all`, see the README), the module's own
+//! category `lock` (Redis 7.4+ and Valkey), and `COMMAND DOCS`
 //! with arity, through `RedisModule_SetCommandInfo` (the `#[command]` macro
 //! of `redis-module` needs Redis 7.2). Redis enforces the minimum arity
 //! with its standard error; every arity is "at least" (negative) so that
 //! extra arguments reach the parser and get `ERR syntax error`.
 
-use std::ffi::{c_int, CStr};
+use std::ffi::{c_int, CStr, CString};
 use std::ptr::{null, null_mut};
 
 use redis_module::raw;
@@ -77,6 +78,8 @@ pub struct Command {
     pub flags: &'static CStr,
     /// The ACL categories.
     pub acl: &'static CStr,
+    /// Also in the module's own category (`@lock`) where the server has it.
+    pub in_own_category: bool,
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
     pub arity: c_int,
@@ -87,10 +90,19 @@ pub struct Command {
     pub args: &'static [Arg],
 }
 
-/// Creates `command`, then gives it its ACL categories and docs (a failure
-/// of those only loses them, so it is logged). `Err` if the command could
-/// not be created.
-pub fn register(ctx: Ctx, command: &Command) -> Result<(), String> {
+/// Adds the module's own ACL category `name`, at load and before any
+/// command is given its categories. `false` where the server has no such
+/// API (Redis before 7.4) or refuses: the commands then keep the server's
+/// categories only.
+pub fn add_acl_category(ctx: Ctx, name: &CStr) -> bool {
+    rm!(RedisModule_AddACLCategory(ctx, name.as_ptr())) == Some(raw::REDISMODULE_OK as c_int)
+}
+
+/// Creates `command`, then gives it its ACL categories (and `own_category`,
+/// the module's, if added and the command belongs to it) and docs (a
+/// failure of those only loses them, so it is logged). `Err` if the command
+/// could not be created.
+pub fn register(ctx: Ctx, command: &Command, own_category: Option<&CStr>) -> Result<(), String> {
     let key = c_int::from(command.key.is_some());
     let created = rm!(RedisModule_CreateCommand(
         ctx,
@@ -111,12 +123,22 @@ pub fn register(ctx: Ctx, command: &Command) -> Result<(), String> {
     if registered.is_null() {
         return Ok(());
     }
-    if rm!(RedisModule_SetCommandACLCategories(
-        registered,
-        command.acl.as_ptr()
-    ))
-    .is_some_and(|status| status != raw::REDISMODULE_OK as c_int)
-    {
+    let categories = match own_category.filter(|_| command.in_own_category) {
+        Some(own) => {
+            let mut both = command.acl.to_bytes().to_vec();
+            both.push(b' ');
+            both.extend_from_slice(own.to_bytes());
+            CString::new(both).ok()
+        }
+        None => Some(command.acl.to_owned()),
+    };
+    let set = categories.and_then(|categories| {
+        rm!(RedisModule_SetCommandACLCategories(
+            registered,
+            categories.as_ptr()
+        ))
+    });
+    if set.is_some_and(|status| status != raw::REDISMODULE_OK as c_int) {
         warn(ctx, "no ACL categories", command);
     }
     if !describe(registered, command) {

@@ -1,7 +1,7 @@
 //! The outside checker: single-node histories (many connections, pipelines,
 //! `MULTI`, `kill -9` and restarts with `appendfsync always`) checked for
 //! linearizability against a sequential specification of the re-entrant
-//! lock with tokens, by an established checker from crates.io
+//! lock with tokens, by an established published checker
 //! (`todc-utils`' Wing–Gong–Lowe checker), not one of ours.
 //!
 //! - [`spec`]: the sequential specification;
