@@ -392,11 +392,25 @@ impl Watchdog {
         self.inner.as_ref().is_some_and(crate::Watchdog::is_lost)
     }
 
-    /// The current status.
+    /// Whether the lock is held and certainly valid, and no loss has been
+    /// reported (see [`crate::Watchdog::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.inner.as_ref().is_some_and(crate::Watchdog::is_held)
+    }
+
+    /// The current status. `Lost` as soon as [`Watchdog::is_lost`] is
+    /// true, even if the renewal task has not reported it yet.
     pub fn status(&self) -> LockStatus {
-        self.inner
-            .as_ref()
-            .map_or(LockStatus::Stopped, |w| w.status().borrow().clone())
+        let Some(inner) = self.inner.as_ref() else {
+            return LockStatus::Stopped;
+        };
+        let status = inner.status().borrow().clone();
+        match status {
+            LockStatus::Held if inner.is_lost() => LockStatus::Lost {
+                outcomes: Vec::new(),
+            },
+            status => status,
+        }
     }
 
     /// Blocks until the lock is lost or `timeout` passes; returns whether
