@@ -43,7 +43,8 @@ pub enum Error {
     /// a TTL shorter than the per-node timeout plus drift, …).
     InvalidConfig(String),
     /// No usable async runtime: the async API was called outside tokio, or
-    /// the blocking API inside it.
+    /// the blocking API on a runtime's worker thread (inside an async task;
+    /// use `tokio::task::spawn_blocking` there).
     Runtime(String),
 }
 
