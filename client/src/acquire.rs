@@ -150,6 +150,7 @@ impl LockCore {
         if fresh {
             state.fence = None;
         }
+        self.changed();
         let tokens = round.outcomes.iter().filter_map(NodeOutcome::granted_token);
         state.max_granted = state.max_granted.into_iter().chain(tokens).max();
         let validity = state.ledger.validity(quorum);

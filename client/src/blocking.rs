@@ -2,9 +2,12 @@
 //!
 //! The client owns a small tokio runtime (one worker thread) on which the
 //! connections and watchdogs run; each call blocks the calling thread until
-//! the async operation it wraps finishes. Calling it from inside an async
-//! runtime would block that runtime's thread, so it is refused with
-//! [`Error::Runtime`] instead.
+//! the async operation it wraps finishes. It works from any thread that
+//! does not run an async runtime's tasks, including inside
+//! `tokio::task::spawn_blocking` (the usual way to call blocking code from
+//! async code). On a runtime's worker thread (inside an async task, or a
+//! current-thread runtime's `block_on`) it would stall that runtime, so it
+//! is refused there with [`Error::Runtime`].
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -51,15 +54,39 @@ impl Runtime {
             .ok_or_else(|| Error::Runtime("the client's runtime is gone".into()))
     }
 
-    /// Runs `future` to completion on the calling thread.
-    fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
-        if tokio::runtime::Handle::try_current().is_ok() {
+    /// Runs `future` to completion, blocking the calling thread.
+    ///
+    /// On a thread with no runtime it runs right here. A thread inside a
+    /// runtime's context that does not run its tasks (a
+    /// `tokio::task::spawn_blocking` closure, the thread of a multi-thread
+    /// runtime's `block_on`, a thread that entered a runtime handle) may
+    /// block, but tokio does not let a runtime be driven there, so the
+    /// future runs on a helper thread while this one waits. A runtime's
+    /// worker thread is refused: blocking it would stall every task
+    /// scheduled on it.
+    fn block_on<F>(&self, future: F) -> Result<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        if tokio::runtime::worker_index().is_some() {
             return Err(Error::Runtime(
-                "the blocking API was called inside an async runtime; use the async API there"
+                "the blocking API was called on an async runtime's worker thread; use the async API there, or call it inside tokio::task::spawn_blocking"
                     .into(),
             ));
         }
-        Ok(self.get()?.block_on(future))
+        let runtime = self.get()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Ok(runtime.block_on(future));
+        }
+        std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("redis-lock-client-call".into())
+                .spawn_scoped(scope, || runtime.block_on(future))
+                .map_err(|e| Error::Runtime(format!("cannot start a thread for the call: {e}")))?
+                .join()
+                .map_err(|_| Error::Runtime("the blocking call panicked".into()))
+        })
     }
 }
 
@@ -392,11 +419,25 @@ impl Watchdog {
         self.inner.as_ref().is_some_and(crate::Watchdog::is_lost)
     }
 
-    /// The current status.
+    /// Whether the lock is held and certainly valid, and no loss has been
+    /// reported (see [`crate::Watchdog::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.inner.as_ref().is_some_and(crate::Watchdog::is_held)
+    }
+
+    /// The current status. `Lost` as soon as [`Watchdog::is_lost`] is
+    /// true, even if the renewal task has not reported it yet.
     pub fn status(&self) -> LockStatus {
-        self.inner
-            .as_ref()
-            .map_or(LockStatus::Stopped, |w| w.status().borrow().clone())
+        let Some(inner) = self.inner.as_ref() else {
+            return LockStatus::Stopped;
+        };
+        let status = inner.status().borrow().clone();
+        match status {
+            LockStatus::Held if inner.is_lost() => LockStatus::Lost {
+                outcomes: Vec::new(),
+            },
+            status => status,
+        }
     }
 
     /// Blocks until the lock is lost or `timeout` passes; returns whether

@@ -177,14 +177,20 @@ impl Config {
     /// The longest the retries can take when every attempt fails: each
     /// attempt is an acquire round and an undo round (at most `node_timeout`
     /// each), and each retry waits at most `retry_delay + retry_jitter`. The
-    /// single-node wait lasts this long when no `acquire_timeout` is set.
+    /// single-node wait lasts this long when no `acquire_timeout` is set
+    /// (at most a year, [`MAX_DURATION`]: with a `retry_count` near
+    /// `u32::MAX` the budget is clamped, not sent to the module as a wait
+    /// it refuses).
     pub fn retry_budget(&self) -> Duration {
         let rounds = self
             .round_timeout()
             .saturating_mul(2)
             .saturating_mul(self.retry_count.saturating_add(1));
+        // At most a year (MAX_DURATION): the module refuses a WAIT above
+        // its own limit (ten years), and a huge retry_count must still wait.
         rounds
             .saturating_add((self.retry_delay + self.retry_jitter).saturating_mul(self.retry_count))
+            .min(MAX_DURATION)
     }
 
     /// The renewal period of a watchdog for `ttl`.
@@ -359,5 +365,10 @@ mod tests {
             ..config
         };
         assert_eq!(once.retry_budget(), ms(20));
+        let endless = Config {
+            retry_count: u32::MAX,
+            ..Config::default()
+        };
+        assert_eq!(endless.retry_budget(), MAX_DURATION);
     }
 }

@@ -31,7 +31,10 @@ pub enum Error {
     /// hold the lock now. Acquire it again.
     Expired,
     /// The only node of a single-node client failed (with one node there is
-    /// no quorum to fall back on, so its failure is the answer).
+    /// no quorum to fall back on, so its failure is the answer), or so many
+    /// nodes refused the command itself that no majority is left (a TTL
+    /// above their `lock.max-ttl`, permits above `lock.max-holders`): such
+    /// a refusal is not retried, and `error` is the node's message.
     Node { node: String, error: NodeError },
     /// The lock was lost while a closure ran under it; the closure was
     /// cancelled (async) or finished after the loss (blocking).
@@ -43,7 +46,8 @@ pub enum Error {
     /// a TTL shorter than the per-node timeout plus drift, …).
     InvalidConfig(String),
     /// No usable async runtime: the async API was called outside tokio, or
-    /// the blocking API inside it.
+    /// the blocking API on a runtime's worker thread (inside an async task;
+    /// use `tokio::task::spawn_blocking` there).
     Runtime(String),
 }
 

@@ -51,6 +51,10 @@ pub(crate) struct LockCore {
     /// release must not interleave). Owned guards, so that an operation
     /// that outlives its caller (see `detached`) keeps it to the end.
     ops: Arc<tokio::sync::Mutex<()>>,
+    /// Ticks whenever the ledger changed (an extension, a re-entry, a
+    /// release), so that a watchdog re-plans at once (a shortened lease
+    /// must not wait for a renewal planned for the longer one).
+    changes: tokio::sync::watch::Sender<()>,
 }
 
 /// The guard of a handle's operation lock.
@@ -72,7 +76,24 @@ impl LockCore {
             kind,
             state: Mutex::new(State::default()),
             ops: Arc::new(tokio::sync::Mutex::new(())),
+            changes: tokio::sync::watch::Sender::new(()),
         }
+    }
+
+    /// Tells the watchdog (if any) that the ledger changed.
+    pub fn changed(&self) {
+        self.changes.send_modify(|_| {});
+    }
+
+    /// A receiver that wakes on each [`LockCore::changed`].
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changes.subscribe()
+    }
+
+    /// Whether the handle holds the lock (released or not: its validity
+    /// may have ended).
+    pub fn holding(&self) -> bool {
+        self.state().holds > 0
     }
 
     pub fn state(&self) -> MutexGuard<'_, State> {

@@ -59,6 +59,7 @@ impl LockCore {
                 .unsafe_keep_validity_on_failure
                 .then(|| state.ledger.clone());
             state.ledger.apply(round.started, ttl, drift, &answers);
+            core.changed();
             let validity = state.ledger.validity(quorum);
             match validity {
                 Some(validity) if confirmed >= quorum && in_time => Ok(Extended {
@@ -123,6 +124,7 @@ impl LockCore {
                 *state = State::default();
                 metrics::held(-1.0);
             }
+            core.changed();
             let round = core.release_everywhere().await;
             trace_outcomes(&round.outcomes);
             let release = Ok(Release {

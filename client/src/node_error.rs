@@ -36,4 +36,61 @@ impl fmt::Display for NodeError {
     }
 }
 
+impl NodeError {
+    /// Whether this is a refusal the node will repeat for the same command
+    /// whatever happens meanwhile: an argument the module rejects (a TTL
+    /// above `lock.max-ttl`, permits above `lock.max-holders`, an owner
+    /// above `lock.max-owner-bytes`, a malformed command). Retrying it only
+    /// hides the node's message; transient errors (a node in its recovery
+    /// window, `LOADING`, `BUSY`, `TRYAGAIN`, `OOM`, a replica's `READONLY`)
+    /// are not refusals.
+    pub(crate) fn is_refusal(&self) -> bool {
+        const REFUSALS: [&str; 8] = [
+            "(lock.max-ttl)",
+            "(lock.max-holders)",
+            "(lock.max-owner-bytes)",
+            "ttl-ms must be",
+            "LIMIT must be",
+            "LIMIT requires SHARED",
+            "owner must not be empty",
+            "wrong number of arguments",
+        ];
+        match self {
+            NodeError::Reply(message) => REFUSALS.iter().any(|r| message.contains(r)),
+            _ => false,
+        }
+    }
+}
+
 impl std::error::Error for NodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_modules_argument_errors_are_refusals() {
+        let refusals = [
+            "ERR ttl-ms must be an integer between 1 and 5000 (lock.max-ttl)",
+            "ERR LIMIT must be an integer between 1 and 4 (lock.max-holders)",
+            "ERR owner must be at most 8 bytes (lock.max-owner-bytes)",
+            "ERR wrong number of arguments",
+        ];
+        for message in refusals {
+            assert!(NodeError::Reply(message.into()).is_refusal(), "{message}");
+        }
+        let transient = [
+            "LOADING Redis is loading the dataset in memory",
+            "BUSY Redis is busy running a script",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "READONLY You can't write against a read only replica.",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "RECOVERING this node refuses new locks for another 1200 ms (lock.recovery-ms)",
+            "ERR LIMIT 2 does not match the lock's LIMIT 3",
+        ];
+        for message in transient {
+            assert!(!NodeError::Reply(message.into()).is_refusal(), "{message}");
+        }
+        assert!(!NodeError::Connection("(lock.max-ttl)".into()).is_refusal());
+    }
+}

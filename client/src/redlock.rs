@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, NodeError, Result};
 use crate::handle::{answers, trace_outcomes, Grant, LockCore};
 use crate::ledger::Ledger;
 use crate::outcome::{Acquired, NodeOutcome, Reply, Round};
@@ -85,6 +85,23 @@ impl LockCore {
                 Err(round) => round.outcomes,
             };
             trace_outcomes(&last);
+            // Nodes that refuse the command itself (a TTL above their
+            // `lock.max-ttl`, permits above `lock.max-holders`) refuse it
+            // again: when the others cannot make a majority, no retry can
+            // win, so the first refusal is the answer.
+            let refusals: Vec<&NodeOutcome> = last
+                .iter()
+                .filter(|o| o.result.as_ref().is_err_and(NodeError::is_refusal))
+                .collect();
+            if refusals.len() > last.len().saturating_sub(self.quorum()) {
+                if let Some(NodeOutcome {
+                    node,
+                    result: Err(error),
+                }) = refusals.first().map(|o| (*o).clone())
+                {
+                    return Err(Error::Node { node, error });
+                }
+            }
             let retries_left = patient && attempts <= config.retry_count;
             let delay = timing::random_retry_delay(config.retry_delay, config.retry_jitter);
             // Another attempt is one acquire round and one undo round after

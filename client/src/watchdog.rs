@@ -127,9 +127,21 @@ impl Watchdog {
         self.status.clone()
     }
 
-    /// Whether the lock has been lost.
+    /// Whether the lock has been lost: the watchdog reported the loss, or
+    /// the handle still holds the lock but its validity has ended (the
+    /// report may be a moment behind). Agrees with [`Watchdog::is_held`]:
+    /// while the handle holds the lock, exactly one of them is true.
     pub fn is_lost(&self) -> bool {
         matches!(*self.status.borrow(), LockStatus::Lost { .. })
+            || (self.lock.holds() > 0 && self.lock.validity().is_none())
+    }
+
+    /// Whether the lock is held and certainly valid, and no loss has been
+    /// reported. The loss is reported the watchdog's margin before the
+    /// validity ends, so from then on this is false while
+    /// [`Lock::validity`] still shows the (honest) time left.
+    pub fn is_held(&self) -> bool {
+        !self.is_lost() && self.lock.is_held()
     }
 
     /// Stops renewing and releases every hold.
@@ -169,8 +181,15 @@ impl std::fmt::Debug for Watchdog {
 /// by one round, that can say until when it is certainly held. A lock is
 /// one; the shared locks and permits of the same command family are others.
 pub(crate) trait Renewable: Send + Sync + 'static {
-    /// Until when the lease is certainly held; `None` once released.
+    /// Whether the handle still holds the lock (it did not release it),
+    /// whether or not its validity has ended.
+    fn holding(&self) -> bool;
+    /// Until when the lease is certainly held; `None` once released or
+    /// once no quorum of nodes certainly holds it any more.
     fn valid_until(&self) -> Option<std::time::Instant>;
+    /// A receiver that wakes when the lease changed outside the watchdog's
+    /// plan (an extension with another TTL, a re-entry, a release).
+    fn changes(&self) -> watch::Receiver<()>;
     /// One renewal round: `Err(QuorumLost)` when fewer than a majority
     /// confirmed, `Err(Expired)` when the validity ended first.
     fn renew(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send;
@@ -188,8 +207,16 @@ pub(crate) struct Timing {
 }
 
 impl Renewable for LockCore {
+    fn holding(&self) -> bool {
+        LockCore::holding(self)
+    }
+
     fn valid_until(&self) -> Option<std::time::Instant> {
         LockCore::valid_until(self)
+    }
+
+    fn changes(&self) -> watch::Receiver<()> {
+        LockCore::changes(self)
     }
 
     fn renew(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send {
@@ -215,8 +242,15 @@ impl Renewable for LockCore {
 /// failure it retries quickly. The loss is signalled `margin` before the
 /// validity ends, so that work selected on [`Watchdog::lost`] stops while
 /// the lock is still certainly held, and at once when so many nodes deny
-/// holding the lock that no majority is left to confirm it. However little
-/// validity is left, a renewal is tried before a loss is reported.
+/// holding the lock that no majority is left to confirm it, or when the
+/// handle, still holding, has no validity left (a failed round left fewer
+/// than a quorum of lease bounds). However little validity is left, a
+/// renewal is tried before a loss is reported. The loop re-plans whenever
+/// the lease changes under it (an `extend_with` with a shorter TTL).
+///
+/// The loop ends without a loss only when the handle no longer holds the
+/// lock (released through another handle): then the status says
+/// [`LockStatus::Stopped`].
 async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
     let Timing {
         interval,
@@ -227,14 +261,24 @@ async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
     let retry_pause = (interval / 4).max(Duration::from_millis(1));
     let mut next = Instant::now() + interval;
     let mut last_outcomes = Vec::new();
+    let mut changes = core.changes();
     loop {
-        let Some(until) = core.valid_until().map(Instant::from_std) else {
+        changes.borrow_and_update();
+        if !core.holding() {
             // Released under us (through a context handle): nothing to watch.
             return;
+        }
+        let Some(until) = core.valid_until().map(Instant::from_std) else {
+            // Still held, but no quorum certainly holds it any more.
+            return report_lost(&status, last_outcomes);
         };
         let signal_at = until.checked_sub(margin).unwrap_or(until);
         let latest_start = signal_at.checked_sub(node_timeout).unwrap_or(signal_at);
-        tokio::time::sleep_until(next.min(latest_start)).await;
+        tokio::select! {
+            () = tokio::time::sleep_until(next.min(latest_start)) => {}
+            // The lease changed: plan again from the new validity.
+            Ok(()) = changes.changed() => continue,
+        }
         if Instant::now() >= signal_at {
             return report_lost(&status, last_outcomes);
         }
@@ -255,8 +299,9 @@ async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
                     return report_lost(&status, last_outcomes);
                 }
                 Err(_) => {
-                    // Not held any more: released through another handle.
-                    return;
+                    // Released through another handle (the loop's next turn
+                    // sees it), or the round could not run: retry soon.
+                    next = Instant::now() + retry_pause;
                 }
             },
             () = tokio::time::sleep_until(signal_at) => {

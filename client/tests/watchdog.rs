@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, holder, test_config, Cluster};
+use common::{eventually, holder, raw, test_config, Cluster};
 use redis_lock_client::{Config, Error, LockStatus};
 
 fn short_lease_config() -> Config {
@@ -200,5 +200,74 @@ async fn a_watchdog_started_late_renews_before_it_reports_anything() {
     tokio::time::sleep(ttl * 2).await;
     assert!(!guard.is_lost(), "the watchdog gave up without renewing");
     assert!(guard.is_held(), "validity {:?}", guard.validity());
+    guard.release().await.unwrap();
+}
+
+/// Issue #29, item 3: a renewal that fails without a majority of outright
+/// denials used to leave fewer than a quorum of lease bounds, and the loop
+/// then ended as if the lock had been released: `lost()` resolved
+/// `Stopped`, `status` said `Held`, and `is_lost` stayed false while
+/// another client could take the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_that_leaves_no_quorum_of_leases_is_reported_lost() {
+    let mut cluster = Cluster::start(3);
+    // One node down from the start: the lock is won on the other two.
+    cluster.servers[2].kill9();
+    let redlock = cluster.client();
+    let guard = redlock
+        .acquire("silent", Duration::from_secs(3))
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    let owner = guard.owner().to_string();
+    // Node 0 forgets the lock (one outright denial, not a majority of
+    // them); node 1 freezes (its renewal times out).
+    raw(
+        &cluster.servers[0],
+        &["LOCK.RELEASE", "silent", &owner, "ALL"],
+    );
+    cluster.servers[1].pause();
+    let lost = tokio::time::timeout(Duration::from_secs(30), guard.lost()).await;
+    cluster.servers[1].resume();
+    assert!(matches!(lost, Ok(LockStatus::Lost { .. })), "{lost:?}");
+    assert!(guard.is_lost());
+    assert!(!guard.is_held());
+    assert!(matches!(*guard.status().borrow(), LockStatus::Lost { .. }));
+}
+
+/// Issue #29, item 4: `extend_with` a shorter TTL under a watchdog used to
+/// leave the renewal planned for the longer lease, so the shortened lease
+/// ended on the nodes (and another client could acquire) long before the
+/// watchdog woke up. Now the watchdog re-plans at once and keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shortened_lease_replans_the_watchdog_at_once() {
+    let cluster = Cluster::start(3);
+    let redlock = cluster.client();
+    // Renewals every 20 s (a third of the TTL).
+    let guard = redlock
+        .acquire("shortened", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    let shorter = Duration::from_secs(3);
+    guard.extend_with(shorter).await.unwrap();
+    let owner = guard.owner().to_string();
+    // Twice the shortened lease: without a renewal it would have ended on
+    // every node by then.
+    let until = Instant::now() + shorter * 2;
+    while Instant::now() < until {
+        for server in &cluster.servers {
+            assert_eq!(
+                holder(server, "shortened").as_deref(),
+                Some(owner.as_str()),
+                "the shortened lease ended on a node while the watchdog slept"
+            );
+        }
+        assert!(guard.is_held(), "validity {:?}", guard.validity());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!guard.is_lost());
     guard.release().await.unwrap();
 }
