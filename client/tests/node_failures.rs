@@ -44,7 +44,7 @@ async fn two_nodes_down_still_grants() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_down_fails_within_the_deadline() {
     let mut cluster = Cluster::start(5);
-    let deadline = Duration::from_millis(1_000);
+    let deadline = Duration::from_millis(3_000);
     let config = Config {
         node_timeout: Duration::from_millis(100),
         retry_count: 1_000,
