@@ -197,14 +197,14 @@ fn an_unknown_module_argument_refuses_module_load() {
     let mut c = server.conn();
     let path = testkit::module_path();
     let path = path.to_str().unwrap();
+    // The server's own modules stay listed (Redis 8 lists its built-in
+    // `vectorset`, Valkey 9 its `lua` scripting engine; Redis 7.0 and
+    // Valkey 8.1 none): the refused module must add nothing to them.
+    let before: Value = redis::cmd("MODULE").arg("LIST").query(&mut c).unwrap();
     let err = error_of(&mut c, &["MODULE", "LOAD", path, "badarg", "1"]);
     assert!(err.starts_with("ERR"), "{err}");
     let modules: Value = redis::cmd("MODULE").arg("LIST").query(&mut c).unwrap();
-    assert_eq!(
-        modules,
-        Value::Array(vec![]),
-        "a refused module must not stay loaded"
-    );
+    assert_eq!(modules, before, "a refused module must not stay loaded");
     let err = redis::cmd("LOCK.INFO")
         .arg("k")
         .query::<Value>(&mut c)

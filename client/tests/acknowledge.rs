@@ -137,8 +137,15 @@ async fn an_fsynced_grant_survives_kill_9_where_the_server_has_waitaof() {
     let aof = ServerOptions::default().args(["--appendonly", "yes", "--appendfsync", "everysec"]);
     let mut server = RedisServer::start_with(aof);
     let config = acked(Acknowledge::fsync_local());
-    if !testkit::is_valkey() {
-        // Redis 7.0: no WAITAOF. Said when the client is set up.
+    // Redis 7.0 has no WAITAOF (Redis 7.2+ and Valkey have): the client
+    // says so when it is set up. Asked of the server itself, since Redis 8
+    // has it too.
+    let waitaof: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("WAITAOF")
+        .query(&mut server.conn())
+        .unwrap();
+    if waitaof == Value::Array(vec![Value::Nil]) {
         let error = Redlock::connect([server.url()], config).await.unwrap_err();
         assert!(
             matches!(&error, Error::InvalidConfig(why) if why.contains("WAITAOF")),

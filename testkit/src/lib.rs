@@ -31,8 +31,10 @@ pub fn module_path() -> PathBuf {
 }
 
 /// Which server the tests run against: `REDIS_LOCK_SERVER` names its
-/// binary (`redis-server` by default, or a path to `valkey-server`).
-/// `make test` runs every suite once with each.
+/// binary (`redis-server` by default, or a path to `valkey-server` or
+/// `redis-server`; `scripts/newest-servers.sh`'s are wrapper scripts that
+/// `exec` the server, so the child's PID is the server's own).
+/// `make test` runs every suite once on each of its servers.
 pub fn server_binary() -> PathBuf {
     std::env::var_os("REDIS_LOCK_SERVER")
         .map(PathBuf::from)
@@ -58,7 +60,8 @@ pub fn tls_server_binary() -> PathBuf {
 
 /// The command-line client that goes with [`server_binary`]:
 /// `REDIS_LOCK_CLI`, else `valkey-cli` beside a `valkey-server`, else
-/// `redis-cli`.
+/// `redis-cli` beside a `redis-server` named by its path (Redis 8 from
+/// `scripts/newest-servers.sh`), else `redis-cli` from `PATH`.
 pub fn cli_binary() -> PathBuf {
     if let Some(cli) = std::env::var_os("REDIS_LOCK_CLI") {
         return PathBuf::from(cli);
@@ -66,6 +69,10 @@ pub fn cli_binary() -> PathBuf {
     let server = server_binary();
     if is_valkey() {
         return server.with_file_name("valkey-cli");
+    }
+    let beside = server.with_file_name("redis-cli");
+    if server.components().count() > 1 && beside.is_file() {
+        return beside;
     }
     PathBuf::from("redis-cli")
 }
@@ -230,6 +237,21 @@ impl RedisServer {
         } else if valgrind() {
             // Memcheck on the server and the module inside it (`make
             // sanitize`); errors go to a log that drop() checks.
+            // A wrapper script (scripts/newest-servers.sh's Redis 8 and
+            // Valkey 9) would put the shell under memcheck, not the server,
+            // and this valgrind cannot run sid's stripped loader anyway.
+            let binary = self.binary();
+            let script = std::fs::File::open(&binary)
+                .and_then(|mut file| {
+                    let mut start = [0u8; 2];
+                    std::io::Read::read_exact(&mut file, &mut start).map(|()| &start == b"#!")
+                })
+                .unwrap_or(false);
+            assert!(
+                !script,
+                "{} is a script: memcheck runs on a server binary (make sanitize uses Valkey 8.1)",
+                binary.display()
+            );
             let mut cmd = Command::new("valgrind");
             let suppressions =
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/valgrind.sup");
