@@ -182,47 +182,41 @@ fn a_killed_waiter_that_was_not_granted_leaves_the_queue() {
     assert_eq!(lock_stat(&mut c, "lock_wait_grants_undelivered"), 0);
 }
 
-#[test]
-fn a_waiter_is_checked_against_the_max_ttl_in_force_when_it_is_granted() {
+/// A waiter (`owner`, `ttl`) queued behind A while `setting` is lowered to
+/// `value`: at its grant it is refused with `error`, and the waiter behind it
+/// is granted (a refused waiter does not hold up the queue).
+fn refused_at_grant_time(owner: &str, ttl: u64, (setting, value): (&str, u64), error: String) {
     let server = RedisServer::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "A", 30_000).unwrap();
-    let handle = spawn_waiter_or_error(&server, "k", "B", 86_400_000);
+    let handle = spawn_waiter_or_error(&server, "k", owner, ttl);
     let next = spawn_waiter(&server, "k", "C", 30_000, 0);
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
-        .arg("lock.max-ttl")
-        .arg(60_000)
+        .arg(setting)
+        .arg(value)
         .query(&mut c)
         .unwrap();
     assert_eq!(release(&mut c, "k", "A"), Some(0));
-    assert_eq!(handle.join().unwrap(), Err(ttl_error(60_000)));
-    // The refused waiter does not hold up the queue.
+    assert_eq!(handle.join().unwrap(), Err(error));
     let token = next.join().unwrap().expect("C is granted");
     let info = held(&mut c, "k");
     assert_eq!((info.owner.as_slice(), info.token), (&b"C"[..], token));
 }
 
 #[test]
+fn a_waiter_is_checked_against_the_max_ttl_in_force_when_it_is_granted() {
+    refused_at_grant_time("B", 86_400_000, ("lock.max-ttl", 60_000), ttl_error(60_000));
+}
+
+#[test]
 fn a_waiter_is_checked_against_the_max_owner_bytes_in_force_when_it_is_granted() {
-    let server = RedisServer::start();
-    let mut c = server.conn();
-    acquire(&mut c, "k", "A", 30_000).unwrap();
-    let long = "w".repeat(200);
-    let handle = spawn_waiter_or_error(&server, "k", &long, 30_000);
-    let next = spawn_waiter(&server, "k", "C", 30_000, 0);
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("lock.max-owner-bytes")
-        .arg(100)
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(release(&mut c, "k", "A"), Some(0));
-    assert_eq!(handle.join().unwrap(), Err(owner_error(100)));
-    // The refused waiter does not hold up the queue.
-    let token = next.join().unwrap().expect("C is granted");
-    let info = held(&mut c, "k");
-    assert_eq!((info.owner.as_slice(), info.token), (&b"C"[..], token));
+    refused_at_grant_time(
+        &"w".repeat(200),
+        30_000,
+        ("lock.max-owner-bytes", 100),
+        owner_error(100),
+    );
 }
 
 /// A grant whose lease ends before its reply goes out (here the lease
