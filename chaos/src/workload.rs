@@ -553,8 +553,12 @@ impl Hold<'_> {
 
     async fn extend(&self, lock: &Lock, ttl: Duration) {
         self.stats().extends.fetch_add(1, Ordering::Relaxed);
+        // Whole milliseconds, at least half the TTL (half of an odd TTL is
+        // not whole: the client refuses it as an invalid configuration,
+        // which an attempt-counting floor once took for a lost lock).
+        let ttl = ttl.max(self.ttl / 2);
         let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
-        match lock.extend_with(ttl.max(self.ttl / 2)).await {
+        match lock.extend_with(ttl).await {
             Ok(_) => {
                 self.stats().extended.fetch_add(1, Ordering::Relaxed);
             }
