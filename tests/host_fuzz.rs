@@ -7,6 +7,13 @@
 //!
 //! - the server is alive;
 //! - a client's own grant names a lock it holds, in its own database;
+//! - every `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND` and `LOCK.FENCE`
+//!   reply has its contract's shape, and says what the model expects from
+//!   a probe just before the call (the same token for a re-entry, nil when
+//!   another owner holds the lock, the holds left, 1 or 0, the holder's
+//!   token) whenever the model is sure: a lease that outlasts the call, or
+//!   no lock and no waiter. A check is skipped when the call took 150 ms or
+//!   more; the skips are counted and must stay under a ceiling (printed);
 //! - a waiter's grant names a lock it holds in the database it waited in,
 //!   whenever nothing the host did since could have moved or removed it;
 //! - fresh tokens only grow;
@@ -56,6 +63,27 @@ struct Waiter {
     unblocked: bool,
 }
 
+/// A call ending within this of the probe before it is checked strictly.
+const FAST: Duration = Duration::from_millis(150);
+/// A lease with more than this left when probed cannot end before `FAST`.
+const SURE_PTTL_MS: i64 = 500;
+/// At most this share of the checks may be skipped after slow calls, in
+/// percent (beyond it the run checked too little to pass).
+const SKIP_CEILING_PERCENT: u64 = 5;
+
+/// What the model expects of a lock call, from the probe before it.
+#[derive(Debug)]
+enum Expect {
+    /// The caller holds the lock, with a lease that outlasts the call.
+    Held { holds: i64, token: i64 },
+    /// Another owner holds it, with a lease that outlasts the call.
+    Other,
+    /// No lock at the key, and no waiter that could be granted one.
+    Free,
+    /// A lease that may end during the call, or waiters that may be granted.
+    Unknown,
+}
+
 enum Reply {
     Token(i64),
     Nil,
@@ -99,6 +127,12 @@ struct Fuzz {
     step: u64,
     strict_checks: u64,
     waiter_grants: u64,
+    /// Grants checked against a probe right after them, and replies of
+    /// `LOCK.*` calls checked against the model.
+    grant_checks: u64,
+    reply_checks: u64,
+    /// Checks skipped because the call and its probes took `FAST` or more.
+    skipped_checks: u64,
     /// The last steps, printed with a failure.
     recent: VecDeque<String>,
 }
@@ -172,26 +206,107 @@ impl Fuzz {
         format!("c{c}")
     }
 
+    /// What the model expects of a lock call on `key` by `owner`, from a
+    /// probe made just before it. Nothing else runs between the probe and
+    /// the call but the server's timers: a lease that has more than
+    /// `SURE_PTTL_MS` left stays as the probe saw it for a call that ends
+    /// within `FAST` of the probe (a slower one is not checked strictly, and
+    /// counted), and a key with no lock stays free when no waiter could be
+    /// granted it.
+    /// Also says whether the probe saw `owner` hold the lock (whatever its
+    /// lease).
+    fn expect(&mut self, db: i64, key: &'static str, owner: &str) -> (Expect, bool) {
+        let info = self.probe_info(db, key);
+        let owned = info.as_ref().is_some_and(|i| i.owner == owner.as_bytes());
+        let expect = match info {
+            Some(info) if info.pttl <= SURE_PTTL_MS => Expect::Unknown,
+            Some(info) if info.owner == owner.as_bytes() => Expect::Held {
+                holds: info.holds,
+                token: info.token,
+            },
+            Some(_) => Expect::Other,
+            None if self.waiters.is_empty() => Expect::Free,
+            None => Expect::Unknown,
+        };
+        (expect, owned)
+    }
+
+    /// Checks one lock call's reply against the model: always its shape,
+    /// and what it says when the model is sure and the call was fast.
+    fn check_reply(
+        &mut self,
+        command: &str,
+        expect: &Expect,
+        started: Instant,
+        reply: &redis::RedisResult<Value>,
+    ) {
+        let wrongtype =
+            |r: &redis::RedisResult<Value>| matches!(r, Err(e) if e.code() == Some("WRONGTYPE"));
+        let shape = match (command, reply) {
+            ("LOCK.ACQUIRE", Ok(Value::Int(t))) => *t > 0,
+            ("LOCK.RELEASE", Ok(Value::Int(n))) => *n >= 0,
+            ("LOCK.EXTEND", Ok(Value::Int(n))) => *n == 0 || *n == 1,
+            ("LOCK.FENCE", Ok(Value::Int(t))) => *t > 0,
+            ("LOCK.ACQUIRE" | "LOCK.RELEASE" | "LOCK.FENCE", Ok(Value::Nil)) => true,
+            (_, r) => wrongtype(r),
+        };
+        assert!(
+            shape,
+            "{command} replied {reply:?}, outside its contract, at {}",
+            self.context()
+        );
+        if matches!(expect, Expect::Unknown) {
+            return;
+        }
+        if started.elapsed() >= FAST {
+            self.skipped_checks += 1;
+            return;
+        }
+        self.reply_checks += 1;
+        let right = match (command, expect, reply) {
+            ("LOCK.ACQUIRE", Expect::Held { token, .. }, Ok(Value::Int(t))) => t == token,
+            ("LOCK.ACQUIRE", Expect::Other, Ok(Value::Nil)) => true,
+            ("LOCK.ACQUIRE", Expect::Free, Ok(Value::Int(_))) => true,
+            ("LOCK.RELEASE", Expect::Held { holds, .. }, Ok(Value::Int(n))) => *n == holds - 1,
+            ("LOCK.RELEASE" | "LOCK.FENCE", Expect::Other, Ok(Value::Nil)) => true,
+            ("LOCK.RELEASE" | "LOCK.FENCE", Expect::Free, Ok(Value::Nil)) => true,
+            ("LOCK.EXTEND", Expect::Held { .. }, Ok(Value::Int(1))) => true,
+            ("LOCK.EXTEND", Expect::Other | Expect::Free, Ok(Value::Int(0))) => true,
+            ("LOCK.FENCE", Expect::Held { token, .. }, Ok(Value::Int(t))) => t == token,
+            // A key of another type: the probe saw no lock.
+            (_, Expect::Free, r) => wrongtype(r),
+            _ => false,
+        };
+        assert!(
+            right,
+            "{command} replied {reply:?} where the model expects {expect:?} at {}",
+            self.context()
+        );
+    }
+
     /// One `LOCK.*` call from client `c`.
     fn lock_call(&mut self, c: usize) {
         let key = self.rng.pick(&KEYS);
         let db = self.clients[c].1;
         let owner = Self::owner_of(c);
+        let started = Instant::now();
+        let (expect, owned) = self.expect(db, key, &owner);
         match self.rng.below(6) {
             0..=2 => {
                 let ttl = self.rng.pick(&[200u64, 1_000, 5_000]).to_string();
-                let before = self.probe_info(db, key);
-                let started = Instant::now();
                 let reply = self.client_cmd(c, &["LOCK.ACQUIRE", key, &owner, &ttl]);
+                self.check_reply("LOCK.ACQUIRE", &expect, started, &reply);
                 let Ok(Value::Int(token)) = reply else {
                     return;
                 };
-                let reentry = before.as_ref().is_some_and(|i| i.owner == owner.as_bytes());
-                if !reentry {
+                // A re-entry (the probe saw this owner's lock) gets no
+                // fresh token.
+                if !owned {
                     self.fresh_token(token, "acquire");
                 }
                 let info = self.probe_info(db, key);
-                if started.elapsed() < Duration::from_millis(150) {
+                if started.elapsed() < FAST {
+                    self.grant_checks += 1;
                     let info = info.unwrap_or_else(|| {
                         panic!(
                             "{owner} got {token} for {key} in db {db}, no lock there at {}",
@@ -204,18 +319,23 @@ impl Fuzz {
                         "a grant names a lock held by someone else at {}",
                         self.context()
                     );
+                } else {
+                    self.skipped_checks += 1;
                 }
             }
             3 => {
                 // A waiter may share this owner id: a release can end its lock.
-                let _ = self.client_cmd(c, &["LOCK.RELEASE", key, &owner]);
+                let reply = self.client_cmd(c, &["LOCK.RELEASE", key, &owner]);
+                self.check_reply("LOCK.RELEASE", &expect, started, &reply);
                 self.touch_key(db, key);
             }
             4 => {
-                let _ = self.client_cmd(c, &["LOCK.EXTEND", key, &owner, "2000"]);
+                let reply = self.client_cmd(c, &["LOCK.EXTEND", key, &owner, "2000"]);
+                self.check_reply("LOCK.EXTEND", &expect, started, &reply);
             }
             _ => {
-                let _ = self.client_cmd(c, &["LOCK.FENCE", key, &owner]);
+                let reply = self.client_cmd(c, &["LOCK.FENCE", key, &owner]);
+                self.check_reply("LOCK.FENCE", &expect, started, &reply);
             }
         }
     }
@@ -644,18 +764,35 @@ fn host_commands_interleaved_with_lock_commands() {
         step: 0,
         strict_checks: 0,
         waiter_grants: 0,
+        grant_checks: 0,
+        reply_checks: 0,
+        skipped_checks: 0,
         recent: VecDeque::new(),
     };
     let started = Instant::now();
     fuzz.run(steps);
+    let checks = fuzz.grant_checks + fuzz.reply_checks;
+    let ceiling = (checks + fuzz.skipped_checks) * SKIP_CEILING_PERCENT / 100;
     println!(
-        "host fuzz: {steps} steps in {:.1} s, {} waiter grants, {} checked strictly (seed {seed:#x})",
+        "host fuzz: {steps} steps in {:.1} s, {} waiter grants, {} checked strictly; {} grants and {} replies checked against the model, {} checks skipped after a call slower than {} ms (ceiling {ceiling}, {SKIP_CEILING_PERCENT}% of the checks) (seed {seed:#x})",
         started.elapsed().as_secs_f64(),
         fuzz.waiter_grants,
-        fuzz.strict_checks
+        fuzz.strict_checks,
+        fuzz.grant_checks,
+        fuzz.reply_checks,
+        fuzz.skipped_checks,
+        FAST.as_millis()
     );
     assert!(
-        fuzz.waiter_grants > 0 && fuzz.strict_checks > 0,
-        "the run checked no grant"
+        fuzz.waiter_grants > 0
+            && fuzz.strict_checks > 0
+            && fuzz.grant_checks > 0
+            && fuzz.reply_checks > 0,
+        "the run checked no grant or no reply"
+    );
+    assert!(
+        fuzz.skipped_checks <= ceiling,
+        "{} checks skipped after slow calls, above the ceiling of {ceiling}",
+        fuzz.skipped_checks
     );
 }

@@ -142,6 +142,7 @@ fn plain(
             let left = lock.validity().unwrap_or(Duration::ZERO);
             std::thread::sleep(left.min(acquired.validity).mul_f64(work));
             let _: WriteOutcome = shared.checker.write(id, token);
+            stats.styles.blocking_held.fetch_add(1, Ordering::Relaxed);
         }
         Err(error) => crate::workload::note_lost(stats, &error),
     }
@@ -178,10 +179,13 @@ fn scoped(
             validity,
             Vec::new(),
         );
-        let Ok(token) = guard.fencing_token() else {
-            stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
-            shared.checker.end_hold(id);
-            return;
+        let token = match guard.fencing_token() {
+            Ok(token) => token,
+            Err(error) => {
+                crate::workload::note_lost(stats, &error);
+                shared.checker.end_hold(id);
+                return;
+            }
         };
         stats.tokens.fetch_add(1, Ordering::Relaxed);
         shared.checker.set_token(id, token);
@@ -197,6 +201,7 @@ fn scoped(
         if guard.check().is_ok() {
             let _: WriteOutcome = shared.checker.write(id, token);
             had_token = false;
+            stats.styles.blocking_held.fetch_add(1, Ordering::Relaxed);
         }
         shared.checker.end_hold(id);
     });

@@ -18,9 +18,12 @@
 //!   reader's window overlapping a writer's is one);
 //! - **too many permits**: more than `n` permit windows of a semaphore open
 //!   at once;
-//! - **token order**: a holder whose acquisition began after an earlier
-//!   holder's window ended, but whose token is not greater (fencing broken:
-//!   the earlier, stale holder could still overwrite it);
+//! - **token order**: a holder whose token is not above an earlier
+//!   holder's although their windows are ordered: its acquisition began
+//!   after the earlier window ended (any two holders), or its window began
+//!   after the earlier one ended and one of the two is exclusive (fencing
+//!   broken: the earlier, stale holder could still overwrite it). Each
+//!   holder's own first token counts, not one taken after a re-entry;
 //! - **fenced out while valid**: a write rejected while its holder's window
 //!   was still open. A newer token was accepted before, so its holder held
 //!   the lock while this one did, or an earlier holder got a token at least
@@ -336,9 +339,12 @@ impl Checker {
         }
     }
 
+    /// The holder's token, the first it took after its grant: a later one
+    /// (after a re-entry) does not replace it, so the order checks compare
+    /// each grant's own token.
     pub fn set_token(&self, id: HolderId, token: u64) {
         if let Some(holder) = self.inner().holders.get_mut(id.0) {
-            holder.token = Some(token);
+            holder.token.get_or_insert(token);
         }
     }
 
@@ -473,37 +479,88 @@ fn overlaps(holders: &[&Holder], out: &mut Vec<Violation>) {
     }
 }
 
-/// Holders (of one resource) whose acquisition began after an earlier
-/// holder's window ended but whose token is not greater.
+/// Pairs of holders (of one resource) whose windows are ordered but whose
+/// tokens are not: the later holder's token must be above the earlier's
+///
+/// - for any two holders (readers and permits too) when the later one's
+///   acquisition began after the earlier one's window ended: every node
+///   the later one was granted by granted it after the earlier holder's
+///   token was written back there, and fresh tokens exceed every earlier
+///   one;
+/// - for two holders that exclude each other (one exclusive, the other of
+///   any kind) when the later one's window began after the earlier one's
+///   ended, however early its acquisition began: a node of the majority the
+///   earlier holder's token was written back to cannot have granted the
+///   later holder before the earlier one (it would have held the later
+///   holder's lock, whose lease outlives the later window's start, when it
+///   granted the earlier one), so it granted it after, above that token.
+///
+/// Each holder is checked with its own first token (the one taken right
+/// after its grant).
 fn token_order(holders: &[&Holder], out: &mut Vec<Violation>) {
-    let mut by_end: Vec<(&Holder, u64)> = holders
+    let with_token: Vec<(&Holder, u64)> = holders
         .iter()
         .filter_map(|h| Some((*h, h.token?)))
         .collect();
-    let mut by_start = by_end.clone();
-    by_end.sort_by_key(|(h, _)| h.window_end);
-    by_start.sort_by_key(|(h, _)| h.acquire_started);
-    let mut ended = by_end.into_iter().peekable();
-    let mut highest: Option<(&Holder, u64)> = None;
-    for (holder, token) in by_start {
-        while let Some((earlier, t)) =
-            ended.next_if(|(earlier, _)| earlier.window_end < holder.acquire_started)
-        {
-            if highest.map_or(true, |(_, h)| t > h) {
-                highest = Some((earlier, t));
-            }
-        }
-        if let Some((earlier, t)) = highest {
-            if token <= t {
-                out.push(Violation {
-                    kind: ViolationKind::TokenOrder,
-                    earlier: earlier.clone(),
-                    later: holder.clone(),
-                    at: None,
-                });
-            }
+    // Rule 1: acquisition began after the earlier window ended (any kinds).
+    let began_after = sweep(&with_token, |h| h.acquire_started, |_, _| true);
+    // Rule 2: window began after the earlier window ended, kinds that
+    // exclude each other.
+    let window_after = sweep(
+        &with_token,
+        |h| h.window_start,
+        |earlier, later| earlier.kind.conflicts(later.kind),
+    );
+    // One violation per later holder, the first rule's if both found one.
+    for (i, (holder, _)) in with_token.iter().enumerate() {
+        if let Some(earlier) = began_after[i].or(window_after[i]) {
+            out.push(Violation {
+                kind: ViolationKind::TokenOrder,
+                earlier: earlier.clone(),
+                later: (*holder).clone(),
+                at: None,
+            });
         }
     }
+}
+
+/// For each holder (by its place in `holders`): the earlier holder with the
+/// highest token among those whose window ended before `at` (its
+/// acquisition's start or its window's start) and are `relevant` to it, if
+/// that token is not below its own. Keeps the highest token per kind of
+/// earlier holder, so that `relevant` (which depends only on the kinds) is
+/// asked per kind.
+fn sweep<'a>(
+    holders: &[(&'a Holder, u64)],
+    at: impl Fn(&Holder) -> Instant,
+    relevant: impl Fn(&Holder, &Holder) -> bool,
+) -> Vec<Option<&'a Holder>> {
+    let mut found = vec![None; holders.len()];
+    let mut by_end: Vec<usize> = (0..holders.len()).collect();
+    by_end.sort_by_key(|&i| holders[i].0.window_end);
+    let mut by_at: Vec<usize> = (0..holders.len()).collect();
+    by_at.sort_by_key(|&i| at(holders[i].0));
+    let mut ended = by_end.into_iter().peekable();
+    // Highest token so far per kind of the earlier holder.
+    let mut highest: Vec<(HoldKind, &Holder, u64)> = Vec::new();
+    for i in by_at {
+        let (holder, token) = holders[i];
+        let start = at(holder);
+        while let Some(e) = ended.next_if(|&e| holders[e].0.window_end < start) {
+            let (earlier, t) = holders[e];
+            match highest.iter_mut().find(|(k, _, _)| *k == earlier.kind) {
+                Some(entry) if t > entry.2 => *entry = (earlier.kind, earlier, t),
+                Some(_) => {}
+                None => highest.push((earlier.kind, earlier, t)),
+            }
+        }
+        found[i] = highest
+            .iter()
+            .filter(|(_, earlier, t)| relevant(earlier, holder) && token <= *t)
+            .max_by_key(|(_, _, t)| *t)
+            .map(|(_, earlier, _)| *earlier);
+    }
+    found
 }
 
 impl fmt::Display for WriteOutcome {
@@ -573,16 +630,94 @@ mod tests {
         let t0 = Instant::now();
         let a = checker.begin_hold("r", 0, t0, t0, ms(100), vec![]);
         checker.set_token(a, 50);
-        // Acquisition began while a was valid: no order required.
-        let b = checker.begin_hold("r", 1, t0 + ms(50), t0 + ms(120), ms(100), vec![]);
+        // Acquisition began while a was valid, its window overlaps a's: no
+        // order required (the overlap is the violation).
+        let b = checker.begin_hold("r2", 1, t0 + ms(50), t0 + ms(90), ms(100), vec![]);
         checker.set_token(b, 40);
-        assert!(checker.findings().violations.is_empty());
+        let a2 = checker.begin_hold("r2", 0, t0, t0, ms(100), vec![]);
+        checker.set_token(a2, 50);
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::TokenOrder), 0);
+        assert_eq!(findings.count(ViolationKind::Overlap), 1);
         // Began after a's window ended: must be above 50.
         let c = checker.begin_hold("r", 2, t0 + ms(230), t0 + ms(240), ms(10), vec![]);
         checker.set_token(c, 50);
         let findings = checker.findings();
         assert_eq!(findings.count(ViolationKind::TokenOrder), 1);
-        assert_eq!(findings.violations[0].earlier.token, Some(50));
+        let order = findings
+            .violations
+            .iter()
+            .find(|v| v.kind == ViolationKind::TokenOrder)
+            .unwrap();
+        assert_eq!(order.earlier.token, Some(50));
+    }
+
+    /// Holders of a read-write lock and of a semaphore whose acquisition
+    /// began while the earlier holder held it, and whose window began after
+    /// it ended: a writer after a reader (or a reader after a writer) must
+    /// have the greater token; two readers or two permits need not, unless
+    /// the later acquisition began after the earlier window ended.
+    #[test]
+    fn ordered_windows_need_ordered_tokens_across_kinds() {
+        let t0 = Instant::now();
+        let hold = |checker: &Checker, resource, kind, acquire: u64, from: u64, token| {
+            let id = checker.begin_hold(
+                resource,
+                0,
+                t0 + ms(acquire),
+                t0 + ms(from),
+                ms(100),
+                vec![],
+            );
+            checker.set_kind(id, kind);
+            checker.set_token(id, token);
+        };
+        let order = |checker: &Checker| checker.findings().count(ViolationKind::TokenOrder);
+        // A writer given a token below an earlier reader's.
+        let checker = Checker::new();
+        hold(&checker, "rw", HoldKind::Shared, 0, 0, 50);
+        hold(&checker, "rw", HoldKind::Exclusive, 50, 120, 40);
+        assert_eq!(order(&checker), 1);
+        // A reader given a token below an earlier writer's.
+        let checker = Checker::new();
+        hold(&checker, "rw", HoldKind::Exclusive, 0, 0, 50);
+        hold(&checker, "rw", HoldKind::Shared, 50, 120, 40);
+        assert_eq!(order(&checker), 1);
+        // Two readers, two permits: granted side by side, any order.
+        let checker = Checker::new();
+        hold(&checker, "rw", HoldKind::Shared, 0, 0, 50);
+        hold(&checker, "rw", HoldKind::Shared, 50, 120, 40);
+        hold(&checker, "sem", HoldKind::Permit(2), 0, 0, 50);
+        hold(&checker, "sem", HoldKind::Permit(2), 50, 120, 40);
+        assert_eq!(order(&checker), 0);
+        // A permit whose acquisition began after another's window ended.
+        hold(&checker, "sem", HoldKind::Permit(2), 150, 160, 45);
+        assert_eq!(order(&checker), 1);
+        // Ordered windows with ordered tokens.
+        let checker = Checker::new();
+        hold(&checker, "rw", HoldKind::Shared, 0, 0, 50);
+        hold(&checker, "rw", HoldKind::Exclusive, 50, 120, 51);
+        hold(&checker, "rw", HoldKind::Shared, 100, 230, 52);
+        assert_eq!(order(&checker), 0);
+        assert!(checker.findings().violations.is_empty());
+    }
+
+    /// A re-entry's token does not replace the grant's first one: the order
+    /// is checked with the token each grant took first.
+    #[test]
+    fn a_holder_keeps_its_first_token() {
+        let checker = Checker::new();
+        let t0 = Instant::now();
+        let a = checker.begin_hold("r", 0, t0, t0, ms(100), vec![]);
+        checker.set_token(a, 10);
+        checker.set_token(a, 99);
+        assert_eq!(checker.holders()[0].token, Some(10));
+        let b = checker.begin_hold("r", 1, t0 + ms(150), t0 + ms(160), ms(100), vec![]);
+        checker.set_token(b, 20);
+        assert!(checker.findings().violations.is_empty());
+        let c = checker.begin_hold("r", 2, t0 + ms(300), t0 + ms(310), ms(100), vec![]);
+        checker.set_token(c, 15);
+        assert_eq!(checker.findings().count(ViolationKind::TokenOrder), 1);
     }
 
     #[test]

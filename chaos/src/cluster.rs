@@ -3,7 +3,7 @@
 //! acts on the node, so that two faults never act on one node at once.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,8 @@ pub struct Node {
     pub url: String,
     /// The wall-clock offset the node runs with now, ms (0 after a restart).
     pub offset_ms: AtomicI64,
+    /// How much of the server's log has been read for bad lines.
+    log_read: AtomicUsize,
     dir: PathBuf,
     server: Arc<Mutex<RedisServer>>,
 }
@@ -58,6 +60,9 @@ pub struct Cluster {
     pub lab: Option<Arc<Lab>>,
     /// One claim per (group, node) link, `group * nodes + node`.
     links: Vec<Arc<Mutex<()>>>,
+    /// What went wrong with the servers themselves: a node that died
+    /// without a fault, a panic, assertion or crash in a log.
+    troubles: std::sync::Mutex<Vec<String>>,
 }
 
 /// The `redis-server` options for a profile: the module with its debug knob
@@ -91,6 +96,7 @@ impl Cluster {
                 port: server.port(),
                 url: server.url(),
                 offset_ms: AtomicI64::new(0),
+                log_read: AtomicUsize::new(0),
                 dir: server.dir().to_path_buf(),
                 server: Arc::new(Mutex::new(server)),
             });
@@ -100,7 +106,54 @@ impl Cluster {
             nodes,
             lab,
             links: (0..links).map(|_| Arc::new(Mutex::new(()))).collect(),
+            troubles: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    fn note_trouble(&self, trouble: String) {
+        self.troubles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(trouble);
+    }
+
+    /// What went wrong with the servers so far.
+    pub fn troubles(&self) -> Vec<String> {
+        self.troubles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Looks at node `i`'s server (claimed by the caller) before a fault
+    /// acts on it, or at the end of the phase (`when`): it must be running
+    /// (no fault has it down now, so one that is not died by itself: a
+    /// kill that ignores it would hide the crash), and the part of its log
+    /// not read yet must have no panic, assertion or crash line.
+    pub fn check_server(&self, i: usize, server: &mut RedisServer, when: &str) {
+        if !server.is_running() {
+            self.note_trouble(format!(
+                "node {i} was not running {when}: it died without a fault"
+            ));
+        }
+        let Some(node) = self.nodes.get(i) else {
+            return;
+        };
+        let log = server.log();
+        let from = node.log_read.swap(log.len(), Ordering::Relaxed);
+        let bad = crate::node_errors::bad_log_lines(log.get(from..).unwrap_or(""));
+        if !bad.is_empty() {
+            self.note_trouble(format!("node {i}'s log ({when}): {}", bad.join(" | ")));
+        }
+    }
+
+    /// At the end of a phase, once no fault holds a node: every server
+    /// running, and no bad line in any log.
+    pub async fn check_servers(&self) {
+        for node in &self.nodes {
+            let mut server = node.server.lock().await;
+            self.check_server(node.index, &mut server, "at the end of the phase");
+        }
     }
 
     /// The nodes' URLs as the suite (and the loopback phases' clients)

@@ -440,7 +440,12 @@ impl Injector {
                 let (i, claim) = claim_one(&candidates)?;
                 Some(Box::pin(async move {
                     let dir = cluster.nodes[i].dir().to_path_buf();
-                    let claim = cluster::blocking(claim, |s| s.kill9()).await?;
+                    let watch = cluster.clone();
+                    let claim = cluster::blocking(claim, move |s| {
+                        watch.check_server(i, s, "when a kill -9 came");
+                        s.kill9();
+                    })
+                    .await?;
                     let detail = match cut_bytes {
                         Some(bytes) => {
                             let cut = cut_aof_tail(&dir, bytes)?;
@@ -470,8 +475,12 @@ impl Injector {
                 Some(Box::pin(async move {
                     let nodes: Vec<usize> = claims.iter().map(|(i, _)| *i).collect();
                     // Killed together, in one blocking call.
+                    let watch = cluster.clone();
                     let claims = tokio::task::spawn_blocking(move || {
                         let mut claims = claims;
+                        for (i, claim) in &mut claims {
+                            watch.check_server(*i, claim, "when a kill -9 came");
+                        }
                         for (_, claim) in &mut claims {
                             claim.kill9();
                         }
@@ -518,8 +527,9 @@ impl Injector {
                 candidates,
                 duration,
             } => {
-                let (i, claim) = claim_one(&candidates)?;
+                let (i, mut claim) = claim_one(&candidates)?;
                 Some(Box::pin(async move {
+                    cluster.check_server(i, &mut claim, "when a SIGSTOP came");
                     claim.pause();
                     log.record(
                         kind,

@@ -27,6 +27,7 @@ pub mod exposure;
 pub mod faults;
 pub mod linear;
 pub mod network;
+pub mod node_errors;
 pub mod plan;
 pub mod report;
 pub mod scoped;
@@ -326,6 +327,8 @@ async fn run_phase(
         None
     };
     let cluster = Arc::new(Cluster::start(&phase.nodes, lab.clone()).await?);
+    // Every node error the clients meet from now on, in every round.
+    let node_watch = node_errors::Watch::start(cluster.nodes.iter().map(|n| n.port).collect());
     let config = Config {
         unsafe_quorum: phase.client_quorum,
         ..client_config()
@@ -426,6 +429,9 @@ async fn run_phase(
     let seconds = origin.elapsed().as_secs_f64();
     cluster.settle().await;
     groups.stop()?;
+    cluster.check_servers().await;
+    let node_errors = node_watch.errors.figures();
+    drop(node_watch);
     // A single node: how many grants its server-side queue made (since its
     // last restart), to show the clients waited there.
     let server_wait_grants = if cluster.nodes.len() == 1 {
@@ -485,6 +491,12 @@ async fn run_phase(
         ttl_ms: (*phase.ttl_ms.start(), *phase.ttl_ms.end()),
         seconds,
         clients: ClientFigures::of(&stats),
+        node_errors,
+        server_troubles: cluster.troubles(),
+        fault_kinds: plan::FaultKind::ALL
+            .into_iter()
+            .filter(|k| phase.allows(*k))
+            .collect(),
         faults,
         findings,
         examples,

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use crate::checker::{Findings, ViolationKind, WriteCounts};
 use crate::exposure::Exposure;
 use crate::faults::FaultCounts;
+use crate::node_errors::NodeErrorFigures;
 use crate::plan::{FaultKind, Mix, NodeProfile};
 use crate::workload::ClientStats;
 
@@ -91,6 +92,13 @@ pub struct PhaseSummary {
     pub ttl_ms: (u64, u64),
     pub seconds: f64,
     pub clients: ClientFigures,
+    /// Every node error the clients met, in every round.
+    pub node_errors: NodeErrorFigures,
+    /// A node that died without a fault; a panic, assertion or crash line
+    /// in a server's log.
+    pub server_troubles: Vec<String>,
+    /// The fault kinds the phase's plan injects.
+    pub fault_kinds: Vec<FaultKind>,
     pub faults: FaultCounts,
     pub findings: Findings,
     /// A few violations, described with the faults around them.
@@ -118,6 +126,7 @@ pub struct NetworkFigures {
 pub struct Figures {
     pub seconds: f64,
     pub clients: ClientFigures,
+    pub node_errors: NodeErrorFigures,
     pub faults: FaultCounts,
     pub writes: WriteCounts,
     pub violations: BTreeMap<ViolationKind, usize>,
@@ -138,6 +147,7 @@ impl Figures {
     fn add_phase(&mut self, phase: &PhaseSummary) {
         self.seconds += phase.seconds;
         self.clients.add(&phase.clients);
+        self.node_errors.add(&phase.node_errors);
         self.faults.add(&phase.faults);
         self.writes.add(&phase.findings.writes);
         for kind in ViolationKind::ALL {
@@ -180,8 +190,11 @@ impl Summary {
 
     /// The safe run passes with no violation; a mix that breaks the rules
     /// (the negative control) passes when it found some. Either way a run
-    /// whose clients hit unexpected errors or panicked, or whose faults
-    /// failed, proves nothing and does not pass.
+    /// that hit an unexpected client or node error, a client panic, a
+    /// server that died without a fault or logged a panic or assertion, or
+    /// a fault that failed, or that did too little (see
+    /// [`Summary::shortfalls`]), or was interrupted, proves nothing and
+    /// does not pass.
     pub fn passed(&self) -> bool {
         let total = self.total();
         let violations = total.violations();
@@ -202,14 +215,101 @@ impl Summary {
                 total.clients.other_errors
             ));
         }
+        if total.node_errors.unprovoked > 0 {
+            troubles.push(format!(
+                "{} node errors no fault provoked (first: {})",
+                total.node_errors.unprovoked,
+                total.node_errors.first_unprovoked.as_deref().unwrap_or("?")
+            ));
+        }
         if total.clients.panicked > 0 {
             troubles.push(format!("{} client tasks panicked", total.clients.panicked));
+        }
+        for phase in &self.phases {
+            for trouble in &phase.server_troubles {
+                troubles.push(format!("phase \"{}\": {trouble}", phase.name));
+            }
         }
         let failed: u64 = total.faults.failed.values().sum();
         if failed > 0 {
             troubles.push(format!("{failed} faults failed"));
         }
+        if self.interrupted {
+            troubles.push("interrupted before its end".to_string());
+        }
+        troubles.extend(self.shortfalls(total));
         troubles
+    }
+
+    /// The floors every run must reach, whatever its mix and length: each
+    /// phase granted locks, handed out tokens and accepted fenced writes,
+    /// and injected faults (every kind its plan has, over the run); some
+    /// validity window had a fault on a granting node; and, in the safe
+    /// mix, every hold style succeeded at least once (an extension that
+    /// extended, a re-entry that re-entered, a watchdog that kept its lock
+    /// to the end of the work, a `with_lock` body that ran to its write, a
+    /// blocking hold that wrote), and acquisitions and releases were
+    /// abandoned.
+    pub fn shortfalls(&self, total: &Figures) -> Vec<String> {
+        let mut short = Vec::new();
+        if self.phases.is_empty() {
+            short.push("no phase ran".to_string());
+        }
+        for phase in &self.phases {
+            let name = &phase.name;
+            let c = &phase.clients;
+            if c.grants == 0 {
+                short.push(format!("phase \"{name}\" granted no lock"));
+            }
+            if c.tokens == 0 {
+                short.push(format!("phase \"{name}\" handed out no fencing token"));
+            }
+            if phase.findings.writes.accepted == 0 {
+                short.push(format!("phase \"{name}\" accepted no fenced write"));
+            }
+            if !phase.fault_kinds.is_empty() && phase.faults.total_injected() == 0 {
+                short.push(format!("phase \"{name}\" injected no fault"));
+            }
+        }
+        for kind in FaultKind::ALL {
+            let planned = self.phases.iter().any(|p| p.fault_kinds.contains(&kind));
+            if planned && total.faults.injected(kind) == 0 {
+                short.push(format!("{} never injected", kind.name()));
+            }
+        }
+        let node_faults = self
+            .phases
+            .iter()
+            .any(|p| p.fault_kinds.iter().any(|k| *k != FaultKind::ClientPause));
+        if node_faults && total.exposure.threatened == 0 {
+            short.push("no validity window had a fault on a granting node".to_string());
+        }
+        // The hold styles: in the safe mix. A mix that breaks the rules on
+        // purpose loses locks by design, and its short control runs may see
+        // no success of a rare style.
+        let s = &total.clients.styles;
+        let styles = if self.mix.expects_violations() {
+            Vec::new()
+        } else {
+            vec![
+                (s.extended, "no extension extended"),
+                (s.reentered, "no re-entry re-entered"),
+                (
+                    s.watchdogs_kept,
+                    "no watchdog kept its lock to the end of the work",
+                ),
+                (s.scoped_ran, "no with_lock body ran to its write"),
+                (s.blocking_held, "no blocking-API hold wrote"),
+                (s.cancelled_acquires, "no acquisition was abandoned"),
+                (s.cancelled_releases, "no release was abandoned"),
+            ]
+        };
+        for (n, what) in styles {
+            if n == 0 {
+                short.push(what.to_string());
+            }
+        }
+        short
     }
 }
 
@@ -238,6 +338,16 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
     if c.panicked > 0 {
         writeln!(f, "  PANICKED    {} client tasks", c.panicked)?;
     }
+    let n = &figures.node_errors;
+    writeln!(
+        f,
+        "  node errors {} provoked by the faults (timeouts, connections, LOADING, RECOVERING), {} not{}",
+        n.provoked,
+        n.unprovoked,
+        n.first_unprovoked
+            .as_deref()
+            .map_or(String::new(), |first| format!(" (first: {first})"))
+    )?;
     writeln!(
         f,
         "  kinds       exclusive {}, shared (readers) {}, semaphore permits {}",
@@ -368,6 +478,9 @@ impl fmt::Display for Summary {
             if let Some(failure) = &phase.faults.first_failure {
                 writeln!(f, "  first fault failure: {failure}")?;
             }
+            for trouble in &phase.server_troubles {
+                writeln!(f, "  SERVER      {trouble}")?;
+            }
             for example in &phase.examples {
                 writeln!(f, "  {example}")?;
             }
@@ -406,8 +519,45 @@ impl fmt::Display for Summary {
 mod tests {
     use super::*;
 
+    /// What a run that did enough shows: grants, tokens, writes, one fault
+    /// of its one kind that reached a window, every hold style's success.
+    fn busy() -> (ClientFigures, FaultCounts, Exposure, WriteCounts) {
+        let styles = crate::workload::StyleFigures {
+            extended: 1,
+            reentered: 1,
+            watchdogs_kept: 1,
+            scoped_ran: 1,
+            blocking_held: 1,
+            cancelled_acquires: 1,
+            cancelled_releases: 1,
+            ..Default::default()
+        };
+        let clients = ClientFigures {
+            grants: 10,
+            tokens: 10,
+            styles,
+            ..ClientFigures::default()
+        };
+        let mut faults = FaultCounts::default();
+        faults.injected.insert(FaultKind::Kill9Restart, 1);
+        let exposure = Exposure {
+            windows: 10,
+            threatened: 1,
+            ..Exposure::default()
+        };
+        let writes = WriteCounts {
+            accepted: 10,
+            ..WriteCounts::default()
+        };
+        (clients, faults, exposure, writes)
+    }
+
     fn summary(mix: Mix, clients: ClientFigures, violations: usize) -> Summary {
-        let mut findings = Findings::default();
+        let (_, faults, exposure, writes) = busy();
+        let mut findings = Findings {
+            writes,
+            ..Findings::default()
+        };
         let holder = crate::checker::Holder {
             resource: "r".into(),
             client: 0,
@@ -437,11 +587,14 @@ mod tests {
                 ttl_ms: (1, 2),
                 seconds: 1.0,
                 clients,
-                faults: FaultCounts::default(),
+                node_errors: NodeErrorFigures::default(),
+                server_troubles: Vec::new(),
+                fault_kinds: vec![FaultKind::Kill9Restart],
+                faults,
                 findings,
                 examples: Vec::new(),
                 network: None,
-                exposure: Exposure::default(),
+                exposure,
                 server_wait_grants: None,
             }],
             interrupted: false,
@@ -450,23 +603,90 @@ mod tests {
 
     #[test]
     fn errors_or_panics_make_any_verdict_a_failure() {
-        assert!(summary(Mix::Safe, ClientFigures::default(), 0).passed());
-        assert!(!summary(Mix::Safe, ClientFigures::default(), 1).passed());
-        assert!(summary(Mix::NegativeControl, ClientFigures::default(), 1).passed());
+        let ok = busy().0;
+        assert!(summary(Mix::Safe, ok.clone(), 0).passed());
+        assert!(!summary(Mix::Safe, ok.clone(), 1).passed());
+        assert!(summary(Mix::NegativeControl, ok.clone(), 1).passed());
         let errors = ClientFigures {
             other_errors: 1,
-            ..ClientFigures::default()
+            ..ok.clone()
         };
         assert!(!summary(Mix::Safe, errors.clone(), 0).passed());
         assert!(!summary(Mix::NegativeControl, errors, 3).passed());
-        let panicked = ClientFigures {
-            panicked: 1,
-            ..ClientFigures::default()
-        };
+        let panicked = ClientFigures { panicked: 1, ..ok };
         let run = summary(Mix::Safe, panicked, 0);
         assert!(!run.passed());
         assert!(run
             .to_string()
             .contains("proves nothing: 1 client tasks panicked"));
+    }
+
+    /// A node's error reply no fault provoked, a server that died by
+    /// itself or logged a panic: the run fails, whatever it found.
+    #[test]
+    fn node_errors_and_server_troubles_fail_the_run() {
+        let mut run = summary(Mix::Safe, busy().0, 0);
+        run.phases[0].node_errors = NodeErrorFigures {
+            provoked: 100,
+            unprovoked: 0,
+            first_unprovoked: None,
+        };
+        assert!(run.passed(), "{run}");
+        run.phases[0].node_errors.unprovoked = 1;
+        run.phases[0].node_errors.first_unprovoked =
+            Some("127.0.0.1:7000: error reply: ERR internal error in LOCK.FENCE: boom".into());
+        assert!(!run.passed());
+        assert!(run.to_string().contains("1 node errors no fault provoked"));
+        let mut run = summary(Mix::NegativeControl, busy().0, 3);
+        assert!(run.passed());
+        run.phases[0]
+            .server_troubles
+            .push("node 2 was not running when a kill -9 came: it died without a fault".into());
+        assert!(!run.passed());
+        assert!(run.to_string().contains("died without a fault"));
+    }
+
+    /// A run with no grant and no fault proves nothing, in every mix.
+    #[test]
+    fn a_run_that_did_too_little_fails_with_the_reason() {
+        for mix in [Mix::Safe, Mix::NegativeControl] {
+            let violations = usize::from(mix.expects_violations());
+            let mut idle = summary(mix, ClientFigures::default(), violations);
+            idle.phases[0].faults = FaultCounts::default();
+            idle.phases[0].findings.writes = WriteCounts::default();
+            idle.phases[0].exposure = Exposure::default();
+            assert!(!idle.passed());
+            let text = idle.to_string();
+            for reason in [
+                "granted no lock",
+                "handed out no fencing token",
+                "accepted no fenced write",
+                "injected no fault",
+                "kill -9 + restart never injected",
+                "no validity window had a fault on a granting node",
+            ] {
+                assert!(text.contains(reason), "{reason}: {text}");
+            }
+            for reason in [
+                "no extension extended",
+                "no with_lock body ran to its write",
+            ] {
+                assert_eq!(text.contains(reason), mix == Mix::Safe, "{reason}: {text}");
+            }
+        }
+        // Each floor alone.
+        let style_short = |f: fn(&mut crate::workload::StyleFigures)| {
+            let mut clients = busy().0;
+            f(&mut clients.styles);
+            !summary(Mix::Safe, clients, 0).passed()
+        };
+        assert!(style_short(|s| s.extended = 0));
+        assert!(style_short(|s| s.reentered = 0));
+        assert!(style_short(|s| s.watchdogs_kept = 0));
+        assert!(style_short(|s| s.scoped_ran = 0));
+        assert!(style_short(|s| s.blocking_held = 0));
+        let mut run = summary(Mix::Safe, busy().0, 0);
+        run.interrupted = true;
+        assert!(!run.passed());
     }
 }

@@ -61,10 +61,13 @@ pub async fn hold(shared: &Shared, client: usize, resource: &str, ttl: Duration,
             // acting there, and so does its window.
             let _ends = EndOnDrop { checker, id };
             stats.fence_calls.fetch_add(1, Ordering::Relaxed);
-            let Ok(token) = ctx.fencing_token().await else {
-                stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
-                checker.end_hold(id);
-                return;
+            let token = match ctx.fencing_token().await {
+                Ok(token) => token,
+                Err(error) => {
+                    crate::workload::note_lost(stats, &error);
+                    checker.end_hold(id);
+                    return;
+                }
             };
             stats.tokens.fetch_add(1, Ordering::Relaxed);
             checker.set_token(id, token);
@@ -77,6 +80,7 @@ pub async fn hold(shared: &Shared, client: usize, resource: &str, ttl: Duration,
             // The checker counts the write as accepted or rejected.
             let _: WriteOutcome = checker.write(id, token);
             reached.store(WROTE, Ordering::Relaxed);
+            stats.styles.scoped_ran.fetch_add(1, Ordering::Relaxed);
             checker.end_hold(id);
         })
         .await;

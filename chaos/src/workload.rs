@@ -17,7 +17,10 @@
 //! re-entry (a second `acquire` on the held handle, then two releases); or
 //! under a watchdog that renews across more than a TTL of work. After every
 //! extension, re-entry or renewal, failed or not, the checker's window is
-//! set to the validity the client reports then. Some acquisitions and
+//! set to the validity the client reports then. Each style counts its
+//! successes apart from its attempts (the floors are on successes), and an
+//! extension or re-entry that fails otherwise than by losing the lock
+//! (quorum lost, validity ended) is an unexpected error. Some acquisitions and
 //! releases are cancelled mid-round (their futures dropped), as a
 //! `select!` or a timeout would.
 
@@ -65,19 +68,33 @@ pub struct ClientStats {
 /// How often each hold style and cancellation happened.
 #[derive(Debug, Default)]
 pub struct StyleStats {
+    /// Extensions tried; of them, those a majority confirmed, and those
+    /// that lost the lock (quorum lost, validity ended: any other error is
+    /// an unexpected one and fails the run).
     pub extends: AtomicU64,
+    pub extended: AtomicU64,
     pub extends_failed: AtomicU64,
+    /// Re-entries tried, those that added a hold, and those that lost the
+    /// lock.
     pub reentries: AtomicU64,
+    pub reentered: AtomicU64,
     pub reentries_failed: AtomicU64,
+    /// Holds under a watchdog, those it kept to the end of their work, and
+    /// those it reported lost.
     pub watchdogs: AtomicU64,
+    pub watchdogs_kept: AtomicU64,
     pub watchdog_losses: AtomicU64,
     pub cancelled_acquires: AtomicU64,
     pub cancelled_releases: AtomicU64,
-    /// Holds through `Redlock::with_lock`, and those it reported lost.
+    /// Holds through `Redlock::with_lock`, those whose body ran to its
+    /// write, and those it reported lost.
     pub scoped: AtomicU64,
+    pub scoped_ran: AtomicU64,
     pub scoped_lost: AtomicU64,
-    /// Holds through the blocking API, and its `with_lock`s reported lost.
+    /// Holds through the blocking API, those that held the lock to their
+    /// write, and its `with_lock`s reported lost.
     pub blocking: AtomicU64,
+    pub blocking_held: AtomicU64,
     pub blocking_lost: AtomicU64,
 }
 
@@ -85,16 +102,21 @@ pub struct StyleStats {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StyleFigures {
     pub extends: u64,
+    pub extended: u64,
     pub extends_failed: u64,
     pub reentries: u64,
+    pub reentered: u64,
     pub reentries_failed: u64,
     pub watchdogs: u64,
+    pub watchdogs_kept: u64,
     pub watchdog_losses: u64,
     pub cancelled_acquires: u64,
     pub cancelled_releases: u64,
     pub scoped: u64,
+    pub scoped_ran: u64,
     pub scoped_lost: u64,
     pub blocking: u64,
+    pub blocking_held: u64,
     pub blocking_lost: u64,
 }
 
@@ -103,16 +125,21 @@ impl StyleStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         StyleFigures {
             extends: get(&self.extends),
+            extended: get(&self.extended),
             extends_failed: get(&self.extends_failed),
             reentries: get(&self.reentries),
+            reentered: get(&self.reentered),
             reentries_failed: get(&self.reentries_failed),
             watchdogs: get(&self.watchdogs),
+            watchdogs_kept: get(&self.watchdogs_kept),
             watchdog_losses: get(&self.watchdog_losses),
             cancelled_acquires: get(&self.cancelled_acquires),
             cancelled_releases: get(&self.cancelled_releases),
             scoped: get(&self.scoped),
+            scoped_ran: get(&self.scoped_ran),
             scoped_lost: get(&self.scoped_lost),
             blocking: get(&self.blocking),
+            blocking_held: get(&self.blocking_held),
             blocking_lost: get(&self.blocking_lost),
         }
     }
@@ -121,16 +148,21 @@ impl StyleStats {
 impl StyleFigures {
     pub fn add(&mut self, other: &StyleFigures) {
         self.extends += other.extends;
+        self.extended += other.extended;
         self.extends_failed += other.extends_failed;
         self.reentries += other.reentries;
+        self.reentered += other.reentered;
         self.reentries_failed += other.reentries_failed;
         self.watchdogs += other.watchdogs;
+        self.watchdogs_kept += other.watchdogs_kept;
         self.watchdog_losses += other.watchdog_losses;
         self.cancelled_acquires += other.cancelled_acquires;
         self.cancelled_releases += other.cancelled_releases;
         self.scoped += other.scoped;
+        self.scoped_ran += other.scoped_ran;
         self.scoped_lost += other.scoped_lost;
         self.blocking += other.blocking;
+        self.blocking_held += other.blocking_held;
         self.blocking_lost += other.blocking_lost;
     }
 }
@@ -139,16 +171,21 @@ impl std::fmt::Display for StyleFigures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "extended {} ({} failed), re-entered {} ({} failed), watchdog {} ({} lost), with_lock {} ({} lost), blocking API {} ({} with_lock lost); cancelled acquires {}, releases {}",
+            "extend {} ({} extended, {} lost the lock), re-entry {} ({} re-entered, {} lost), watchdog {} ({} kept, {} lost), with_lock {} ({} ran, {} lost), blocking API {} ({} held, {} with_lock lost); cancelled acquires {}, releases {}",
             self.extends,
+            self.extended,
             self.extends_failed,
             self.reentries,
+            self.reentered,
             self.reentries_failed,
             self.watchdogs,
+            self.watchdogs_kept,
             self.watchdog_losses,
             self.scoped,
+            self.scoped_ran,
             self.scoped_lost,
             self.blocking,
+            self.blocking_held,
             self.blocking_lost,
             self.cancelled_acquires,
             self.cancelled_releases
@@ -416,11 +453,10 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
                 let reentered = hold.reenter(&lock).await;
                 if reentered {
                     holds += 1;
+                    // The write uses the token asked for now; the checker
+                    // keeps the grant's first one for its order checks.
                     match lock.fencing_token().await {
-                        Ok(again) => {
-                            token = again;
-                            shared.checker.set_token(id, token);
-                        }
+                        Ok(again) => token = again,
                         Err(error) => note_lost(stats, &error),
                     }
                 }
@@ -468,14 +504,14 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         if cancel_release {
             // Abandoned at once: the release must still free every node.
             stats.release_calls.fetch_add(1, Ordering::Relaxed);
-            if tokio::time::timeout(Duration::ZERO, lock.release())
-                .await
-                .is_err()
-            {
-                stats
-                    .styles
-                    .cancelled_releases
-                    .fetch_add(1, Ordering::Relaxed);
+            match tokio::time::timeout(Duration::ZERO, lock.release()).await {
+                Ok(result) => note_release(stats, result),
+                Err(_) => {
+                    stats
+                        .styles
+                        .cancelled_releases
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
         } else {
             release(&lock, stats).await;
@@ -485,9 +521,13 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
 }
 
 /// A lock that could not be confirmed any more (quorum lost, validity
-/// ended) is an expected outcome under faults; anything else is an error.
+/// ended, a watchdog's guard that reported the loss) is an expected outcome
+/// under faults; anything else is an error.
 pub(crate) fn note_lost(stats: &ClientStats, error: &LockError) {
-    if matches!(error, LockError::QuorumLost { .. } | LockError::Expired) {
+    if matches!(
+        error,
+        LockError::QuorumLost { .. } | LockError::Expired | LockError::LockLost
+    ) {
         stats.tokens_lost.fetch_add(1, Ordering::Relaxed);
     } else {
         stats.note_error(error);
@@ -513,9 +553,19 @@ impl Hold<'_> {
 
     async fn extend(&self, lock: &Lock, ttl: Duration) {
         self.stats().extends.fetch_add(1, Ordering::Relaxed);
+        // Whole milliseconds, at least half the TTL (half of an odd TTL is
+        // not whole: the client refuses it as an invalid configuration,
+        // which an attempt-counting floor once took for a lost lock).
+        let ttl = ttl.max(self.ttl / 2);
         let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
-        if lock.extend_with(ttl.max(self.ttl / 2)).await.is_err() {
-            self.stats().extends_failed.fetch_add(1, Ordering::Relaxed);
+        match lock.extend_with(ttl).await {
+            Ok(_) => {
+                self.stats().extended.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(LockError::QuorumLost { .. } | LockError::Expired) => {
+                self.stats().extends_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(error) => self.shared.stats.note_error(&error),
         }
         self.renew_window(lock);
     }
@@ -523,12 +573,22 @@ impl Hold<'_> {
     /// Whether the re-entry added a hold.
     async fn reenter(&self, lock: &Lock) -> bool {
         self.stats().reentries.fetch_add(1, Ordering::Relaxed);
-        let ok = lock.acquire().await.is_ok();
-        if !ok {
-            self.stats()
-                .reentries_failed
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        let ok = match lock.acquire().await {
+            Ok(_) => {
+                self.stats().reentered.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(LockError::QuorumLost { .. } | LockError::Expired) => {
+                self.stats()
+                    .reentries_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Err(error) => {
+                self.shared.stats.note_error(&error);
+                false
+            }
+        };
         self.renew_window(lock);
         ok
     }
@@ -572,10 +632,15 @@ impl Hold<'_> {
         if was_lost {
             self.stats().watchdog_losses.fetch_add(1, Ordering::Relaxed);
             self.shared.checker.end_hold(self.id);
-            let _ = guard.release().await;
+            self.shared
+                .stats
+                .release_calls
+                .fetch_add(1, Ordering::Relaxed);
+            note_release(&self.shared.stats, guard.release().await);
             return None;
         }
         let lock = guard.stop().await;
+        self.stats().watchdogs_kept.fetch_add(1, Ordering::Relaxed);
         self.renew_window(&lock);
         Some(lock)
     }

@@ -251,6 +251,8 @@ pub use config::Config;
 pub use error::{Error, NodeError, Result};
 pub use kind::Kind;
 pub use lock::Lock;
+#[doc(hidden)]
+pub use metrics::observe_node_errors;
 pub use node::IntoClient;
 pub use outcome::{Acquired, Extended, NodeOutcome, Release, Reply};
 pub use protocol::{LockInfo, NodeInfo};

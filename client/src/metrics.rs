@@ -146,13 +146,28 @@ pub(crate) fn lost() {
 pub(crate) fn node_errors(outcomes: &[NodeOutcome]) {
     for outcome in outcomes {
         if let Err(error) = &outcome.result {
-            record::node_error(&outcome.node, error);
+            node_error(&outcome.node, error);
         }
     }
 }
 
 pub(crate) fn node_error(node: &str, error: &NodeError) {
+    if let Some(observer) = OBSERVER.get() {
+        observer(node, error);
+    }
     record::node_error(node, error);
+}
+
+static OBSERVER: std::sync::OnceLock<fn(&str, &NodeError)> = std::sync::OnceLock::new();
+
+/// Has `observer` called with the node's name and its error for every node
+/// that did not answer usably, in every round of every client of this
+/// process (what `redis_lock_client_node_errors_total` counts). For test
+/// suites (the chaos suite fails a run on a node error it did not provoke);
+/// not part of the stable API. Set once: returns false if one was set.
+#[doc(hidden)]
+pub fn observe_node_errors(observer: fn(&str, &NodeError)) -> bool {
+    OBSERVER.set(observer).is_ok()
 }
 
 /// A handle began (+1) or stopped (-1) holding its lock.
