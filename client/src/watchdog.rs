@@ -265,7 +265,9 @@ async fn renew<L: Renewable>(core: Arc<L>, status: watch::Sender<LockStatus>) {
     loop {
         changes.borrow_and_update();
         if !core.holding() {
-            // Released under us (through a context handle): nothing to watch.
+            // Released under us (through the guard's lock, or a context
+            // handle): nothing to watch, and the status says so.
+            let _ = status.send(LockStatus::Stopped);
             return;
         }
         let Some(until) = core.valid_until().map(Instant::from_std) else {

@@ -109,6 +109,33 @@ async fn dropping_the_watchdog_stops_renewal_and_frees_the_lock() {
     }
 }
 
+/// A lock released through the guard (which derefs to the lock) is no
+/// longer watched, and the status says `Stopped`, not `Held` (the renewal
+/// task used to end without a word, and `status()` read `Held` for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_through_the_guard_stops_the_watchdog_with_that_status() {
+    let cluster = Cluster::start(3);
+    let redlock = cluster.client_with(short_lease_config());
+    let guard = redlock
+        .acquire("released-under", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .watchdog()
+        .unwrap();
+    let status = guard.status();
+    assert_eq!(*status.borrow(), LockStatus::Held);
+    guard.release_all().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || *status.borrow()
+            == LockStatus::Stopped)
+        .await,
+        "status after the release: {:?}",
+        *status.borrow()
+    );
+    assert!(!guard.is_held());
+    assert!(!guard.is_lost());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn with_lock_runs_the_work_and_releases() {
     let cluster = Cluster::start(5);
