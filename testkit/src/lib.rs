@@ -637,19 +637,23 @@ pub fn memcheck_error_records(log: &str) -> Vec<String> {
             }
             continue;
         }
+        // A record: a header, its detail lines (e.g. "Access not within
+        // mapped region" under a fatal signal), its stack, a blank line.
         let header = !body.is_empty() && !body.starts_with(' ');
-        if !header
-            || body.contains("in loss record")
-            || body.starts_with("Warning:")
-            || !bodies.get(i + 1).is_some_and(|next| is_frame(next))
-        {
+        if !header || body.contains("in loss record") || body.starts_with("Warning:") {
             continue;
         }
-        let stack = bodies[i + 1..]
+        let lines: Vec<&str> = bodies[i + 1..]
             .iter()
-            .take_while(|line| !line.trim().is_empty());
+            .copied()
+            .take_while(|line| !line.trim().is_empty())
+            .collect();
+        let fatal = body.starts_with("Process terminating with default action of signal");
+        if !fatal && !lines.iter().any(|line| is_frame(line)) {
+            continue;
+        }
         let mut record = body.to_string();
-        for line in stack {
+        for line in lines {
             record.push('\n');
             record.push_str(line);
         }
@@ -769,6 +773,25 @@ mod memcheck_tests {
             assert!(records[0].starts_with(header));
             assert!(records[0].contains("redis_lock::waiting::settle"));
         }
+    }
+
+    /// A fatal signal as valgrind really writes it: a detail line between
+    /// the header and the stack, or no stack at all.
+    #[test]
+    fn a_fatal_signal_is_an_error_with_or_without_its_stack() {
+        let with_detail = with_record(
+            "==57== Process terminating with default action of signal 11 (SIGSEGV)\n==57==  Access not within mapped region at address 0x0\n==57==    at 0x4F12345: redis_lock::waiting::settle (waiting.rs:1)\n",
+        );
+        let records = memcheck_error_records(&with_detail);
+        assert_eq!(records.len(), 1, "{records:?}");
+        assert!(records[0].contains("Access not within mapped region"));
+        let bare =
+            with_record("==57== Process terminating with default action of signal 6 (SIGABRT)\n");
+        assert_eq!(memcheck_error_records(&bare).len(), 1);
+        let detail_then_stack = with_record(
+            "==57== Invalid read of size 8\n==57==  Address 0x0 is not stack'd, malloc'd or (recently) free'd\n==57==    at 0x4F12345: redis_lock::waiting::settle (waiting.rs:1)\n",
+        );
+        assert_eq!(memcheck_error_records(&detail_then_stack).len(), 1);
     }
 
     /// A process that exited says how many errors it counted, even when
