@@ -224,6 +224,21 @@ fn a_waiter_is_checked_against_the_max_owner_bytes_in_force_when_it_is_granted()
 /// granted it) is answered with an error that says so, never a token.
 #[test]
 fn a_grant_whose_lease_ends_before_the_reply_says_so() {
+    let (_server, mut c, reply) =
+        grant_then_in_one_turn(&["LOCK.DEBUG", "MONOTONIC-JUMP", "30001"]);
+    assert_eq!(
+        reply,
+        Err("ERR the lease granted to this waiter ended before the reply: acquire again (with a longer ttl-ms)".to_string())
+    );
+    assert!(wait_until(SOON, || !exists(&mut c, "k")));
+    assert_eq!(lock_stat(&mut c, "lock_waiting"), 0);
+    assert_eq!(lock_stat(&mut c, "lock_lease_index"), 0);
+}
+
+/// A holds `k` and W waits for it; `then` runs in the same transaction as
+/// A's release, which grants W: the server, a connection to it, and W's
+/// reply (token or error line).
+fn grant_then_in_one_turn(then: &[&str]) -> (RedisServer, Connection, Result<Option<i64>, String>) {
     let server = RedisServer::start();
     let mut c = server.conn();
     acquire(&mut c, "k", "A", 30_000).unwrap();
@@ -233,18 +248,12 @@ fn a_grant_whose_lease_ends_before_the_reply_says_so() {
         .cmd("LOCK.RELEASE")
         .arg("k")
         .arg("A")
-        .cmd("LOCK.DEBUG")
-        .arg("MONOTONIC-JUMP")
-        .arg(30_001)
+        .cmd(then[0])
+        .arg(&then[1..])
         .query(&mut c)
         .unwrap();
-    assert_eq!(
-        handle.join().unwrap(),
-        Err("ERR the lease granted to this waiter ended before the reply: acquire again (with a longer ttl-ms)".to_string())
-    );
-    assert!(wait_until(SOON, || !exists(&mut c, "k")));
-    assert_eq!(lock_stat(&mut c, "lock_waiting"), 0);
-    assert_eq!(lock_stat(&mut c, "lock_lease_index"), 0);
+    let reply = handle.join().unwrap();
+    (server, c, reply)
 }
 
 #[test]
@@ -336,21 +345,9 @@ fn waiters_of_the_same_owner_behind_its_grant_reenter_and_others_keep_their_plac
 fn a_grant_whose_lock_is_gone_before_the_reply_is_answered_with_an_error() {
     // The release grants W, and the DEL in the same transaction removes the
     // new lock before Redis delivers W's reply: W must not get a dead token.
-    let server = RedisServer::start();
-    let mut c = server.conn();
-    acquire(&mut c, "k", "A", 30_000).unwrap();
-    let handle = spawn_waiter_or_error(&server, "k", "W", 30_000);
-    let _: Value = redis::pipe()
-        .atomic()
-        .cmd("LOCK.RELEASE")
-        .arg("k")
-        .arg("A")
-        .cmd("DEL")
-        .arg("k")
-        .query(&mut c)
-        .unwrap();
+    let (_server, mut c, reply) = grant_then_in_one_turn(&["DEL", "k"]);
     assert_eq!(
-        handle.join().unwrap(),
+        reply,
         Err("ERR the lock granted to this waiter was removed before the reply (evicted or deleted): acquire again".to_string())
     );
     assert!(!exists(&mut c, "k"));
