@@ -1,5 +1,10 @@
 //! How many holders a fault actually threatened: for each validity window,
-//! the faults injected inside it on the nodes that granted it. A window
+//! the faults injected inside it on the nodes that granted it, counting
+//! only faults that can make a node forget a grant or end it early
+//! ([`FaultKind::can_undo_grants`]): a restart of a node that can lose
+//! acknowledged writes, a power loss, a lease clock run fast or jumped.
+//! A slow, stopped or cut-off node, a wall-clock step or a lost reply
+//! leaves the node's grants in force, so it threatens no hold. A window
 //! *lost its majority* when the granting nodes no fault touched inside it
 //! are fewer than a majority of all nodes: from then on the hold is safe
 //! only through the mechanisms under test (persistence, the recovery
@@ -25,8 +30,27 @@ pub struct Exposure {
 }
 
 impl Exposure {
-    /// The exposure of `holders` to `events` on a cluster of `nodes`.
-    pub fn of(holders: &[Holder], events: &[FaultEvent], nodes: usize) -> Exposure {
+    /// The exposure of `holders` to `events` on a cluster of `nodes`;
+    /// `can_forget(node)`: whether a restart of that node can lose
+    /// acknowledged lock state (its persistence).
+    pub fn of(
+        holders: &[Holder],
+        events: &[FaultEvent],
+        nodes: usize,
+        can_forget: impl Fn(usize) -> bool,
+    ) -> Exposure {
+        let events: Vec<(&FaultEvent, Vec<usize>)> = events
+            .iter()
+            .map(|e| {
+                let undone = e
+                    .nodes
+                    .iter()
+                    .copied()
+                    .filter(|&node| e.kind.can_undo_grants(can_forget(node)))
+                    .collect();
+                (e, undone)
+            })
+            .collect();
         let majority = nodes / 2 + 1;
         let mut exposure = Exposure::default();
         for holder in holders {
@@ -36,8 +60,8 @@ impl Exposure {
             exposure.windows += 1;
             let hit: BTreeSet<usize> = events
                 .iter()
-                .filter(|e| e.at >= holder.window_start && e.at < holder.window_end)
-                .flat_map(|e| e.nodes.iter().copied())
+                .filter(|(e, _)| e.at >= holder.window_start && e.at < holder.window_end)
+                .flat_map(|(_, undone)| undone.iter().copied())
                 .filter(|node| holder.granted_by.contains(node))
                 .collect();
             if hit.is_empty() {
@@ -80,9 +104,13 @@ mod tests {
     }
 
     fn event(at: Instant, nodes: Vec<usize>) -> FaultEvent {
+        event_of(FaultKind::Kill9Restart, at, nodes)
+    }
+
+    fn event_of(kind: FaultKind, at: Instant, nodes: Vec<usize>) -> FaultEvent {
         FaultEvent {
             at,
-            kind: FaultKind::Kill9Restart,
+            kind,
             nodes,
             detail: String::new(),
         }
@@ -106,7 +134,7 @@ mod tests {
             event(ms(420), vec![3, 4]),
             event(ms(600), vec![0]),
         ];
-        let exposure = Exposure::of(&holders, &events, 5);
+        let exposure = Exposure::of(&holders, &events, 5, |_| true);
         assert_eq!(
             exposure,
             Exposure {
@@ -116,8 +144,45 @@ mod tests {
             }
         );
         // Three granters untouched of four: still a majority of five.
-        let exposure = Exposure::of(&holders[2..3], &events[4..5], 5);
+        let exposure = Exposure::of(&holders[2..3], &events[4..5], 5, |_| true);
         assert_eq!(exposure.lost_majority, 0);
         assert_eq!(exposure.threatened, 1);
+    }
+
+    #[test]
+    fn only_faults_that_can_undo_a_grant_count() {
+        let t = Instant::now();
+        let ms = |n| t + Duration::from_millis(n);
+        let window = [holder(t, 1_000, vec![0, 1, 2])];
+        // Faults that leave every grant in force: none threatens the hold.
+        let harmless = [
+            FaultKind::StopNode,
+            FaultKind::SlowNode,
+            FaultKind::ClockOffset,
+            FaultKind::ClientPause,
+            FaultKind::Partition,
+            FaultKind::SplitMajorities,
+            FaultKind::OneWayLoss,
+            FaultKind::Delay,
+            FaultKind::FlakyLink,
+        ];
+        let events: Vec<FaultEvent> = harmless
+            .iter()
+            .enumerate()
+            .map(|(i, &kind)| event_of(kind, ms(10 + i as u64), vec![0, 1, 2]))
+            .collect();
+        let exposure = Exposure::of(&window, &events, 3, |_| true);
+        assert_eq!(exposure.threatened, 0, "{exposure:?}");
+        // A restart threatens the hold only on a node that can lose writes.
+        let restart = [event(ms(10), vec![0, 1])];
+        assert_eq!(Exposure::of(&window, &restart, 3, |_| false).threatened, 0);
+        let lost = Exposure::of(&window, &restart, 3, |node| node == 1);
+        assert_eq!((lost.threatened, lost.lost_majority), (1, 0));
+        // Power loss and the lease clock count on any node.
+        for kind in [FaultKind::PowerLoss, FaultKind::LeaseClockSkew] {
+            let events = [event_of(kind, ms(10), vec![0, 1])];
+            let exposure = Exposure::of(&window, &events, 3, |_| false);
+            assert_eq!((exposure.threatened, exposure.lost_majority), (1, 1));
+        }
     }
 }

@@ -462,7 +462,17 @@ async fn run_phase(
     });
 
     let findings = checker.findings();
-    let exposure = Exposure::of(&checker.holders(), &log.events(), cluster.nodes.len());
+    let exposure = Exposure::of(
+        &checker.holders(),
+        &log.events(),
+        cluster.nodes.len(),
+        |node| {
+            cluster
+                .nodes
+                .get(node)
+                .is_none_or(|n| n.profile.persistence.can_forget())
+        },
+    );
     let mut examples = Vec::new();
     for kind in ViolationKind::ALL {
         for violation in findings

@@ -153,6 +153,27 @@ impl FaultKind {
         )
     }
 
+    /// Whether the fault can undo a node's grants: make it forget one (a
+    /// restart of a node that can lose acknowledged writes, `forgets`; a
+    /// power loss) or end its lease early (the lease clock run fast or
+    /// jumped). The others (a stopped, slow or cut-off node, a wall-clock
+    /// step, a lost reply, a client's pause) leave every grant in force.
+    pub fn can_undo_grants(self, forgets: bool) -> bool {
+        match self {
+            FaultKind::Kill9Restart | FaultKind::RestartMajority => forgets,
+            FaultKind::PowerLoss | FaultKind::LeaseClockSkew => true,
+            FaultKind::StopNode
+            | FaultKind::SlowNode
+            | FaultKind::ClockOffset
+            | FaultKind::ClientPause
+            | FaultKind::Partition
+            | FaultKind::SplitMajorities
+            | FaultKind::OneWayLoss
+            | FaultKind::Delay
+            | FaultKind::FlakyLink => false,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::Kill9Restart => "kill -9 + restart",

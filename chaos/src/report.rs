@@ -244,7 +244,9 @@ impl Summary {
     /// The floors every run must reach, whatever its mix and length: each
     /// phase granted locks, handed out tokens and accepted fenced writes,
     /// and injected faults (every kind its plan has, over the run); some
-    /// validity window had a fault on a granting node; and, in the safe
+    /// validity window had a fault that can undo a grant (a restart that
+    /// loses writes, a power loss, a lease clock fault) on a granting node,
+    /// where the plan has such faults; and, in the safe
     /// mix, every hold style succeeded at least once (an extension that
     /// extended, a re-entry that re-entered, a watchdog that kept its lock
     /// to the end of the work, a `with_lock` body that ran to its write, a
@@ -280,9 +282,12 @@ impl Summary {
         let node_faults = self
             .phases
             .iter()
-            .any(|p| p.fault_kinds.iter().any(|k| *k != FaultKind::ClientPause));
+            .any(|p| p.fault_kinds.iter().any(|k| k.can_undo_grants(true)));
         if node_faults && total.exposure.threatened == 0 {
-            short.push("no validity window had a fault on a granting node".to_string());
+            short.push(
+                "no validity window had a fault that can undo a grant on a granting node"
+                    .to_string(),
+            );
         }
         // The hold styles: in the safe mix. A mix that breaks the rules on
         // purpose loses locks by design, and its short control runs may see
@@ -385,7 +390,7 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
     let e = &figures.exposure;
     writeln!(
         f,
-        "  exposure    {} of {} validity windows had a fault on a granting node inside them; {} lost their majority (fewer than a majority of the nodes left untouched among their granters)",
+        "  exposure    {} of {} validity windows had a fault that can undo a grant on a granting node inside them; {} lost their majority (fewer than a majority of the nodes left untouched among their granters)",
         e.threatened, e.windows, e.lost_majority
     )?;
     let w = &figures.writes;
@@ -663,7 +668,7 @@ mod tests {
                 "accepted no fenced write",
                 "injected no fault",
                 "kill -9 + restart never injected",
-                "no validity window had a fault on a granting node",
+                "no validity window had a fault that can undo a grant on a granting node",
             ] {
                 assert!(text.contains(reason), "{reason}: {text}");
             }

@@ -73,12 +73,15 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
     }
     assert_eq!(Plan::safe().fault_kinds().len(), FaultKind::ALL.len());
     assert!(total.clients.pauses >= 1, "no client pause:\n{summary}");
-    // The faults reached the holds: windows in which faults left fewer
+    // The faults reached the holds: windows in which faults that can undo
+    // a grant (a restart that loses writes, a power loss, a lease clock
+    // run fast or jumped; not a slow, stopped or cut-off node) left fewer
     // than a majority of the nodes untouched among the granters, so that
-    // the run cannot pass by faults that missed every lock (runs of this
-    // length and seed see 20-35).
+    // the run cannot pass by faults that missed every lock or could not
+    // hurt one (runs of this length and seed saw 25-34 threatened, 6-11
+    // of them without a majority).
     assert!(
-        total.exposure.lost_majority >= 8 && total.exposure.threatened >= 30,
+        total.exposure.lost_majority >= 3 && total.exposure.threatened >= 12,
         "too few windows threatened by the faults:\n{summary}"
     );
     // The single-node phase's clients waited on the server.
