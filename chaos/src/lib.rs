@@ -470,7 +470,7 @@ async fn run_phase(
             cluster
                 .nodes
                 .get(node)
-                .is_none_or(|n| n.profile.persistence.can_forget())
+                .map_or(true, |n| n.profile.persistence.can_forget())
         },
     );
     let mut examples = Vec::new();
