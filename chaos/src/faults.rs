@@ -327,7 +327,7 @@ impl Injector {
                 let skews = (0..bounds.nodes.max(1))
                     .map(|_| {
                         (
-                            rng.random_range(-bounds.max_rate_ppm..=bounds.max_rate_ppm),
+                            rng.random_range(bounds.min_rate_ppm..=bounds.max_rate_ppm),
                             rng.random_range(0..=bounds.max_jump_ms),
                         )
                     })

@@ -329,10 +329,14 @@ async fn run_phase(
     let cluster = Arc::new(Cluster::start(&phase.nodes, lab.clone()).await?);
     // Every node error the clients meet from now on, in every round.
     let node_watch = node_errors::Watch::start(cluster.nodes.iter().map(|n| n.port).collect());
-    let config = Config {
+    let mut config = Config {
         unsafe_quorum: phase.client_quorum,
         ..client_config()
     };
+    if phase.no_drift_allowance {
+        config.drift_factor = 0.0;
+        config.drift_min = Duration::ZERO;
+    }
     let groups = ClientGroups::start(&cluster, lab.as_deref(), &config).await?;
 
     let origin = Instant::now();
@@ -362,6 +366,7 @@ async fn run_phase(
         clients: settings.clients,
         resources: settings.resource_list(index + 1),
         ttl_ms: phase.ttl_ms.clone(),
+        edge_share: phase.edge_share,
         seed: phase_seed.wrapping_add(1),
     };
     let mutexes: Vec<String> = workload

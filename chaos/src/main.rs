@@ -38,9 +38,11 @@ injected, checks every holder with a fenced store, and prints a summary.
                        without a recovery window, clocks stepped back: breaks rule 2),
                        network-control (a client quorum of 2 of 5 under network
                        faults alone), no-window (the first safe phase with
-                       lock.recovery-ms 0 and nothing else changed), or
-                       fast-clocks (lease clocks up to 10% fast with jumps up
-                       to 2 s, three nodes at a time: beyond the drift allowance)
+                       lock.recovery-ms 0 and nothing else changed),
+                       fast-clocks (lease clocks 2-4% fast on every node:
+                       beyond the drift allowance), or no-drift (lease clocks
+                       0.8-1% fast on every node, within the default
+                       allowance, and a client with no allowance)
   --verbose            print each fault as it is injected
 
 Exit status: 0 if the safe mix saw no violation (a mix that breaks the rules:

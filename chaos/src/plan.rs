@@ -216,12 +216,20 @@ pub struct Phase {
     pub client_quorum: Option<usize>,
     /// How far `LeaseClockSkew` may skew the nodes' lease clocks.
     pub lease_skew: LeaseSkew,
+    /// The clients' drift allowance (`Config::drift_factor`, `drift_min`)
+    /// is zero: the no-drift control's client.
+    pub no_drift_allowance: bool,
+    /// The share of plain holds (no extension, re-entry or watchdog) kept
+    /// to the edge of their validity and left to lapse.
+    pub edge_share: f64,
 }
 
 /// The bounds of the lease-clock faults of a phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeaseSkew {
-    /// Rates drawn from -max..=max parts per million.
+    /// Rates drawn from min..=max parts per million (positive: fast, the
+    /// lease ends early).
+    pub min_rate_ppm: i64,
     pub max_rate_ppm: i64,
     /// Forward jumps drawn from 0..=max, ms.
     pub max_jump_ms: u64,
@@ -232,10 +240,15 @@ pub struct LeaseSkew {
 /// Within the client's default drift allowance (1% of the TTL + 2 ms): a
 /// clock up to 0.8% fast, jumps up to 2 ms, one node at a time.
 pub const SAFE_LEASE_SKEW: LeaseSkew = LeaseSkew {
+    min_rate_ppm: -8_000,
     max_rate_ppm: 8_000,
     max_jump_ms: 2,
     nodes: 1,
 };
+
+/// The share of plain holds kept to the edge of their validity, unless a
+/// phase says otherwise.
+const EDGE_SHARE: f64 = 0.3;
 
 /// The client's drift allowance as rate and fixed part (its defaults).
 const DRIFT_PPM: i64 = 10_000;
@@ -261,12 +274,17 @@ impl Phase {
             .unwrap_or(0);
         let skew = u64::try_from(offset_max.saturating_sub(offset_min)).unwrap_or(u64::MAX);
         let mut broken = Vec::new();
+        let (drift_ppm, drift_min_ms) = if self.no_drift_allowance {
+            (0, 0)
+        } else {
+            (DRIFT_PPM, DRIFT_MIN_MS)
+        };
         if self.allows(FaultKind::LeaseClockSkew)
-            && (self.lease_skew.max_rate_ppm > DRIFT_PPM
-                || self.lease_skew.max_jump_ms > DRIFT_MIN_MS)
+            && (self.lease_skew.max_rate_ppm > drift_ppm
+                || self.lease_skew.max_jump_ms > drift_min_ms)
         {
             broken.push(format!(
-                "lease clocks up to {} ppm fast with jumps up to {} ms exceed the client's drift allowance ({DRIFT_PPM} ppm + {DRIFT_MIN_MS} ms)",
+                "lease clocks up to {} ppm fast with jumps up to {} ms exceed the client's drift allowance ({drift_ppm} ppm + {drift_min_ms} ms)",
                 self.lease_skew.max_rate_ppm, self.lease_skew.max_jump_ms
             ));
         }
@@ -314,22 +332,26 @@ pub enum Mix {
     /// network faults: shows that partitions alone break a quorum below a
     /// majority.
     NetworkControl,
-    /// `AOF always` nodes whose lease clocks run up to 10% fast or slow and
-    /// jump up to 2 s, three at a time: beyond the client's drift allowance.
+    /// `AOF always` nodes whose lease clocks run 2-4% fast, all at once:
+    /// beyond the client's drift allowance.
     FastClocks,
+    /// Lease clocks 0.8-1% fast, all at once (within the default
+    /// allowance), and a client whose drift allowance is zero.
+    NoDrift,
     /// The safe mix's first phase with one change: `lock.recovery-ms 0` on
     /// every node. Shows that the window, alone, is what keeps it safe.
     NoWindow,
 }
 
 impl Mix {
-    pub const ALL: [Mix; 6] = [
+    pub const ALL: [Mix; 7] = [
         Mix::Safe,
         Mix::NegativeControl,
         Mix::ClockStep,
         Mix::NetworkControl,
         Mix::NoWindow,
         Mix::FastClocks,
+        Mix::NoDrift,
     ];
 
     /// The name on the command line.
@@ -341,6 +363,7 @@ impl Mix {
             Mix::NetworkControl => "network-control",
             Mix::NoWindow => "no-window",
             Mix::FastClocks => "fast-clocks",
+            Mix::NoDrift => "no-drift",
         }
     }
 
@@ -362,6 +385,7 @@ impl Mix {
             Mix::NetworkControl => Plan::network_control(),
             Mix::NoWindow => Plan::no_window(),
             Mix::FastClocks => Plan::fast_clocks(),
+            Mix::NoDrift => Plan::no_drift(),
         }
     }
 }
@@ -439,6 +463,8 @@ impl Plan {
                     client_groups: 0,
                     client_quorum: None,
                     lease_skew: SAFE_LEASE_SKEW,
+                    no_drift_allowance: false,
+                    edge_share: EDGE_SHARE,
                 },
                 Phase {
                     name: "AOF always",
@@ -458,6 +484,8 @@ impl Plan {
                     client_groups: 0,
                     client_quorum: None,
                     lease_skew: SAFE_LEASE_SKEW,
+                    no_drift_allowance: false,
+                    edge_share: EDGE_SHARE,
                 },
                 Plan::network_phase(),
                 Phase {
@@ -481,6 +509,8 @@ impl Plan {
                     client_groups: 0,
                     client_quorum: None,
                     lease_skew: SAFE_LEASE_SKEW,
+                    no_drift_allowance: false,
+                    edge_share: EDGE_SHARE,
                 },
             ],
         }
@@ -515,6 +545,8 @@ impl Plan {
                 client_groups: 0,
                 client_quorum: None,
                 lease_skew: SAFE_LEASE_SKEW,
+                no_drift_allowance: false,
+                edge_share: EDGE_SHARE,
             }],
         }
     }
@@ -548,6 +580,8 @@ impl Plan {
                 client_groups: 0,
                 client_quorum: None,
                 lease_skew: SAFE_LEASE_SKEW,
+                no_drift_allowance: false,
+                edge_share: EDGE_SHARE,
             }],
         }
     }
@@ -589,24 +623,60 @@ impl Plan {
         }
     }
 
-    /// Lease clocks beyond the drift allowance, and nothing else that could
-    /// lose a lock (`AOF always`, no restarts).
+    /// Lease clocks a few percent fast on every node (leases that end 2-4%
+    /// early, beyond the 1% + 2 ms allowance, no jumps), and nothing else
+    /// that could lose a lock (`AOF always`, no restarts): the holds kept
+    /// to the edge of their validity meet the next holder.
     pub fn fast_clocks() -> Plan {
+        Plan {
+            mix: Mix::FastClocks,
+            phases: vec![Plan::skewed_phase(
+                "lease clocks 2-4% fast, beyond the drift allowance",
+                20_000..=40_000,
+                false,
+            )],
+        }
+    }
+
+    /// Lease clocks within the client's default allowance (0.8-1% fast
+    /// on every node) and a client with no drift allowance: the allowance,
+    /// alone, is what keeps a hold safe at the edge of its validity.
+    pub fn no_drift() -> Plan {
+        Plan {
+            mix: Mix::NoDrift,
+            phases: vec![Plan::skewed_phase(
+                "lease clocks 0.8-1% fast, a client without a drift allowance",
+                8_000..=10_000,
+                true,
+            )],
+        }
+    }
+
+    /// Five `AOF always` nodes whose lease clocks are skewed (all five at
+    /// once, nearly always: faults every 300 ms lasting 0.5-3 s) by `ppm`,
+    /// without jumps, and no other fault; TTLs of 1-3 s, so that a lease
+    /// that ends a fraction of a percent early ends milliseconds early.
+    fn skewed_phase(
+        name: &'static str,
+        ppm: RangeInclusive<i64>,
+        no_drift_allowance: bool,
+    ) -> Phase {
         let mut phase = Plan::network_phase();
-        phase.name = "lease clocks beyond the drift allowance";
+        phase.name = name;
         phase.share = 1.0;
         phase.client_groups = 0;
         phase.faults = vec![(FaultKind::LeaseClockSkew, 1)];
         phase.lease_skew = LeaseSkew {
-            max_rate_ppm: 100_000,
-            max_jump_ms: 2_000,
-            nodes: 3,
+            min_rate_ppm: *ppm.start(),
+            max_rate_ppm: *ppm.end(),
+            max_jump_ms: 0,
+            nodes: 5,
         };
-        phase.fault_interval_ms = 400;
-        Plan {
-            mix: Mix::FastClocks,
-            phases: vec![phase],
-        }
+        phase.ttl_ms = 1_000..=3_000;
+        phase.fault_interval_ms = 300;
+        phase.no_drift_allowance = no_drift_allowance;
+        phase.edge_share = 1.0;
+        phase
     }
 
     /// The safe mix's network phase: five `AOF always` nodes (no clock
@@ -638,6 +708,8 @@ impl Plan {
             client_groups: 2,
             client_quorum: None,
             lease_skew: SAFE_LEASE_SKEW,
+            no_drift_allowance: false,
+            edge_share: EDGE_SHARE,
         }
     }
 

@@ -441,7 +441,9 @@ impl fmt::Display for Summary {
                 Mix::NoWindow =>
                     "UNSAFE MIX no-window (the safe mix's first phase with lock.recovery-ms 0)",
                 Mix::FastClocks =>
-                    "UNSAFE MIX fast-clocks (lease clocks beyond the client's drift allowance)",
+                    "UNSAFE MIX fast-clocks (lease clocks 2-4% fast, beyond the client's drift allowance)",
+                Mix::NoDrift =>
+                    "UNSAFE MIX no-drift (lease clocks 0.8-1% fast, a client without a drift allowance)",
             },
             if self.interrupted {
                 ", interrupted"

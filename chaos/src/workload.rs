@@ -35,6 +35,10 @@ use redis_lock_client::{Error as LockError, Lock, NodeError, Redlock};
 
 use crate::checker::{Checker, HoldKind, WriteOutcome};
 
+/// How close to the end of the validity the client reported an edge hold
+/// makes its fenced write.
+pub const EDGE: Duration = Duration::from_millis(5);
+
 /// Counters shared by the client tasks.
 #[derive(Debug, Default)]
 pub struct ClientStats {
@@ -96,6 +100,12 @@ pub struct StyleStats {
     pub blocking: AtomicU64,
     pub blocking_held: AtomicU64,
     pub blocking_lost: AtomicU64,
+    /// Plain holds kept to within [`EDGE`] of the end of the validity the
+    /// client reported, then left to lapse (the next holder gets the lock
+    /// when the nodes' leases end, not on a release), and of those, the
+    /// ones whose fenced write at the edge was accepted.
+    pub edge_holds: AtomicU64,
+    pub edge_written: AtomicU64,
 }
 
 /// [`StyleStats`] read out.
@@ -118,6 +128,8 @@ pub struct StyleFigures {
     pub blocking: u64,
     pub blocking_held: u64,
     pub blocking_lost: u64,
+    pub edge_holds: u64,
+    pub edge_written: u64,
 }
 
 impl StyleStats {
@@ -141,6 +153,8 @@ impl StyleStats {
             blocking: get(&self.blocking),
             blocking_held: get(&self.blocking_held),
             blocking_lost: get(&self.blocking_lost),
+            edge_holds: get(&self.edge_holds),
+            edge_written: get(&self.edge_written),
         }
     }
 }
@@ -164,6 +178,8 @@ impl StyleFigures {
         self.blocking += other.blocking;
         self.blocking_held += other.blocking_held;
         self.blocking_lost += other.blocking_lost;
+        self.edge_holds += other.edge_holds;
+        self.edge_written += other.edge_written;
     }
 }
 
@@ -171,7 +187,7 @@ impl std::fmt::Display for StyleFigures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "extend {} ({} extended, {} lost the lock), re-entry {} ({} re-entered, {} lost), watchdog {} ({} kept, {} lost), with_lock {} ({} ran, {} lost), blocking API {} ({} held, {} with_lock lost); cancelled acquires {}, releases {}",
+            "extend {} ({} extended, {} lost the lock), re-entry {} ({} re-entered, {} lost), watchdog {} ({} kept, {} lost), with_lock {} ({} ran, {} lost), blocking API {} ({} held, {} with_lock lost), to the validity's edge {} ({} wrote); cancelled acquires {}, releases {}",
             self.extends,
             self.extended,
             self.extends_failed,
@@ -187,6 +203,8 @@ impl std::fmt::Display for StyleFigures {
             self.blocking,
             self.blocking_held,
             self.blocking_lost,
+            self.edge_holds,
+            self.edge_written,
             self.cancelled_acquires,
             self.cancelled_releases
         )
@@ -245,6 +263,8 @@ pub struct Workload {
     pub clients: usize,
     pub resources: Vec<Resource>,
     pub ttl_ms: RangeInclusive<u64>,
+    /// The share of plain holds kept to the edge of their validity.
+    pub edge_share: f64,
     pub seed: u64,
 }
 
@@ -438,6 +458,11 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         let style = rng.random_range(0..8u8);
         let factor = rng.random_range(0.3..=2.0);
         let cancel_release = rng.random_bool(0.125);
+        // A plain hold (no extension, re-entry or watchdog) is kept to the
+        // edge of its validity this often.
+        let edge_draw = rng.random_bool(workload.edge_share);
+        let to_the_edge = style >= 4 && edge_draw;
+        let mut at_the_edge = false;
         let mut holds = 1;
         let mut token = token;
         let hold = Hold {
@@ -478,6 +503,15 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
             stats.pauses.fetch_add(1, Ordering::Relaxed);
             let left = lock.validity().unwrap_or(Duration::ZERO);
             tokio::time::sleep(left + overrun).await;
+        } else if to_the_edge {
+            // Work until just before the validity the client reports ends:
+            // a node whose lease ends sooner than the client's drift
+            // allowance covers lets the next holder in while this one
+            // still holds, and this one's write comes after it.
+            stats.styles.edge_holds.fetch_add(1, Ordering::Relaxed);
+            at_the_edge = true;
+            let left = lock.validity().unwrap_or(Duration::ZERO);
+            tokio::time::sleep(left.saturating_sub(EDGE)).await;
         } else {
             let left = lock.validity().unwrap_or(Duration::ZERO);
             tokio::time::sleep(left.min(validity).mul_f64(work_before)).await;
@@ -493,7 +527,17 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
                 true
             }
         };
-        if carry_on {
+        if at_the_edge {
+            if carry_on {
+                stats.styles.edge_written.fetch_add(1, Ordering::Relaxed);
+            }
+            // Not released: the lock lapses, and the next holder gets it
+            // when the nodes' own leases end (every lease the acquisition
+            // set, on a clock at most a few percent slow, has ended by
+            // then). The window stays what the client reported.
+            let lapsed = acquire_started + ttl.mul_f64(1.1) + Duration::from_millis(50);
+            tokio::time::sleep_until(lapsed.into()).await;
+        } else if carry_on {
             let left = lock.validity().unwrap_or(Duration::ZERO);
             tokio::time::sleep(left.min(validity).mul_f64(work_after)).await;
         }
@@ -501,7 +545,7 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
         for _ in 1..holds {
             release(&lock, stats).await;
         }
-        if cancel_release {
+        if cancel_release && !at_the_edge {
             // Abandoned at once: the release must still free every node.
             stats.release_calls.fetch_add(1, Ordering::Relaxed);
             match tokio::time::timeout(Duration::ZERO, lock.release()).await {
