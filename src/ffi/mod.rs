@@ -580,6 +580,30 @@ pub fn set_module_options(ctx: Ctx, options: u32) {
     rm!(RedisModule_SetModuleOptions(ctx, options as c_int));
 }
 
+/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: the module
+/// copes with keys that arrive in a slot before the slot is ours
+/// (`CLUSTER MIGRATESLOTS`, Valkey 9.0 and later).
+pub const HANDLE_ATOMIC_SLOT_MIGRATION: u32 = 1 << 5;
+
+/// Whether this server is Valkey and knows atomic slot migration: it
+/// exports its API under `ValkeyModule_` names as well (Redis does not),
+/// and `GetModuleOptionsAll` has the option's bit. Redis numbers its own
+/// options and events independently, so neither the bit nor the event is
+/// given to any other server.
+pub fn has_atomic_slot_migration() -> bool {
+    let mut function: *mut c_void = std::ptr::null_mut();
+    let valkey = rm!(RedisModule_GetApi(
+        c"ValkeyModule_GetModuleOptionsAll".as_ptr(),
+        (&mut function as *mut *mut c_void).cast::<c_void>()
+    )) == Some(raw::REDISMODULE_OK as c_int);
+    if !valkey || function.is_null() {
+        return false;
+    }
+    // The same function under its Redis name, filled by RedisModule_Init.
+    let all = rm!(RedisModule_GetModuleOptionsAll()).unwrap_or(0);
+    all & HANDLE_ATOMIC_SLOT_MIGRATION as c_int != 0
+}
+
 /// Applies the `lock.*` settings from the server's configuration file and
 /// the module's arguments.
 pub fn load_configs(ctx: Ctx) {
