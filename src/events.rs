@@ -26,7 +26,11 @@ pub fn subscribe(ctx: Ctx) -> bool {
     let keyspace = ffi::subscribe_keyspace_events(ctx, classes, on_keyspace_event);
     let flush = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
     let swap = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
-    keyspace && flush && swap
+    // Only where the server has it (Valkey 9): elsewhere the number may
+    // name another event, or none.
+    let migration = !ffi::has_atomic_slot_migration()
+        || ffi::subscribe_server_event(ctx, ffi::EVENT_ATOMIC_SLOT_MIGRATION, on_slot_migration);
+    keyspace && flush && swap && migration
 }
 
 extern "C" fn on_keyspace_event(
@@ -132,5 +136,35 @@ extern "C" fn on_swapdb(
             state.pending_grants.extend(keys);
             timer::arm(state);
         });
+    });
+}
+
+/// Valkey's atomic slot migration (`CLUSTER MIGRATESLOTS`). The locks of a
+/// slot being imported arrive as the `LOCK.APPLY` effects of the source's
+/// snapshot and stream (filed, and the token counter raised, as each is
+/// applied), but the slot is not this node's until the import completes:
+/// a lease that ends before then is not ended here (the cluster would
+/// redirect the key), and its index entry is dropped. The source ends it
+/// and streams the `DEL`, except while its writes are paused for the
+/// handover: then the lock arrives with its lease over and no entry. So
+/// when an import completes, the sweep files every lock without a live
+/// entry, and the timer ends those whose lease is over and serves their
+/// queues.
+///
+/// Nothing else needs the event: the keys of a slot that left, or of an
+/// import that was aborted, are deleted by the server through `unlink2`,
+/// which drops their entries and leaves their waiters to the timer, which
+/// tells them to retry where the slot is served (`waiting::settle_by_name`).
+extern "C" fn on_slot_migration(
+    ctx: Ctx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback(ctx, "slot migration event", (), || {
+        if subevent == ffi::SUBEVENT_SLOT_IMPORT_COMPLETED {
+            crate::hints::hint();
+            with_state(timer::arm);
+        }
     });
 }

@@ -11,7 +11,7 @@
 mod common;
 
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use redis::{Connection, Value};
@@ -231,12 +231,16 @@ fn the_module_declares_atomic_slot_migration_only_where_the_server_has_it() {
     // told that the module handles it (another may give the bit another
     // meaning).
     let server = RedisServer::start();
-    let modules = info_section(&mut server.conn(), "modules");
+    // One `module:` line per module (the map of `info_section` keeps one).
+    let modules: String = redis::cmd("INFO")
+        .arg("modules")
+        .query(&mut server.conn())
+        .unwrap();
     let lock = modules
-        .iter()
-        .find(|(k, v)| k.starts_with("module") && v.starts_with("name=lock,"))
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("the module is not loaded: {modules:?}"));
+        .lines()
+        .find(|line| line.starts_with("module:name=lock,"))
+        .unwrap_or_else(|| panic!("the module is not loaded: {modules}"))
+        .to_string();
     let declared = lock.contains("handle-atomic-slot-migration");
     if has_migrateslots(&server) {
         assert!(
@@ -413,6 +417,76 @@ fn waiters_on_the_source_are_told_to_retry_when_the_slot_leaves() {
 /// `INFO lock`'s `lock_waiting`.
 fn waiters_queued(conn: &mut Connection) -> i64 {
     lock_stat(conn, "lock_waiting")
+}
+
+#[test]
+fn a_lease_that_ends_during_the_handover_pause_ends_on_the_target() {
+    let Some(cluster) = cluster_or_skip("a_lease_that_ends_during_the_handover_pause") else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let key = "{job}ex";
+    let mut s = source.conn();
+    // The source's writes stay paused for up to 2 × 60 s while the target
+    // is held back from taking the slot.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-manual-failover-timeout")
+        .arg(60_000)
+        .query(&mut s)
+        .unwrap();
+    let token = acquire(&mut s, key, "holder", 60_000).unwrap();
+    let waiter = spawn_waiter_or_error(source, key, "waiter", 60_000);
+
+    debug_slot_migration(source, "PREVENT-PAUSE", true);
+    debug_slot_migration(target, "PREVENT-FAILOVER", true);
+    start_migration(source, target, slot);
+    wait_job_state(source, "waiting-to-pause");
+    // The lock is on the target now; its lease is made to end within the
+    // pause that follows.
+    wait_books(target, (1, 1, 1, 0), "the target before the pause");
+    const LEASE_MS: u64 = 5_000;
+    assert_eq!(extend(&mut s, key, "holder", LEASE_MS), 1);
+    let shortened = Instant::now();
+    debug_slot_migration(source, "PREVENT-PAUSE", false);
+    wait_job_state(source, "failover-granted");
+    assert!(
+        shortened.elapsed() < Duration::from_millis(LEASE_MS),
+        "the source paused only after the lease ended: nothing was tested (a loaded machine?)"
+    );
+    // The lease ends while the source is paused: the source ends nothing
+    // and grants nothing, and the target, which does not own the slot yet,
+    // does not end it either.
+    let mut t = target.conn();
+    assert!(
+        wait_until(Duration::from_millis(LEASE_MS) + SOON, || lock_stat(
+            &mut t,
+            "lock_lease_index"
+        ) == 0),
+        "the target's timer never reached the lease's end"
+    );
+    assert_eq!(lock_stat(&mut t, "lock_held"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_waiting"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    assert_eq!(job_state(source), "failover-granted");
+
+    debug_slot_migration(target, "PREVENT-FAILOVER", false);
+    wait_migrated(source, target, slot);
+
+    // The waiter on the source is told to retry, never granted there; the
+    // lease that ended in the pause ends on the target.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+    assert!(
+        wait_until(SOON, || !exists(&mut t, key)),
+        "the lock whose lease ended during the handover was never ended on the target: {:?}",
+        books(&mut t)
+    );
+    wait_books(target, (0, 0, 0, 0), "the target after the lease ended");
+    assert_eq!(lock_stat(&mut t, "lock_expired"), 1);
+    let retried = acquire(&mut t, key, "waiter", 60_000).unwrap();
+    assert!(retried > token, "{retried} is not above {token}");
 }
 
 #[test]

@@ -585,6 +585,13 @@ pub fn set_module_options(ctx: Ctx, options: u32) {
 /// (`CLUSTER MIGRATESLOTS`, Valkey 9.0 and later).
 pub const HANDLE_ATOMIC_SLOT_MIGRATION: u32 = 1 << 5;
 
+/// Valkey's `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION`.
+pub const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+
+/// Valkey's `VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_COMPLETED`:
+/// the slots imported are this node's now.
+pub const SUBEVENT_SLOT_IMPORT_COMPLETED: u64 = 4;
+
 /// Whether this server is Valkey and knows atomic slot migration: it
 /// exports its API under `ValkeyModule_` names as well (Redis does not),
 /// and `GetModuleOptionsAll` has the option's bit. Redis numbers its own
