@@ -6,6 +6,8 @@
 //! Where the server has no `CLUSTER MIGRATESLOTS` (Redis 7.0, Valkey 8.1,
 //! Redis 8.6: asked of the server, `COMMAND INFO CLUSTER`), the migration
 //! tests pass with a note; the module's declaration is checked everywhere.
+//! Redis 8.4+'s own `CLUSTER MIGRATION IMPORT` has a test of its own, run
+//! where the server has it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -526,4 +528,130 @@ fn an_aborted_import_leaves_nothing_counted_on_the_target() {
     assert_eq!(extend(&mut s, ex, "holder", 1), 1);
     let granted = answered(waiter, "the waiter").unwrap().unwrap();
     assert!(granted > token);
+}
+
+/// Whether `server` has Redis 8.4+'s `CLUSTER MIGRATION`.
+fn has_redis_migration(server: &RedisServer) -> bool {
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CLUSTER")
+        .query(&mut server.conn())
+        .unwrap();
+    let mut names = Vec::new();
+    strings(&reply, &mut names);
+    names.iter().any(|n| n == "cluster|migration")
+}
+
+/// The state of the `CLUSTER MIGRATION` task `id` on `node`.
+fn task_state(node: &RedisServer, id: &str) -> String {
+    let tasks: Value = redis::cmd("CLUSTER")
+        .arg("MIGRATION")
+        .arg("STATUS")
+        .arg("ID")
+        .arg(id)
+        .query(&mut node.conn())
+        .unwrap();
+    let task = match tasks {
+        Value::Array(tasks) => tasks.into_iter().next(),
+        Value::Nil => None,
+        other => Some(other),
+    };
+    let Some(task) = task else {
+        return String::new();
+    };
+    match info_pairs(task)
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v)
+    {
+        Some(Value::BulkString(b)) => String::from_utf8(b).unwrap(),
+        other => panic!("no state: {other:?}"),
+    }
+}
+
+#[test]
+fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
+    if !has_redis_migration(&RedisServer::start()) {
+        println!(
+            "redis_cluster_migration: skipped: this server has no CLUSTER MIGRATION (Redis 8.4+)"
+        );
+        return;
+    }
+    let cluster = RedisCluster::start(3, 0);
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (ex, sh) = ("{job}ex", "{job}sh");
+    let mut s = source.conn();
+    acquire(&mut s, ex, "holder", 60_000).unwrap();
+    let high = lock_stat(&mut s, "lock_last_token") + 1_000_000_000_000_000;
+    let top = fence(&mut s, ex, "holder", Some(high)).unwrap();
+    for reader in ["r1", "r2"] {
+        int(&mut s, &["LOCK.ACQUIRE", sh, reader, "60000", "SHARED"]);
+    }
+    let waiter = spawn_waiter_or_error(source, ex, "waiter", 60_000);
+    assert_eq!(books(&mut s), (2, 3, 3, 1));
+
+    // Redis's migration is started on the target, and held before its
+    // handoff (a debug fail point on the source) until the snapshot's locks
+    // are on the target, not yet visible there, and its sweep has had the
+    // time to pass over them.
+    let failpoint = |channel: &str, state: &str| {
+        let _: () = redis::cmd("DEBUG")
+            .arg("ASM-FAILPOINT")
+            .arg(channel)
+            .arg(state)
+            .query(&mut source.conn())
+            .unwrap();
+    };
+    failpoint("migrate-main-channel", "handoff-prep");
+    let id: String = redis::cmd("CLUSTER")
+        .arg("MIGRATION")
+        .arg("IMPORT")
+        .arg(slot)
+        .arg(slot)
+        .query(&mut target.conn())
+        .unwrap();
+    let mut t = target.conn();
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 2),
+        "the snapshot's locks never reached the target"
+    );
+    // The target's timer, idle until the locks' arrival hinted the sweep,
+    // has fired for it: its pass could not see the importing keys.
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_timer_runs") >= 1),
+        "the target's sweep never ran"
+    );
+    assert_eq!(lock_stat(&mut t, "lock_lease_index"), 0);
+    let state = task_state(target, &id);
+    assert!(
+        !state.is_empty() && state != "completed",
+        "the migration was not held: {state}"
+    );
+    failpoint("", "");
+    let mut last = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            last = task_state(target, &id);
+            last == "completed"
+        }),
+        "the migration never completed (last: {last})"
+    );
+    assert!(wait_until(Duration::from_secs(30), || {
+        RedisCluster::owner_port(source, slot) == target.port()
+            && RedisCluster::owner_port(target, slot) == target.port()
+    }));
+
+    // The waiter on the source is told to retry; the source keeps nothing.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+    // Every holder has its lease-index entry on the target.
+    wait_books(target, (2, 3, 3, 0), "the target after the move");
+    assert_eq!(held(&mut t, ex).token, top);
+    let fresh = acquire(&mut t, "{job}fresh", "x", 60_000).unwrap();
+    assert!(fresh > top, "{fresh} is not above the arrived token {top}");
+    let retried = spawn_waiter_or_error(target, ex, "waiter", 60_000);
+    assert_eq!(extend(&mut t, ex, "holder", 1), 1);
+    let granted = answered(retried, "the retried waiter").unwrap().unwrap();
+    assert!(granted > fresh);
 }
