@@ -22,11 +22,34 @@ use crate::state::{with_state, KeyId};
 use crate::timer;
 
 pub fn subscribe(ctx: Ctx) -> bool {
-    let classes = raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS;
+    // Redis 8.4+ (`CLUSTER MIGRATION IMPORT`) frees the keys of a slot that
+    // left on a background thread, unseen: their lease entries would stay
+    // and their waiters would wait for their timeouts. While a module
+    // listens to `key_trimmed`, it deletes them on its main thread instead,
+    // as `DEL` does, through `unlink2` (`on_keyspace_event` ignores the
+    // event itself). Its snapshot's locks arrive through `rdb_load` (the
+    // counter raised as each is read) and are filed by the sweep once the
+    // import completes (`on_slot_migration`).
+    let redis_migration = ffi::has_redis_slot_migration();
+    let trimmed = if redis_migration {
+        ffi::NOTIFY_KEY_TRIMMED
+    } else {
+        0
+    };
+    let classes = raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS | trimmed;
     let keyspace = ffi::subscribe_keyspace_events(ctx, classes, on_keyspace_event);
     let flush = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
     let swap = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
-    keyspace && flush && swap
+    // Each slot migration event only where the server has it (Valkey 9's,
+    // Redis 8.4's): elsewhere its number names another event, or none.
+    let migration = if ffi::has_atomic_slot_migration() {
+        ffi::subscribe_server_event(ctx, ffi::EVENT_ATOMIC_SLOT_MIGRATION, on_slot_migration)
+    } else if redis_migration {
+        ffi::subscribe_server_event(ctx, ffi::EVENT_CLUSTER_SLOT_MIGRATION, on_slot_migration)
+    } else {
+        true
+    };
+    keyspace && flush && swap && migration
 }
 
 extern "C" fn on_keyspace_event(
@@ -132,5 +155,48 @@ extern "C" fn on_swapdb(
             state.pending_grants.extend(keys);
             timer::arm(state);
         });
+    });
+}
+
+/// Valkey's atomic slot migration (`CLUSTER MIGRATESLOTS`). The locks of a
+/// slot being imported arrive as the `LOCK.APPLY` effects of the source's
+/// snapshot and stream (filed, and the token counter raised, as each is
+/// applied), but the slot is not this node's until the import completes:
+/// a lease that ends before then is not ended here (the cluster would
+/// redirect the key), and its index entry is dropped. The source ends it
+/// and streams the `DEL`, except while its writes are paused for the
+/// handover: then the lock arrives with its lease over and no entry. So
+/// when an import completes, the sweep files every lock without a live
+/// entry, and the timer ends those whose lease is over and serves their
+/// queues.
+///
+/// Nothing else needs the event: the keys of a slot that left, or of an
+/// import that was aborted, are deleted by the server through `unlink2`,
+/// which drops their entries and leaves their waiters to the timer, which
+/// tells them to retry where the slot is served (`waiting::settle_by_name`).
+///
+/// Redis 8.4+'s `CLUSTER MIGRATION IMPORT` needs the same: its snapshot's
+/// locks are read by `rdb_load` (the counter raised) and filed by the
+/// sweep, whose pass may run while the importing slot's keys are not yet
+/// visible to it, and cover their hint.
+extern "C" fn on_slot_migration(
+    ctx: Ctx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback(ctx, "slot migration event", (), || {
+        // Subscribed only to the server's own event (Valkey's or Redis's).
+        let completed = match event.id {
+            ffi::EVENT_ATOMIC_SLOT_MIGRATION => subevent == ffi::SUBEVENT_SLOT_IMPORT_COMPLETED,
+            ffi::EVENT_CLUSTER_SLOT_MIGRATION => {
+                subevent == ffi::SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED
+            }
+            _ => false,
+        };
+        if completed {
+            crate::hints::hint();
+            with_state(timer::arm);
+        }
     });
 }

@@ -82,10 +82,19 @@ mod module {
         // this Redis also turns diskless loading off for the whole server.
         // It also loads replicas in the background (`repl-diskless-load
         // swapdb`): the lease index is rebuilt when such a load completes.
+        // On Valkey 9, it also handles atomic slot migration (`CLUSTER
+        // MIGRATESLOTS`, `slot_migration.rs`); Valkey refuses a migration
+        // while any loaded module has not said so.
+        let slot_migration = if ffi::has_atomic_slot_migration() {
+            ffi::HANDLE_ATOMIC_SLOT_MIGRATION
+        } else {
+            0
+        };
         ffi::set_module_options(
             ctx,
             raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-                | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD,
+                | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD
+                | slot_migration,
         );
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(why) = config::apply_module_args(&args) {

@@ -580,6 +580,79 @@ pub fn set_module_options(ctx: Ctx, options: u32) {
     rm!(RedisModule_SetModuleOptions(ctx, options as c_int));
 }
 
+/// Valkey's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION`: the module
+/// copes with keys that arrive in a slot before the slot is ours
+/// (`CLUSTER MIGRATESLOTS`, Valkey 9.0 and later).
+pub const HANDLE_ATOMIC_SLOT_MIGRATION: u32 = 1 << 5;
+
+/// Valkey's `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION`.
+pub const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+
+/// Valkey's `VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_COMPLETED`:
+/// the slots imported are this node's now.
+pub const SUBEVENT_SLOT_IMPORT_COMPLETED: u64 = 4;
+
+/// Redis's `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION` (Redis 8.4 and
+/// later: `CLUSTER MIGRATION IMPORT`). Valkey numbers its events
+/// independently (its 18 is another event).
+pub const EVENT_CLUSTER_SLOT_MIGRATION: u64 = 18;
+
+/// Redis's `REDISMODULE_SUBEVENT_CLUSTER_SLOT_MIGRATION_IMPORT_COMPLETED`.
+pub const SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED: u64 = 2;
+
+/// Redis's `REDISMODULE_NOTIFY_KEY_TRIMMED`: a key of a slot that left (or
+/// of an import that failed) deleted by the server. While a module listens
+/// to it, Redis trims such keys one by one on its main thread (deleting
+/// them as `DEL` does, which calls our `unlink2`) instead of freeing them
+/// on a background thread unseen.
+pub const NOTIFY_KEY_TRIMMED: c_int = 1 << 17;
+
+/// Whether this server is Valkey 8 or later: it exports its API under
+/// `ValkeyModule_` names as well (Redis does not).
+fn is_valkey() -> bool {
+    let mut function: *mut c_void = std::ptr::null_mut();
+    let found = rm!(RedisModule_GetApi(
+        c"ValkeyModule_GetModuleOptionsAll".as_ptr(),
+        (&mut function as *mut *mut c_void).cast::<c_void>()
+    )) == Some(raw::REDISMODULE_OK as c_int);
+    found && !function.is_null()
+}
+
+/// Whether this server is Valkey and knows atomic slot migration:
+/// `GetModuleOptionsAll` has the option's bit. Redis numbers its own
+/// options and events independently, so neither the bit nor the event is
+/// given to any other server.
+pub fn has_atomic_slot_migration() -> bool {
+    if !is_valkey() {
+        return false;
+    }
+    // The same function under its Redis name, filled by RedisModule_Init.
+    let all = rm!(RedisModule_GetModuleOptionsAll()).unwrap_or(0);
+    all & HANDLE_ATOMIC_SLOT_MIGRATION as c_int != 0
+}
+
+/// Whether this server is Redis with its own atomic slot migration (Redis
+/// 8.4 and later): not Valkey (whose events and notification bits are
+/// numbered independently), and it has both the slot migration event and
+/// the key-trimmed notification.
+pub fn has_redis_slot_migration() -> bool {
+    if is_valkey() {
+        return false;
+    }
+    let event = raw::RedisModuleEvent {
+        id: EVENT_CLUSTER_SLOT_MIGRATION,
+        dataver: 1,
+    };
+    let completed = rm!(RedisModule_IsSubEventSupported(
+        event,
+        SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED
+    ))
+    .unwrap_or(0)
+        != 0;
+    let flags = rm!(RedisModule_GetKeyspaceNotificationFlagsAll()).unwrap_or(0);
+    completed && flags & NOTIFY_KEY_TRIMMED != 0
+}
+
 /// Applies the `lock.*` settings from the server's configuration file and
 /// the module's arguments.
 pub fn load_configs(ctx: Ctx) {

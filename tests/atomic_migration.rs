@@ -1,0 +1,657 @@
+//! Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`) on a real
+//! 3-master cluster: the source streams a snapshot of the slot in AOF form
+//! (our `LOCK.APPLY` effects) and then its writes, pauses them for the
+//! handover, and deletes the slot's keys once the target owns it.
+//!
+//! Where the server has no `CLUSTER MIGRATESLOTS` (Redis 7.0, Valkey 8.1,
+//! Redis 8.6: asked of the server, `COMMAND INFO CLUSTER`), the migration
+//! tests pass with a note; the module's declaration is checked everywhere.
+//! Redis 8.4+'s own `CLUSTER MIGRATION IMPORT` has a test of its own, run
+//! where the server has it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::{Connection, Value};
+use testkit::cluster::{node_id, RedisCluster};
+
+const NOT_SERVED: &str = "TRYAGAIN the lock's hash slot is being migrated or is served by another node: retry the command (it is redirected to the node that serves the key)";
+
+/// Every bulk or simple string anywhere in `value`.
+fn strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).to_lowercase()),
+        Value::SimpleString(s) => out.push(s.to_lowercase()),
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(|v| strings(v, out)),
+        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            strings(k, out);
+            strings(v, out);
+        }),
+        _ => {}
+    }
+}
+
+/// Whether `server` has `CLUSTER MIGRATESLOTS`: its `COMMAND INFO CLUSTER`
+/// lists the subcommand.
+fn has_migrateslots(server: &RedisServer) -> bool {
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CLUSTER")
+        .query(&mut server.conn())
+        .unwrap();
+    let mut names = Vec::new();
+    strings(&reply, &mut names);
+    assert!(
+        names.iter().any(|n| n == "cluster|info"),
+        "COMMAND INFO CLUSTER lists no subcommands: {reply:?}"
+    );
+    names.iter().any(|n| n == "cluster|migrateslots")
+}
+
+/// A 3-master cluster, or `None` with a note where the server cannot
+/// migrate slots atomically.
+fn cluster_or_skip(test: &str) -> Option<RedisCluster> {
+    if !has_migrateslots(&RedisServer::start()) {
+        println!("{test}: skipped: this server has no CLUSTER MIGRATESLOTS");
+        return None;
+    }
+    Some(RedisCluster::start(3, 0))
+}
+
+/// The master that serves `tag`'s slot and another master: (source,
+/// target, slot).
+fn source_and_target<'a>(
+    cluster: &'a RedisCluster,
+    tag: &str,
+) -> (&'a RedisServer, &'a RedisServer, i64) {
+    let slot = cluster.key_slot(tag);
+    let source = cluster.master_of(tag);
+    let target = cluster.nodes[..3]
+        .iter()
+        .find(|n| n.port() != source.port())
+        .unwrap();
+    (source, target, slot)
+}
+
+/// `CLUSTER MIGRATESLOTS SLOTSRANGE slot slot NODE <target>` on `source`.
+fn start_migration(source: &RedisServer, target: &RedisServer, slot: i64) {
+    let reply: redis::RedisResult<String> = redis::cmd("CLUSTER")
+        .arg("MIGRATESLOTS")
+        .arg("SLOTSRANGE")
+        .arg(slot)
+        .arg(slot)
+        .arg("NODE")
+        .arg(node_id(target))
+        .query(&mut source.conn());
+    match reply {
+        Ok(ok) => assert_eq!(ok, "OK"),
+        Err(err) => panic!("CLUSTER MIGRATESLOTS refused: {}", error_line(&err)),
+    }
+}
+
+/// The state of the newest slot migration job `node` knows.
+fn job_state(node: &RedisServer) -> String {
+    let jobs: Value = redis::cmd("CLUSTER")
+        .arg("GETSLOTMIGRATIONS")
+        .query(&mut node.conn())
+        .unwrap();
+    let Value::Array(jobs) = jobs else {
+        panic!("{jobs:?}")
+    };
+    let Some(newest) = jobs.into_iter().next() else {
+        return String::new();
+    };
+    let pairs = info_pairs(newest).unwrap();
+    match pairs
+        .into_iter()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v)
+    {
+        Some(Value::BulkString(b)) => String::from_utf8(b).unwrap(),
+        other => panic!("no state: {other:?}"),
+    }
+}
+
+fn wait_job_state(node: &RedisServer, state: &str) {
+    let mut last = String::new();
+    let reached = wait_until(Duration::from_secs(30), || {
+        last = job_state(node);
+        last == state
+    });
+    assert!(
+        reached,
+        "the migration job on {} never reached {state} (last: {last})",
+        node.port()
+    );
+}
+
+/// Waits until the migration of `slot` succeeded and both nodes see the
+/// target serving it.
+fn wait_migrated(source: &RedisServer, target: &RedisServer, slot: i64) {
+    wait_job_state(source, "success");
+    let moved = wait_until(Duration::from_secs(30), || {
+        RedisCluster::owner_port(source, slot) == target.port()
+            && RedisCluster::owner_port(target, slot) == target.port()
+    });
+    assert!(moved, "slot {slot} never showed as the target's");
+}
+
+/// `DEBUG SLOTMIGRATION <knob> <0|1>`: holds a migration before its pause
+/// (`PREVENT-PAUSE`, on the source) or before the target takes the slot
+/// (`PREVENT-FAILOVER`, on the target).
+fn debug_slot_migration(node: &RedisServer, knob: &str, on: bool) {
+    let _: () = redis::cmd("DEBUG")
+        .arg("SLOTMIGRATION")
+        .arg(knob)
+        .arg(i32::from(on))
+        .query(&mut node.conn())
+        .unwrap();
+}
+
+/// `INFO lock`'s books: (held, holders, lease_index, waiting).
+fn books(conn: &mut Connection) -> (i64, i64, i64, i64) {
+    (
+        lock_stat(conn, "lock_held"),
+        lock_stat(conn, "lock_holders"),
+        lock_stat(conn, "lock_lease_index"),
+        lock_stat(conn, "lock_waiting"),
+    )
+}
+
+/// Waits until `node`'s books read `want`.
+fn wait_books(node: &RedisServer, want: (i64, i64, i64, i64), what: &str) {
+    let mut c = node.conn();
+    let mut last = (0, 0, 0, 0);
+    let agreed = wait_until(SOON, || {
+        last = books(&mut c);
+        last == want
+    });
+    assert!(
+        agreed,
+        "{what}: INFO lock (held, holders, lease_index, waiting) on {} is {last:?}, not {want:?}",
+        node.port()
+    );
+}
+
+/// `LOCK.HOLDERS key`: (owner, holds, token, pttl) each, in grant order.
+fn holders(conn: &mut Connection, key: &str) -> Vec<(String, i64, i64, i64)> {
+    let reply: Value = redis::cmd("LOCK.HOLDERS").arg(key).query(conn).unwrap();
+    let Value::Array(items) = reply else {
+        panic!("LOCK.HOLDERS {key}: {reply:?}")
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let pairs = info_pairs(item).unwrap();
+            let get = |field: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| k == field)
+                    .map(|(_, v)| v.clone())
+                    .unwrap()
+            };
+            let int = |field: &str| match get(field) {
+                Value::Int(n) => n,
+                other => panic!("{field}: {other:?}"),
+            };
+            let owner = match get("owner") {
+                Value::BulkString(b) => String::from_utf8(b).unwrap(),
+                other => panic!("owner: {other:?}"),
+            };
+            (owner, int("holds"), int("token"), int("pttl"))
+        })
+        .collect()
+}
+
+/// The reply of a waiter that must be answered within [`SOON`] (a waiter
+/// left hanging fails here, not at its timeout).
+fn answered(
+    waiter: JoinHandle<Result<Option<i64>, String>>,
+    who: &str,
+) -> Result<Option<i64>, String> {
+    assert!(
+        wait_until(SOON, || waiter.is_finished()),
+        "{who} was never answered"
+    );
+    waiter.join().unwrap()
+}
+
+fn int(conn: &mut Connection, args: &[&str]) -> i64 {
+    match run(conn, args) {
+        Ok(Value::Int(n)) => n,
+        other => panic!("{args:?}: {other:?}"),
+    }
+}
+
+#[test]
+fn the_module_declares_atomic_slot_migration_only_where_the_server_has_it() {
+    // Every server loads the module; only one with CLUSTER MIGRATESLOTS is
+    // told that the module handles it (another may give the bit another
+    // meaning).
+    let server = RedisServer::start();
+    // One `module:` line per module (the map of `info_section` keeps one).
+    let modules: String = redis::cmd("INFO")
+        .arg("modules")
+        .query(&mut server.conn())
+        .unwrap();
+    let lock = modules
+        .lines()
+        .find(|line| line.starts_with("module:name=lock,"))
+        .unwrap_or_else(|| panic!("the module is not loaded: {modules}"))
+        .to_string();
+    let declared = lock.contains("handle-atomic-slot-migration");
+    if has_migrateslots(&server) {
+        assert!(
+            declared,
+            "not declared on a server that migrates slots: {lock}"
+        );
+    } else {
+        // Servers before Valkey 9 list no such option at all.
+        assert!(!declared, "{lock}");
+        println!("no CLUSTER MIGRATESLOTS here: the module loads ({lock})");
+    }
+}
+
+#[test]
+fn held_locks_of_every_kind_arrive_with_holders_holds_tokens_and_leases() {
+    let Some(cluster) = cluster_or_skip("held_locks_of_every_kind_arrive") else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (ex, sh, sem) = ("{job}ex", "{job}sh", "{job}sem");
+    let mut s = source.conn();
+    // An exclusive lock held twice, its token raised far above the target's
+    // counter; a read lock with two readers; a semaphore with two of three
+    // permits taken.
+    acquire(&mut s, ex, "me", 60_000).unwrap();
+    acquire(&mut s, ex, "me", 60_000).unwrap();
+    let high = lock_stat(&mut s, "lock_last_token") + 1_000_000_000_000_000;
+    assert!(high < MAX_ATLEAST);
+    let top = fence(&mut s, ex, "me", Some(high)).unwrap();
+    assert!(top >= high);
+    for reader in ["r1", "r2"] {
+        int(&mut s, &["LOCK.ACQUIRE", sh, reader, "60000", "SHARED"]);
+    }
+    for permit in ["p1", "p2"] {
+        int(
+            &mut s,
+            &["LOCK.ACQUIRE", sem, permit, "60000", "SHARED", "LIMIT", "3"],
+        );
+    }
+    let before: Vec<_> = [ex, sh, sem].iter().map(|k| holders(&mut s, k)).collect();
+    assert_eq!(books(&mut s), (3, 5, 5, 0));
+
+    start_migration(source, target, slot);
+    wait_migrated(source, target, slot);
+
+    let mut t = target.conn();
+    for (key, was) in [ex, sh, sem].iter().zip(&before) {
+        let now = holders(&mut t, key);
+        let identity = |h: &[(String, i64, i64, i64)]| {
+            h.iter()
+                .map(|(o, holds, token, _)| (o.clone(), *holds, *token))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(identity(&now), identity(was), "{key} on the target");
+        for ((_, _, _, pttl), (_, _, _, pttl_before)) in now.iter().zip(was) {
+            assert!(
+                *pttl > 0 && pttl <= pttl_before && *pttl > pttl_before - 30_000,
+                "{key}: lease {pttl} ms left on the target, {pttl_before} ms before"
+            );
+        }
+    }
+    // Every holder has its lease-index entry on the target; the source
+    // keeps none.
+    assert_eq!(books(&mut t), (3, 5, 5, 0));
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+
+    // The first grant on the target is above every token that arrived.
+    let fresh = acquire(&mut t, "{job}fresh", "x", 60_000).unwrap();
+    assert!(
+        fresh > top,
+        "the target granted {fresh}, not above the arrived token {top}"
+    );
+    // The modes and the limit came along.
+    assert_eq!(acquire(&mut t, ex, "other", 60_000), None);
+    assert_eq!(
+        acquire(&mut t, sh, "writer", 60_000),
+        None,
+        "a writer got the read lock"
+    );
+    let third = int(
+        &mut t,
+        &["LOCK.ACQUIRE", sem, "p3", "60000", "SHARED", "LIMIT", "3"],
+    );
+    assert!(third > fresh);
+    assert_eq!(
+        run(
+            &mut t,
+            &["LOCK.ACQUIRE", sem, "p4", "60000", "SHARED", "LIMIT", "3"]
+        )
+        .unwrap(),
+        Value::Nil,
+        "the semaphore's limit of 3 did not arrive"
+    );
+
+    // The lease ends on the target, and its waiter there is served then.
+    let waiter = spawn_waiter_or_error(target, ex, "next", 60_000);
+    assert_eq!(extend(&mut t, ex, "me", 1), 1);
+    let granted = answered(waiter, "the waiter on the target")
+        .unwrap()
+        .expect("a token");
+    assert!(granted > third, "{granted} is not above {third}");
+    for reader in ["r1", "r2"] {
+        assert_eq!(extend(&mut t, sh, reader, 1), 1);
+    }
+    assert!(wait_until(SOON, || !exists(&mut t, sh)), "{sh} never ended");
+    // ex (next), sem (p1, p2, p3) and fresh.
+    wait_books(target, (3, 5, 5, 0), "the target after the leases ended");
+}
+
+#[test]
+fn waiters_on_the_source_are_told_to_retry_when_the_slot_leaves() {
+    let Some(cluster) = cluster_or_skip("waiters_on_the_source_are_told_to_retry") else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (ex, sem) = ("{job}ex", "{job}sem");
+    let mut s = source.conn();
+    let token = acquire(&mut s, ex, "holder", 60_000).unwrap();
+    int(
+        &mut s,
+        &["LOCK.ACQUIRE", sem, "p1", "60000", "SHARED", "LIMIT", "1"],
+    );
+    let waiters = [
+        ("w1", spawn_waiter_or_error(source, ex, "w1", 60_000)),
+        ("w2", spawn_waiter_or_error(source, ex, "w2", 60_000)),
+    ];
+    let mut s2 = source.conn();
+    let before = waiters_queued(&mut s2);
+    let permit = std::thread::spawn({
+        let mut c = source.conn();
+        move || {
+            redis::cmd("LOCK.ACQUIRE")
+                .arg("{job}sem")
+                .arg("p2")
+                .arg(60_000)
+                .arg("SHARED")
+                .arg("LIMIT")
+                .arg(1)
+                .arg("WAIT")
+                .arg(0)
+                .query::<Option<i64>>(&mut c)
+                .map_err(|e| error_line(&e))
+        }
+    });
+    assert!(wait_until(SOON, || waiters_queued(&mut s2) == before + 1));
+    assert_eq!(books(&mut s), (2, 2, 2, 3));
+
+    start_migration(source, target, slot);
+    wait_migrated(source, target, slot);
+
+    // Each waiter is told to retry as soon as the slot has left, never
+    // granted there.
+    for (who, waiter) in waiters {
+        assert_eq!(answered(waiter, who), Err(NOT_SERVED.to_string()), "{who}");
+    }
+    assert_eq!(answered(permit, "p2"), Err(NOT_SERVED.to_string()), "p2");
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+
+    // Retried, the command is redirected to the target, where it waits for
+    // the holder and is served when the lease ends there.
+    let err = error_of(&mut s, &["LOCK.ACQUIRE", ex, "w1", "60000"]);
+    assert!(
+        err.starts_with(&format!("MOVED {slot} ")) && err.ends_with(&format!(":{}", target.port())),
+        "{err}"
+    );
+    let mut t = target.conn();
+    let retried = spawn_waiter_or_error(target, ex, "w1", 60_000);
+    assert_eq!(extend(&mut t, ex, "holder", 1), 1);
+    let granted = answered(retried, "w1 on the target").unwrap().unwrap();
+    assert!(granted > token, "{granted} is not above {token}");
+}
+
+/// `INFO lock`'s `lock_waiting`.
+fn waiters_queued(conn: &mut Connection) -> i64 {
+    lock_stat(conn, "lock_waiting")
+}
+
+#[test]
+fn a_lease_that_ends_during_the_handover_pause_ends_on_the_target() {
+    let Some(cluster) = cluster_or_skip("a_lease_that_ends_during_the_handover_pause") else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let key = "{job}ex";
+    let mut s = source.conn();
+    // The source's writes stay paused for up to 2 × 60 s while the target
+    // is held back from taking the slot.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-manual-failover-timeout")
+        .arg(60_000)
+        .query(&mut s)
+        .unwrap();
+    let token = acquire(&mut s, key, "holder", 60_000).unwrap();
+    let waiter = spawn_waiter_or_error(source, key, "waiter", 60_000);
+
+    debug_slot_migration(source, "PREVENT-PAUSE", true);
+    debug_slot_migration(target, "PREVENT-FAILOVER", true);
+    start_migration(source, target, slot);
+    wait_job_state(source, "waiting-to-pause");
+    // The lock is on the target now; its lease is made to end within the
+    // pause that follows.
+    wait_books(target, (1, 1, 1, 0), "the target before the pause");
+    const LEASE_MS: u64 = 5_000;
+    assert_eq!(extend(&mut s, key, "holder", LEASE_MS), 1);
+    let shortened = Instant::now();
+    debug_slot_migration(source, "PREVENT-PAUSE", false);
+    wait_job_state(source, "failover-granted");
+    assert!(
+        shortened.elapsed() < Duration::from_millis(LEASE_MS),
+        "the source paused only after the lease ended: nothing was tested (a loaded machine?)"
+    );
+    // The lease ends while the source is paused: the source ends nothing
+    // and grants nothing, and the target, which does not own the slot yet,
+    // does not end it either.
+    let mut t = target.conn();
+    assert!(
+        wait_until(Duration::from_millis(LEASE_MS) + SOON, || lock_stat(
+            &mut t,
+            "lock_lease_index"
+        ) == 0),
+        "the target's timer never reached the lease's end"
+    );
+    assert_eq!(lock_stat(&mut t, "lock_held"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_waiting"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    assert_eq!(job_state(source), "failover-granted");
+
+    debug_slot_migration(target, "PREVENT-FAILOVER", false);
+    wait_migrated(source, target, slot);
+
+    // The waiter on the source is told to retry, never granted there; the
+    // lease that ended in the pause ends on the target.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+    assert!(
+        wait_until(SOON, || !exists(&mut t, key)),
+        "the lock whose lease ended during the handover was never ended on the target: {:?}",
+        books(&mut t)
+    );
+    wait_books(target, (0, 0, 0, 0), "the target after the lease ended");
+    assert_eq!(lock_stat(&mut t, "lock_expired"), 1);
+    let retried = acquire(&mut t, key, "waiter", 60_000).unwrap();
+    assert!(retried > token, "{retried} is not above {token}");
+}
+
+#[test]
+fn an_aborted_import_leaves_nothing_counted_on_the_target() {
+    let Some(cluster) = cluster_or_skip("an_aborted_import_leaves_nothing") else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (ex, sh) = ("{job}ex", "{job}sh");
+    let mut s = source.conn();
+    let token = acquire(&mut s, ex, "holder", 60_000).unwrap();
+    int(&mut s, &["LOCK.ACQUIRE", sh, "r1", "60000", "SHARED"]);
+    let waiter = spawn_waiter_or_error(source, ex, "waiter", 60_000);
+
+    // Held before its pause: the snapshot is on the target, and what the
+    // source changes streams on.
+    debug_slot_migration(source, "PREVENT-PAUSE", true);
+    start_migration(source, target, slot);
+    wait_job_state(source, "waiting-to-pause");
+    int(&mut s, &["LOCK.ACQUIRE", sh, "r2", "60000", "SHARED"]);
+    wait_books(target, (2, 3, 3, 0), "the target while importing");
+
+    let _: () = redis::cmd("CLUSTER")
+        .arg("CANCELSLOTMIGRATIONS")
+        .query(&mut s)
+        .unwrap();
+    wait_job_state(source, "cancelled");
+    debug_slot_migration(source, "PREVENT-PAUSE", false);
+    // The target drops what it had imported, and its books say so.
+    wait_books(target, (0, 0, 0, 0), "the target after the abort");
+    let mut t = target.conn();
+    assert_eq!(dbsize(&mut t), 0);
+
+    // The source still owns the slot, the locks and the waiter.
+    assert_eq!(RedisCluster::owner_port(source, slot), source.port());
+    assert_eq!(books(&mut s), (2, 3, 3, 1));
+    assert_eq!(extend(&mut s, ex, "holder", 1), 1);
+    let granted = answered(waiter, "the waiter").unwrap().unwrap();
+    assert!(granted > token);
+}
+
+/// Whether `server` has Redis 8.4+'s `CLUSTER MIGRATION`.
+fn has_redis_migration(server: &RedisServer) -> bool {
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CLUSTER")
+        .query(&mut server.conn())
+        .unwrap();
+    let mut names = Vec::new();
+    strings(&reply, &mut names);
+    names.iter().any(|n| n == "cluster|migration")
+}
+
+/// The state of the `CLUSTER MIGRATION` task `id` on `node`.
+fn task_state(node: &RedisServer, id: &str) -> String {
+    let tasks: Value = redis::cmd("CLUSTER")
+        .arg("MIGRATION")
+        .arg("STATUS")
+        .arg("ID")
+        .arg(id)
+        .query(&mut node.conn())
+        .unwrap();
+    let task = match tasks {
+        Value::Array(tasks) => tasks.into_iter().next(),
+        Value::Nil => None,
+        other => Some(other),
+    };
+    let Some(task) = task else {
+        return String::new();
+    };
+    match info_pairs(task)
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v)
+    {
+        Some(Value::BulkString(b)) => String::from_utf8(b).unwrap(),
+        other => panic!("no state: {other:?}"),
+    }
+}
+
+#[test]
+fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
+    if !has_redis_migration(&RedisServer::start()) {
+        println!(
+            "redis_cluster_migration: skipped: this server has no CLUSTER MIGRATION (Redis 8.4+)"
+        );
+        return;
+    }
+    let cluster = RedisCluster::start(3, 0);
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (ex, sh) = ("{job}ex", "{job}sh");
+    let mut s = source.conn();
+    acquire(&mut s, ex, "holder", 60_000).unwrap();
+    let high = lock_stat(&mut s, "lock_last_token") + 1_000_000_000_000_000;
+    let top = fence(&mut s, ex, "holder", Some(high)).unwrap();
+    for reader in ["r1", "r2"] {
+        int(&mut s, &["LOCK.ACQUIRE", sh, reader, "60000", "SHARED"]);
+    }
+    let waiter = spawn_waiter_or_error(source, ex, "waiter", 60_000);
+    assert_eq!(books(&mut s), (2, 3, 3, 1));
+
+    // Redis's migration is started on the target, and held before its
+    // handoff (a debug fail point on the source) until the snapshot's locks
+    // are on the target, not yet visible there, and its sweep has had the
+    // time to pass over them.
+    let failpoint = |channel: &str, state: &str| {
+        let _: () = redis::cmd("DEBUG")
+            .arg("ASM-FAILPOINT")
+            .arg(channel)
+            .arg(state)
+            .query(&mut source.conn())
+            .unwrap();
+    };
+    failpoint("migrate-main-channel", "handoff-prep");
+    let id: String = redis::cmd("CLUSTER")
+        .arg("MIGRATION")
+        .arg("IMPORT")
+        .arg(slot)
+        .arg(slot)
+        .query(&mut target.conn())
+        .unwrap();
+    let mut t = target.conn();
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 2),
+        "the snapshot's locks never reached the target"
+    );
+    // The target's timer, idle until the locks' arrival hinted the sweep,
+    // has fired for it: its pass could not see the importing keys.
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_timer_runs") >= 1),
+        "the target's sweep never ran"
+    );
+    assert_eq!(lock_stat(&mut t, "lock_lease_index"), 0);
+    let state = task_state(target, &id);
+    assert!(
+        !state.is_empty() && state != "completed",
+        "the migration was not held: {state}"
+    );
+    failpoint("", "");
+    let mut last = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            last = task_state(target, &id);
+            last == "completed"
+        }),
+        "the migration never completed (last: {last})"
+    );
+    assert!(wait_until(Duration::from_secs(30), || {
+        RedisCluster::owner_port(source, slot) == target.port()
+            && RedisCluster::owner_port(target, slot) == target.port()
+    }));
+
+    // The waiter on the source is told to retry; the source keeps nothing.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+    // Every holder has its lease-index entry on the target.
+    wait_books(target, (2, 3, 3, 0), "the target after the move");
+    assert_eq!(held(&mut t, ex).token, top);
+    let fresh = acquire(&mut t, "{job}fresh", "x", 60_000).unwrap();
+    assert!(fresh > top, "{fresh} is not above the arrived token {top}");
+    let retried = spawn_waiter_or_error(target, ex, "waiter", 60_000);
+    assert_eq!(extend(&mut t, ex, "holder", 1), 1);
+    let granted = answered(retried, "the retried waiter").unwrap().unwrap();
+    assert!(granted > fresh);
+}
