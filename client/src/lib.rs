@@ -255,7 +255,7 @@ pub use lock::Lock;
 pub use metrics::observe_node_errors;
 pub use node::IntoClient;
 pub use outcome::{Acquired, Extended, NodeOutcome, Release, Reply};
-pub use protocol::{LockInfo, NodeInfo};
+pub use protocol::{is_stale, LockInfo, NodeInfo};
 pub use scoped::LockContext;
 pub use semaphore::Semaphore;
 #[cfg(feature = "tls")]
