@@ -330,14 +330,19 @@ fn the_aof_carries_fences_before_and_after_a_rewrite() {
     run(&mut c, &["LOCK.FENCED", "f", "5", "SET", "d", "v5"]).unwrap();
     run(&mut c, &["LOCK.FENCECHECK", "g", "9"]).unwrap();
     let text = aof_text(server.dir()).to_ascii_uppercase();
+    // The inner write and the raise, in that order, inside one MULTI/EXEC.
+    let apply = text
+        .find("LOCK.FENCEAPPLY")
+        .expect("the AOF carries the effect");
+    let multi = text[..apply]
+        .rfind("MULTI")
+        .expect("a MULTI before the effect");
     assert!(
-        text.contains("LOCK.FENCEAPPLY"),
-        "the AOF carries the effect"
+        text[multi..apply].contains("$2\r\nV5"),
+        "the inner SET between MULTI and the effect: {:?}",
+        &text[multi..apply]
     );
-    assert!(
-        text.contains("MULTI"),
-        "inner write and effect in one MULTI"
-    );
+    assert!(text[apply..].contains("EXEC"), "an EXEC after the effect");
     assert!(!text.contains("LOCK.FENCED"), "never the command itself");
     let before = digest(&mut c);
     server.kill9();
@@ -475,4 +480,43 @@ fn a_cluster_routes_a_fenced_write_by_all_its_keys() {
     let err = error_of(&mut w, &["LOCK.FENCECHECK", "{t}fence", "6"]);
     assert!(err.starts_with("MOVED "), "{err}");
     assert_eq!(get(&mut c, "{t}data"), data("v"));
+}
+
+#[test]
+fn a_refused_write_leaves_watchers_alone_and_a_raise_wakes_them() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let mut other = server.conn();
+    run(&mut c, &["LOCK.FENCED", "f", "5", "SET", "d", "v"]).unwrap();
+    let watched_exec = |c: &mut Connection, other: &mut Connection, args: &[&str]| {
+        run(c, &["WATCH", "f"]).unwrap();
+        let _ = run(other, args);
+        run(c, &["MULTI"]).unwrap();
+        run(c, &["LOCK.FENCEGET", "f"]).unwrap();
+        run(c, &["EXEC"]).unwrap()
+    };
+    let refused = watched_exec(
+        &mut c,
+        &mut other,
+        &["LOCK.FENCED", "f", "4", "SET", "d", "x"],
+    );
+    assert_eq!(
+        refused,
+        Value::Array(vec![Value::Int(5)]),
+        "a STALE refusal touches nothing"
+    );
+    let raised = watched_exec(&mut c, &mut other, &["LOCK.FENCECHECK", "f", "6"]);
+    assert_eq!(raised, Value::Nil, "a raise is a change of the fence key");
+    // The raise is a keyspace event of the module class.
+    run(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Kd"]).unwrap();
+    let mut pubsub_conn = server.conn();
+    let mut pubsub = pubsub_conn.as_pubsub();
+    pubsub.subscribe("__keyspace@0__:f").unwrap();
+    run(&mut other, &["LOCK.FENCECHECK", "f", "7"]).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let message = pubsub.get_message().unwrap();
+    let event: String = message.get_payload().unwrap();
+    assert_eq!(event, "lock.fence");
 }
