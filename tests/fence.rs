@@ -520,3 +520,87 @@ fn a_refused_write_leaves_watchers_alone_and_a_raise_wakes_them() {
     let event: String = message.get_payload().unwrap();
     assert_eq!(event, "lock.fence");
 }
+
+/// Redis's CRC-64 (Jones polynomial, reflected), which ends a DUMP payload.
+fn crc64(data: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &byte in data {
+        crc ^= u64::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// A fence's serialized value: the type header, the signed integer as a
+/// module UINT field (opcode 2, then a 64-bit length: 0x81 and 8 bytes big
+/// endian), the end-of-value opcode.
+fn fence_value(header: &[u8], value: i64) -> Vec<u8> {
+    let mut out = header.to_vec();
+    out.push(2);
+    out.push(0x81);
+    out.extend_from_slice(&(value as u64).to_be_bytes());
+    out.push(0);
+    out
+}
+
+#[test]
+fn a_restored_fence_out_of_range_or_truncated_is_refused_whole() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let max = 9_007_199_254_740_991_i64;
+    run(&mut c, &["LOCK.FENCECHECK", "model", &max.to_string()]).unwrap();
+    let raw = match run(&mut c, &["DUMP", "model"]).unwrap() {
+        Value::BulkString(bytes) => bytes,
+        other => panic!("DUMP: {other:?}"),
+    };
+    let (value, footer) = raw.split_at(raw.len() - 10);
+    let header = &value[..10];
+    assert_eq!(header[1], 0x81, "a module type id is a 64-bit length");
+    assert_eq!(
+        value,
+        fence_value(header, max),
+        "the fence's layout changed: update fence_value()"
+    );
+    let payload = |value: &[u8]| {
+        let mut payload = value.to_vec();
+        payload.extend_from_slice(&footer[..2]);
+        let crc = crc64(&payload);
+        payload.extend_from_slice(&crc.to_le_bytes());
+        payload
+    };
+    // The rebuilt payload restores (so the refusals below are the loader's).
+    run_raw(
+        &mut c,
+        &[b"RESTORE", b"ok", b"0", &payload(&fence_value(header, 7))],
+    )
+    .unwrap();
+    assert_eq!(fence_of(&mut c, "ok"), Some(7));
+    let truncated = &fence_value(header, 7)[..12];
+    for (what, bad) in [
+        ("2^53", fence_value(header, max + 1)),
+        ("-1", fence_value(header, -1)),
+        ("i64::MIN", fence_value(header, i64::MIN)),
+        ("truncated", truncated.to_vec()),
+    ] {
+        assert!(
+            run_raw(&mut c, &[b"RESTORE", b"bad", b"0", &payload(&bad)]).is_err(),
+            "{what} must be refused"
+        );
+        assert_eq!(
+            run(&mut c, &["EXISTS", "bad"]).unwrap(),
+            Value::Int(0),
+            "{what}"
+        );
+        assert_eq!(
+            run(&mut c, &["PING"]).unwrap(),
+            Value::SimpleString("PONG".into())
+        );
+    }
+}
