@@ -186,7 +186,8 @@ pub fn key_at(ctx: Ctx, pos: usize, flags: u32) {
 /// say). `Err(errno)` for an unknown command (`ENOENT`) or a wrong arity
 /// (`EINVAL`); empty for a command without keys.
 pub fn command_keys(ctx: Ctx, args: &[RString]) -> Result<Vec<(usize, u32)>, CallFailed> {
-    let Ok(argc) = c_int::try_from(args.len()) else {
+    // Redis reads the command name without checking the count.
+    let (true, Ok(argc)) = (!args.is_empty(), c_int::try_from(args.len())) else {
         return Err(CallFailed(libc::EINVAL));
     };
     clear_errno();
