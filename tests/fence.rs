@@ -604,3 +604,38 @@ fn a_restored_fence_out_of_range_or_truncated_is_refused_whole() {
         );
     }
 }
+
+#[test]
+fn over_maxmemory_and_inside_multi_a_fence_behaves_like_any_write() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    run(&mut c, &["LOCK.FENCED", "f", "5", "SET", "d", "v5"]).unwrap();
+    run(&mut c, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    let err = error_of(&mut c, &["LOCK.FENCED", "f", "6", "SET", "d", "v6"]);
+    assert!(err.starts_with("OOM"), "{err}");
+    let err = error_of(&mut c, &["LOCK.FENCECHECK", "f", "6"]);
+    assert!(err.starts_with("OOM"), "{err}");
+    assert_eq!(fence_of(&mut c, "f"), Some(5), "reads still work");
+    run(&mut c, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    assert_eq!(get(&mut c, "d"), data("v5"));
+
+    // In a transaction each fenced write is judged when EXEC runs it.
+    run(&mut c, &["MULTI"]).unwrap();
+    run(&mut c, &["LOCK.FENCED", "f", "7", "SET", "d", "v7"]).unwrap();
+    run(&mut c, &["LOCK.FENCED", "f", "6", "SET", "d", "v6"]).unwrap();
+    // The raw reply: `query` would turn the array's error into an Err.
+    let exec = redis::ConnectionLike::req_command(&mut c, &redis::cmd("EXEC")).unwrap();
+    let replies = match exec {
+        Value::Array(replies) => replies,
+        other => panic!("EXEC: {other:?}"),
+    };
+    assert_eq!(replies.len(), 2);
+    assert_eq!(replies[0], Value::Okay);
+    assert!(
+        matches!(&replies[1], Value::ServerError(e) if e.code() == "STALE"),
+        "{:?}",
+        replies[1]
+    );
+    assert_eq!(get(&mut c, "d"), data("v7"));
+    assert_eq!(fence_of(&mut c, "f"), Some(7));
+}
