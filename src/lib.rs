@@ -19,6 +19,8 @@ mod effects;
 mod events;
 mod eviction;
 mod expiry;
+mod fence;
+mod fence_type;
 mod ffi;
 mod guard;
 mod hints;
@@ -40,6 +42,7 @@ mod module {
     use redis_module::{raw, Context, RedisString, Status};
 
     use crate::datatype::LOCK_TYPE;
+    use crate::fence_type::FENCE_TYPE;
     use crate::ffi::{self, Ctx};
     use crate::{
         async_load, config, counter_record, events, eviction, expiry, guard, info, propagation,
@@ -76,6 +79,12 @@ mod module {
                 ffi::key::LOCK_TYPE_PTR.store(*raw_type, Ordering::Relaxed)
             }
             _ => return fail(ctx, "the data type was not created"),
+        }
+        match FENCE_TYPE.raw_type.try_borrow() {
+            Ok(raw_type) if !raw_type.is_null() => {
+                ffi::fence::FENCE_TYPE_PTR.store(*raw_type, Ordering::Relaxed)
+            }
+            _ => return fail(ctx, "the fence data type was not created"),
         }
         // A truncated or corrupt payload (RESTORE, a diskless replica sync)
         // is refused by our loader instead of aborting the server; without
@@ -128,6 +137,9 @@ mod module {
         if !eviction::init(ctx) {
             return fail(ctx, "could not subscribe to configuration changes");
         }
+        if !crate::fence::init(ctx) {
+            return fail(ctx, "could not subscribe to module changes");
+        }
         if !timer::init(ctx, expiry::run) {
             return fail(ctx, "could not create the timer context");
         }
@@ -140,7 +152,7 @@ mod module {
         name: "lock",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-        data_types: [LOCK_TYPE],
+        data_types: [LOCK_TYPE, FENCE_TYPE],
         init: on_load,
     }
 }

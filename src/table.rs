@@ -6,7 +6,7 @@
 use std::ffi::CStr;
 
 use crate::ffi::command::{
-    option, optional, required, Command, INTEGER, OW_UPDATE, RO_ACCESS, RW_DELETE, RW_INSERT,
+    option, optional, required, rest, Command, INTEGER, OW_UPDATE, RO_ACCESS, RW_DELETE, RW_INSERT,
     RW_UPDATE, STRING, TOKEN,
 };
 
@@ -16,6 +16,7 @@ mod entry {
     use std::ffi::c_int;
 
     use crate::commands;
+    use crate::fence;
     use crate::ffi::{self, Ctx, RString};
     use crate::guard;
 
@@ -39,6 +40,10 @@ mod entry {
     entry_point!(drop, "LOCK.DROP", commands::drop);
     entry_point!(counter, "LOCK.COUNTER", commands::counter);
     entry_point!(debug, "LOCK.DEBUG", commands::debug);
+    entry_point!(fenced, "LOCK.FENCED", fence::fenced);
+    entry_point!(fencecheck, "LOCK.FENCECHECK", fence::fencecheck);
+    entry_point!(fenceget, "LOCK.FENCEGET", fence::fenceget);
+    entry_point!(fenceapply, "LOCK.FENCEAPPLY", fence::fenceapply);
 }
 
 /// The module's own ACL category (`ACL CAT lock`, `+@lock`; Redis 7.4+ and
@@ -46,7 +51,7 @@ mod entry {
 /// `LOCK.DEBUG`, so that `+@lock` never grants an admin command.
 pub const ACL_CATEGORY: &CStr = c"lock";
 
-pub const COMMANDS: [Command; 10] = [
+pub const COMMANDS: [Command; 14] = [
     Command {
         name: c"lock.acquire",
         handler: entry::acquire,
@@ -57,6 +62,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -4,
         key: Some(RW_INSERT),
+        inner_command: false,
         args: &[
             required(c"owner", STRING),
             required(c"ttl-ms", INTEGER),
@@ -75,6 +81,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1)",
         arity: -3,
         key: Some(RW_DELETE),
+        inner_command: false,
         args: &[required(c"owner", STRING), option(c"all", TOKEN, c"ALL")],
     },
     Command {
@@ -87,6 +94,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1)",
         arity: -4,
         key: Some(RW_UPDATE),
+        inner_command: false,
         args: &[required(c"owner", STRING), required(c"ttl-ms", INTEGER)],
     },
     Command {
@@ -99,6 +107,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1)",
         arity: -3,
         key: Some(RW_UPDATE),
+        inner_command: false,
         args: &[required(c"owner", STRING), option(c"n", INTEGER, c"ATLEAST")],
     },
     Command {
@@ -111,6 +120,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -2,
         key: Some(RO_ACCESS),
+        inner_command: false,
         args: &[],
     },
     Command {
@@ -123,6 +133,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(holders)",
         arity: -2,
         key: Some(RO_ACCESS),
+        inner_command: false,
         args: &[option(c"n", INTEGER, c"COUNT")],
     },
     Command {
@@ -135,6 +146,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1) for an exclusive lock, O(holders) for a shared one",
         arity: -6,
         key: Some(OW_UPDATE),
+        inner_command: false,
         args: &[
             required(c"owner", STRING),
             required(c"holds", INTEGER),
@@ -153,6 +165,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(holders)",
         arity: -3,
         key: Some(RW_DELETE),
+        inner_command: false,
         args: &[required(c"owner", STRING)],
     },
     Command {
@@ -165,7 +178,64 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1)",
         arity: 2,
         key: None,
+        inner_command: false,
         args: &[required(c"n", INTEGER)],
+    },
+    Command {
+        name: c"lock.fenced",
+        handler: entry::fenced,
+        flags: c"write deny-oom getkeys-api",
+        acl: c"write slow",
+        in_own_category: true,
+        summary: c"Runs a write command only if token is not below the fence at key (the highest token accepted there), then raises the fence to token; replies the command's reply. A stale token is refused with STALE and nothing runs. The command runs with the caller's ACL; reads, blocking commands, transactions, scripts and LOCK.* commands are refused.",
+        complexity: c"O(1) plus the inner command's",
+        arity: -4,
+        key: Some(RW_UPDATE),
+        inner_command: true,
+        args: &[
+            required(c"token", INTEGER),
+            required(c"command", STRING),
+            rest(c"arg", STRING),
+        ],
+    },
+    Command {
+        name: c"lock.fencecheck",
+        handler: entry::fencecheck,
+        flags: c"write deny-oom fast",
+        acl: c"write fast",
+        in_own_category: true,
+        summary: c"Refuses a token below the fence at key with STALE (for a script to call before its writes); else raises the fence to token and returns its value.",
+        complexity: c"O(1)",
+        arity: 3,
+        key: Some(RW_UPDATE),
+        inner_command: false,
+        args: &[required(c"token", INTEGER)],
+    },
+    Command {
+        name: c"lock.fenceget",
+        handler: entry::fenceget,
+        flags: c"readonly fast",
+        acl: c"read fast",
+        in_own_category: true,
+        summary: c"Returns the highest token the fence at key has accepted, or nil when there is no fence.",
+        complexity: c"O(1)",
+        arity: 2,
+        key: Some(RO_ACCESS),
+        inner_command: false,
+        args: &[],
+    },
+    Command {
+        name: c"lock.fenceapply",
+        handler: entry::fenceapply,
+        flags: c"write",
+        acl: c"write slow",
+        in_own_category: false,
+        summary: c"Internal: the effect of a fence raised to token, as replicated to replicas and the AOF. Refused from ordinary clients.",
+        complexity: c"O(1)",
+        arity: 3,
+        key: Some(OW_UPDATE),
+        inner_command: false,
+        args: &[required(c"token", INTEGER)],
     },
     Command {
         name: c"lock.debug",
@@ -177,6 +247,7 @@ pub const COMMANDS: [Command; 10] = [
         complexity: c"O(1)",
         arity: -2,
         key: None,
+        inner_command: false,
         args: &[
             required(c"subcommand", STRING),
             optional(c"ms", INTEGER),

@@ -299,6 +299,9 @@ fn the_lock_category_names_the_commands_clients_use() {
             "lock.acquire",
             "lock.extend",
             "lock.fence",
+            "lock.fencecheck",
+            "lock.fenced",
+            "lock.fenceget",
             "lock.holders",
             "lock.info",
             "lock.release"
@@ -321,7 +324,14 @@ fn the_lock_category_names_the_commands_clients_use() {
     ));
     noperm(&mut locker, &["LOCK.DEBUG", "WALLCLOCK-OFFSET", "0"]);
     noperm(&mut locker, &["LOCK.DROP", "job", "me"]);
+    noperm(&mut locker, &["LOCK.FENCEAPPLY", "fence", "1"]);
     noperm(&mut locker, &["GET", "job"]);
+    // +@lock runs LOCK.FENCED, not the write inside it.
+    noperm(
+        &mut locker,
+        &["LOCK.FENCED", "fence", "1", "SET", "data", "v"],
+    );
+    assert!(!exists(&server, "fence") && !exists(&server, "data"));
     acl_setuser(&server, &["nolock", "on", ">pw", "~*", "+@all", "-@lock"]);
     let mut nolock = conn_as(&server, "nolock");
     noperm(&mut nolock, &["LOCK.RELEASE", "job", "me", "ALL"]);

@@ -10,12 +10,13 @@
 //! `--quick` (or `QUICK=1`) runs every section with fewer requests, shorter
 //! windows and one round (about two minutes). `--only` runs some sections
 //! (1 acquire, 2 release, 3 re-entry, 4 memory, 5 clients, 6 contention,
-//! 7 scale, 8 do no harm, 9 shared locks and semaphores). `--out` writes the report elsewhere than BENCHMARKS.md at the
+//! 7 scale, 8 do no harm, 9 shared locks and semaphores, 10 fenced writes). `--out` writes the report elsewhere than BENCHMARKS.md at the
 //! workspace root (the charts go beside it).
 
 mod churn;
 mod clients;
 mod contention;
+mod fenced;
 mod host;
 mod micro;
 mod report;
@@ -160,7 +161,7 @@ fn parse_args() -> Result<Args> {
                 }
             }
             "-h" | "--help" => {
-                println!("redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9]");
+                println!("redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9,10]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
@@ -255,6 +256,11 @@ fn run() -> Result<bool> {
         if wanted(9) {
             if let Err(e) = shared::run(&server, &plan, &mut report) {
                 fail(&mut report, 9, e);
+            }
+        }
+        if wanted(10) {
+            if let Err(e) = fenced::run(&server, &plan, &mut report) {
+                fail(&mut report, 10, e);
             }
         }
         if wanted(6) {

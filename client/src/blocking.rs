@@ -333,6 +333,23 @@ impl Lock {
         self.runtime.block_on(self.inner()?.fencing_token())?
     }
 
+    /// See [`crate::Lock::fenced`]: `write` on `store` (a blocking
+    /// connection) through `LOCK.FENCED fence_key <token>`.
+    pub fn fenced(
+        &self,
+        store: &mut dyn redis::ConnectionLike,
+        fence_key: &str,
+        write: &redis::Cmd,
+    ) -> Result<redis::RedisResult<redis::Value>> {
+        let token = self.fencing_token()?;
+        let Some(cmd) = crate::protocol::fenced(fence_key, token, write) else {
+            return Err(Error::InvalidConfig(
+                "a fenced write needs a command without cursor arguments".into(),
+            ));
+        };
+        Ok(cmd.query(store))
+    }
+
     /// Time left in which the lock is certainly held.
     pub fn validity(&self) -> Option<Duration> {
         self.inner.as_ref().and_then(crate::Lock::validity)

@@ -173,6 +173,13 @@
 //! so the next [`Lock::fencing_token`] computes and writes back again. A
 //! token is refused with [`Error::Expired`] once the validity has ended.
 //!
+//! When the data lives in a Redis or Valkey with the module loaded, the
+//! store can be that storage: [`Lock::fenced`] sends a write as
+//! `LOCK.FENCED fence-key <token> <write…>`, which the store runs only if no
+//! write through the same fence key was accepted with a higher token
+//! (and refuses with a `STALE` error otherwise, see [`is_stale`]), in one
+//! round trip.
+//!
 //! # Watchdog
 //!
 //! [`Lock::watchdog`] turns a held lock into a [`Watchdog`] that renews the
@@ -255,7 +262,7 @@ pub use lock::Lock;
 pub use metrics::observe_node_errors;
 pub use node::IntoClient;
 pub use outcome::{Acquired, Extended, NodeOutcome, Release, Reply};
-pub use protocol::{LockInfo, NodeInfo};
+pub use protocol::{is_stale, LockInfo, NodeInfo};
 pub use scoped::LockContext;
 pub use semaphore::Semaphore;
 #[cfg(feature = "tls")]

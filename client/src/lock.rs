@@ -90,6 +90,33 @@ impl Lock {
         self.core.fencing_token().await
     }
 
+    /// Runs `write` on `store` as a fenced write: `LOCK.FENCED fence_key
+    /// <this lock's fencing token> write...`, in one round trip. The store
+    /// (a Redis or Valkey with the module, not necessarily a lock node)
+    /// runs it only if no write through `fence_key` was accepted with a
+    /// higher token, and then raises the fence to this token.
+    ///
+    /// The outer `Result` is the lock's: nothing is sent without a fencing
+    /// token ([`Error::NotHeld`](crate::Error::NotHeld),
+    /// [`Error::Expired`](crate::Error::Expired), ...), nor for an empty
+    /// command ([`Error::InvalidConfig`](crate::Error::InvalidConfig)). The
+    /// inner one is the store's reply: the write's own reply, or its error;
+    /// a stale token is an error with code `STALE` ([`is_stale`](crate::is_stale)).
+    pub async fn fenced(
+        &self,
+        store: &mut impl redis::aio::ConnectionLike,
+        fence_key: &str,
+        write: &redis::Cmd,
+    ) -> Result<redis::RedisResult<redis::Value>> {
+        let token = self.fencing_token().await?;
+        let Some(cmd) = crate::protocol::fenced(fence_key, token, write) else {
+            return Err(crate::Error::InvalidConfig(
+                "a fenced write needs a command without cursor arguments".into(),
+            ));
+        };
+        Ok(cmd.query_async(store).await)
+    }
+
     /// Time left in which the lock is certainly held, if it is.
     pub fn validity(&self) -> Option<Duration> {
         self.core.validity()

@@ -54,6 +54,30 @@ pub fn fence(key: &str, owner: &str, at_least: Option<u64>) -> Cmd {
     cmd
 }
 
+/// `LOCK.FENCED fence-key token command [arg ...]`: `write` run by the
+/// store only if `token` is not below the fence at `fence_key`. `None` for
+/// an empty command or one with a cursor (or any non-plain) argument.
+pub fn fenced(fence_key: &str, token: u64, write: &Cmd) -> Option<Cmd> {
+    if write.args_iter().len() == 0 {
+        return None;
+    }
+    let mut cmd = redis::cmd("LOCK.FENCED");
+    cmd.arg(fence_key).arg(token);
+    for arg in write.args_iter() {
+        match arg {
+            redis::Arg::Simple(bytes) => cmd.arg(bytes),
+            _ => return None,
+        };
+    }
+    Some(cmd)
+}
+
+/// The store refused a fenced write: its fence has accepted a higher token
+/// (the error code `STALE`, from `LOCK.FENCED` or `LOCK.FENCECHECK`).
+pub fn is_stale(error: &redis::RedisError) -> bool {
+    error.code() == Some("STALE")
+}
+
 /// `LOCK.INFO key`
 pub fn info(key: &str) -> Cmd {
     let mut cmd = redis::cmd("LOCK.INFO");
@@ -336,5 +360,20 @@ mod tests {
         assert_eq!(parse_info(Value::Nil), Ok(None));
         assert!(parse_info(Value::Array(vec![bulk("owner")])).is_err());
         assert!(parse_info(Value::Array(vec![bulk("owner"), bulk("x")])).is_err());
+    }
+
+    #[test]
+    fn a_fenced_write_wraps_the_command_with_the_fence_and_token() {
+        let mut write = redis::cmd("HSET");
+        write.arg("h").arg("f").arg(b"v\0".as_slice());
+        let cmd = fenced("fence:{a}", 42, &write).unwrap();
+        assert_eq!(
+            args(&cmd),
+            ["LOCK.FENCED", "fence:{a}", "42", "HSET", "h", "f", "v\0"]
+        );
+        assert!(fenced("f", 1, &Cmd::new()).is_none());
+        let mut scan = redis::cmd("SCAN");
+        scan.cursor_arg(0);
+        assert!(fenced("f", 1, &scan).is_none());
     }
 }

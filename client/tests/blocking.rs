@@ -157,3 +157,31 @@ fn with_lock_reports_a_renewal_that_leaves_no_quorum_of_leases() {
     });
     assert!(matches!(result, Err(Error::LockLost)), "{result:?}");
 }
+
+/// `blocking::Lock::fenced`: the write goes through the store's fence with
+/// the lock's token; without a hold nothing is sent.
+#[test]
+fn a_fenced_write_without_a_runtime() {
+    let cluster = Cluster::start(3);
+    let redlock = Redlock::with_config(cluster.urls(), config()).unwrap();
+    let mut store = cluster.servers[0].conn();
+    let mut write = redis::cmd("SET");
+    write.arg("data").arg("v");
+    let lock = redlock.lock("fenced", Duration::from_secs(10)).unwrap();
+    assert!(matches!(
+        lock.fenced(&mut store, "fence", &write),
+        Err(Error::NotHeld)
+    ));
+    lock.acquire().unwrap();
+    let token = lock.fencing_token().unwrap();
+    assert_eq!(
+        lock.fenced(&mut store, "fence", &write).unwrap().unwrap(),
+        redis::Value::Okay
+    );
+    let fence: i64 = redis::cmd("LOCK.FENCEGET")
+        .arg("fence")
+        .query(&mut store)
+        .unwrap();
+    assert_eq!(fence, token as i64);
+    lock.release().unwrap();
+}

@@ -140,3 +140,74 @@ async fn a_nested_acquisition_keeps_the_token() {
     }
     lock.release_all().await.unwrap();
 }
+
+/// `Lock::fenced`: a write through the store's fence with the lock's
+/// token. A holder whose lease ended behind its back is refused by the
+/// store once its successor wrote, and a handle without a token sends
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fenced_write_of_a_stale_holder_is_refused_by_the_store() {
+    let cluster = Cluster::start(3);
+    let redlock = cluster.client();
+    let store = testkit::RedisServer::start();
+    let mut conn = store
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let set = |value: &str| {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg("data").arg(value);
+        cmd
+    };
+
+    let never = redlock.lock("res", Duration::from_secs(30)).unwrap();
+    assert!(matches!(
+        never.fenced(&mut conn, "fence", &set("never")).await,
+        Err(redis_lock_client::Error::NotHeld)
+    ));
+    assert_eq!(raw(&store, &["EXISTS", "fence", "data"]), Value::Int(0));
+
+    let a = redlock.lock("res", Duration::from_secs(30)).unwrap();
+    a.acquire().await.unwrap();
+    let token_a = a.fencing_token().await.unwrap();
+    let reply = a.fenced(&mut conn, "fence", &set("A")).await.unwrap();
+    assert_eq!(reply.unwrap(), Value::Okay);
+    assert_eq!(
+        raw(&store, &["LOCK.FENCEGET", "fence"]),
+        Value::Int(token_a as i64)
+    );
+    // A's leases end on every node while A is paused (its handle still
+    // believes it holds the lock); B takes the lock and writes.
+    for server in &cluster.servers {
+        raw(server, &["LOCK.EXTEND", "res", a.owner(), "1"]);
+    }
+    assert!(testkit::wait_until(Duration::from_secs(5), || cluster
+        .servers
+        .iter()
+        .all(|s| raw(s, &["EXISTS", "res"]) == Value::Int(0))));
+    let b = redlock.lock("res", Duration::from_secs(30)).unwrap();
+    b.acquire().await.unwrap();
+    let token_b = b.fencing_token().await.unwrap();
+    assert!(token_b > token_a);
+    b.fenced(&mut conn, "fence", &set("B"))
+        .await
+        .unwrap()
+        .unwrap();
+    let refused = a
+        .fenced(&mut conn, "fence", &set("A again"))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(redis_lock_client::is_stale(&refused), "{refused}");
+    assert!(
+        refused.to_string().contains(&token_a.to_string())
+            && refused.to_string().contains(&token_b.to_string()),
+        "{refused}"
+    );
+    assert_eq!(
+        raw(&store, &["GET", "data"]),
+        Value::BulkString(b"B".to_vec())
+    );
+    b.release().await.unwrap();
+}

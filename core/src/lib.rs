@@ -11,6 +11,7 @@ pub mod args;
 pub mod clock;
 pub mod compact;
 pub mod deadlines;
+pub mod fence;
 pub mod filing;
 pub mod firing;
 pub mod handoff;

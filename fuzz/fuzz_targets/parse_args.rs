@@ -8,7 +8,8 @@
 //!
 //! Checks, for every input:
 //! - `parse_i64` agrees with Redis's integer rule (optional `-`, digits
-//!   without a leading zero, no `+`, no spaces, fits in i64);
+//!   without a leading zero, no `+`, no spaces, fits in i64), and a fence's
+//!   token parses exactly when it is such an integer in 0..=2^53−1;
 //! - each `parse_*` accepts exactly what the model accepts, with the same
 //!   values, and when it refuses, its error is one the model allows (when a
 //!   call has several defects, which one is reported is the parser's choice);
@@ -19,6 +20,7 @@ use libfuzzer_sys::fuzz_target;
 use std::num::NonZeroU32;
 
 use redis_lock_core::args::{self, ArgError, Limits, MAX_WAIT_MS};
+use redis_lock_core::fence;
 use redis_lock_core::token::MAX_TOKEN;
 use redis_lock_core::Mode;
 
@@ -371,6 +373,12 @@ fuzz_target!(|data: &[u8]| {
 
     for arg in &argv {
         assert_eq!(args::parse_i64(arg), model_int(arg), "parse_i64({arg:?})");
+        // A fence's token (LOCK.FENCED, LOCK.FENCECHECK): 0..=2^53-1.
+        assert_eq!(
+            fence::parse_token(arg).ok(),
+            model_range(arg, 0, MAX_TOKEN),
+            "fence::parse_token({arg:?})"
+        );
     }
     match head[0] % 9 {
         0 => compare(

@@ -23,6 +23,7 @@ pub struct Arg {
     kind: raw::RedisModuleCommandArgType,
     token: Option<&'static CStr>,
     optional: bool,
+    multiple: bool,
 }
 
 pub const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
@@ -31,6 +32,7 @@ pub const fn required(name: &'static CStr, kind: raw::RedisModuleCommandArgType)
         kind,
         token: None,
         optional: false,
+        multiple: false,
     }
 }
 
@@ -44,6 +46,18 @@ pub const fn option(
         kind,
         token: Some(token),
         optional: true,
+        multiple: false,
+    }
+}
+
+/// Optional arguments, any number of them, without a token.
+pub const fn rest(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: true,
+        multiple: true,
     }
 }
 
@@ -54,6 +68,7 @@ pub const fn optional(name: &'static CStr, kind: raw::RedisModuleCommandArgType)
         kind,
         token: None,
         optional: true,
+        multiple: false,
     }
 }
 
@@ -87,6 +102,11 @@ pub struct Command {
     /// the legacy first = last = step = 1); `None` for a command without a
     /// key.
     pub key: Option<u32>,
+    /// The arguments from position 3 are a command line whose keys only
+    /// the command itself can tell (`LOCK.FENCED`): a second key spec,
+    /// `incomplete` with variable flags, so that the server asks the
+    /// command (`getkeys-api` in `flags`) for every key.
+    pub inner_command: bool,
     pub args: &'static [Arg],
 }
 
@@ -159,7 +179,15 @@ fn arg(
     kind: raw::RedisModuleCommandArgType,
     token: Option<&CStr>,
     optional: bool,
+    multiple: bool,
 ) -> raw::RedisModuleCommandArg {
+    let mut flags = 0;
+    if optional {
+        flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
+    }
+    if multiple {
+        flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+    }
     raw::RedisModuleCommandArg {
         name: name.as_ptr(),
         type_: kind,
@@ -171,11 +199,7 @@ fn arg(
         token: token.map_or(null(), CStr::as_ptr),
         summary: null(),
         since: null(),
-        flags: if optional {
-            raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
-        } else {
-            0
-        },
+        flags,
         deprecated_since: null(),
         subargs: null_mut(),
         display_text: null(),
@@ -191,7 +215,7 @@ fn describe(registered: *mut raw::RedisModuleCommand, doc: &Command) -> bool {
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
     // SAFETY: all-zero is the documented terminator of both arrays.
-    let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    let mut key_specs: [raw::RedisModuleCommandKeySpec; 3] = unsafe { std::mem::zeroed() };
     key_specs[0].flags = u64::from(doc.key.unwrap_or(0));
     key_specs[0].begin_search_type =
         raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
@@ -200,14 +224,26 @@ fn describe(registered: *mut raw::RedisModuleCommand, doc: &Command) -> bool {
     key_specs[0].fk.range.lastkey = 0;
     key_specs[0].fk.range.keystep = 1;
     key_specs[0].fk.range.limit = 0;
+    if doc.inner_command {
+        // Redis requires one of RO, RW, OW, RM even with variable flags.
+        key_specs[1].flags = u64::from(
+            raw::REDISMODULE_CMD_KEY_RW
+                | raw::REDISMODULE_CMD_KEY_INCOMPLETE
+                | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS,
+        );
+        key_specs[1].begin_search_type =
+            raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_UNKNOWN;
+        key_specs[1].find_keys_type =
+            raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_UNKNOWN;
+    }
     let key_type = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
-    let key = doc.key.map(|_| arg(c"key", key_type, None, false));
+    let key = doc.key.map(|_| arg(c"key", key_type, None, false, false));
     let mut args: Vec<raw::RedisModuleCommandArg> = key
         .into_iter()
         .chain(
             doc.args
                 .iter()
-                .map(|a| arg(a.name, a.kind, a.token, a.optional)),
+                .map(|a| arg(a.name, a.kind, a.token, a.optional, a.multiple)),
         )
         .collect();
     // SAFETY: as above.

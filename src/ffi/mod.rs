@@ -7,7 +7,9 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use redis_module::raw;
 
 pub mod blocked;
+pub mod call;
 pub mod command;
+pub mod fence;
 pub mod io;
 pub mod key;
 pub mod lock_copy;
@@ -83,6 +85,12 @@ impl<'a> Argv<'a> {
     /// The `index`-th argument as a Redis string (to open a key with).
     pub fn string(&self, index: usize) -> Option<RString> {
         self.strings.get(index).copied()
+    }
+
+    /// The arguments from `index` on as Redis strings (an inner command
+    /// line to call); empty past the end.
+    pub fn strings_from(&self, index: usize) -> &'a [RString] {
+        self.strings.get(index..).unwrap_or(&[])
     }
 }
 

@@ -1,0 +1,302 @@
+//! Fences: the store's own check of fencing tokens (`LOCK.FENCED`,
+//! `LOCK.FENCECHECK`, `LOCK.FENCEGET`, the `LOCK.FENCEAPPLY` effect).
+//!
+//! A fence is one integer under its own key: the highest token a write
+//! through it has been accepted with. A write with a token below it is
+//! refused (the writer's lock has passed to someone who already wrote);
+//! an equal or higher token is accepted and raises the fence to it. A
+//! missing fence accepts any token.
+//!
+//! Which inner commands `LOCK.FENCED` runs is decided here too, from the
+//! command's name and the flags `COMMAND INFO` lists for it: writes only,
+//! never one that can block, never a transaction, a script or function,
+//! and never one of the module's own commands.
+
+use std::fmt;
+
+use crate::args::parse_i64;
+use crate::token::MAX_TOKEN;
+
+/// The largest token a fence accepts or holds: the module's own bound on
+/// tokens (2^53 − 1, exact in a double).
+pub const MAX_FENCE_TOKEN: i64 = MAX_TOKEN;
+
+/// The distinctive first word of the refusal of a stale token.
+pub const STALE_PREFIX: &str = "STALE";
+
+/// What can be wrong with a fence command before anything runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FenceError {
+    /// The token is not an integer in 0..=2^53−1.
+    Token,
+    /// The token is below the fence's value.
+    Stale {
+        key: Vec<u8>,
+        token: i64,
+        accepted: i64,
+    },
+    /// The inner command is refused (`reason` says why).
+    Refused { command: Vec<u8>, reason: Refusal },
+}
+
+/// Why an inner command of `LOCK.FENCED` is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NotWrite,
+    Blocking,
+    Transaction,
+    Script,
+    OwnCommand,
+    Unknown,
+    /// A write of no key (`FLUSHALL`, `SWAPDB`): nothing a fence protects.
+    NoKeys,
+    /// Other commands a fence has no business running: `admin`,
+    /// `noscript`, `pubsub`, `no_multi`.
+    Other(&'static str),
+}
+
+impl fmt::Display for FenceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FenceError::Token => write!(
+                f,
+                "ERR the fencing token must be an integer from 0 to {MAX_FENCE_TOKEN}"
+            ),
+            FenceError::Stale {
+                key,
+                token,
+                accepted,
+            } => write!(
+                f,
+                "{STALE_PREFIX} fencing token {token} refused: {} has accepted {accepted}",
+                String::from_utf8_lossy(key)
+            ),
+            FenceError::Refused { command, reason } => {
+                let name = String::from_utf8_lossy(command);
+                let why = match reason {
+                    Refusal::NotWrite => "it is not a write",
+                    Refusal::Blocking => "it can block",
+                    Refusal::Transaction => "transactions cannot run inside it",
+                    Refusal::Script => "scripts and functions call LOCK.FENCECHECK instead",
+                    Refusal::OwnCommand => "it is a LOCK.* command",
+                    Refusal::Unknown => "unknown command",
+                    Refusal::NoKeys => "it writes no key",
+                    Refusal::Other(flag) => flag,
+                };
+                write!(f, "ERR LOCK.FENCED cannot run '{name}': {why}")
+            }
+        }
+    }
+}
+
+/// A token argument: an integer in 0..=[`MAX_FENCE_TOKEN`].
+pub fn parse_token(bytes: &[u8]) -> Result<i64, FenceError> {
+    parse_i64(bytes)
+        .filter(|token| (0..=MAX_FENCE_TOKEN).contains(token))
+        .ok_or(FenceError::Token)
+}
+
+/// A fence's value as loaded (RDB, `RESTORE`): `None` outside the range.
+pub fn loaded(value: i64) -> Option<i64> {
+    (0..=MAX_FENCE_TOKEN).contains(&value).then_some(value)
+}
+
+/// The verdict on a write with `token` through a fence holding `current`
+/// (`None`: no fence yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Accepted; `raise` says whether the fence changes (it does not for
+    /// an equal token).
+    Accept { raise: bool },
+    /// Refused: the fence has accepted a higher token.
+    Stale { accepted: i64 },
+}
+
+pub fn check(current: Option<i64>, token: i64) -> Verdict {
+    match current {
+        Some(accepted) if accepted > token => Verdict::Stale { accepted },
+        Some(accepted) => Verdict::Accept {
+            raise: token > accepted,
+        },
+        None => Verdict::Accept { raise: true },
+    }
+}
+
+/// [`check`] as a result carrying the refusal's message fields.
+pub fn admit(key: &[u8], current: Option<i64>, token: i64) -> Result<bool, FenceError> {
+    match check(current, token) {
+        Verdict::Accept { raise } => Ok(raise),
+        Verdict::Stale { accepted } => Err(FenceError::Stale {
+            key: key.to_vec(),
+            token,
+            accepted,
+        }),
+    }
+}
+
+/// Commands refused by name whatever their flags.
+pub fn refused_by_name(name: &[u8]) -> Option<Refusal> {
+    let lower = name.to_ascii_lowercase();
+    let is = |candidates: &[&str]| candidates.iter().any(|c| lower == c.as_bytes());
+    if lower.starts_with(b"lock.") {
+        Some(Refusal::OwnCommand)
+    } else if is(&["multi", "exec", "watch", "unwatch", "discard"]) {
+        Some(Refusal::Transaction)
+    } else if is(&[
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+        "function",
+        "script",
+    ]) {
+        Some(Refusal::Script)
+    } else {
+        None
+    }
+}
+
+/// Whether `LOCK.FENCED` may run command `name`, whose `COMMAND INFO`
+/// flags are `flags` (`None`: the server does not know the command).
+pub fn allowed(name: &[u8], flags: Option<&[Vec<u8>]>) -> Result<(), Refusal> {
+    if let Some(refusal) = refused_by_name(name) {
+        return Err(refusal);
+    }
+    let Some(flags) = flags else {
+        return Err(Refusal::Unknown);
+    };
+    let has = |flag: &str| {
+        flags
+            .iter()
+            .any(|f| f.eq_ignore_ascii_case(flag.as_bytes()))
+    };
+    if has("blocking") {
+        return Err(Refusal::Blocking);
+    }
+    for (flag, why) in [
+        ("admin", "it is an admin command"),
+        ("noscript", "it cannot run from a script or module"),
+        ("pubsub", "it is a pub/sub command"),
+        ("no_multi", "it cannot run in a transaction"),
+    ] {
+        if has(flag) {
+            return Err(Refusal::Other(why));
+        }
+    }
+    if !has("write") {
+        return Err(Refusal::NotWrite);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(list: &[&str]) -> Vec<Vec<u8>> {
+        list.iter().map(|f| f.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn tokens_are_integers_from_zero_to_the_module_bound() {
+        assert_eq!(parse_token(b"0"), Ok(0));
+        assert_eq!(parse_token(b"42"), Ok(42));
+        assert_eq!(parse_token(b"9007199254740991"), Ok(MAX_FENCE_TOKEN));
+        for bad in [
+            &b"-1"[..],
+            b"9007199254740992",
+            b"99999999999999999999999",
+            b"",
+            b"1.5",
+            b"abc",
+            b"01",
+            b" 1",
+        ] {
+            assert_eq!(parse_token(bad), Err(FenceError::Token), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_loaded_value_out_of_range_is_refused() {
+        assert_eq!(loaded(0), Some(0));
+        assert_eq!(loaded(MAX_FENCE_TOKEN), Some(MAX_FENCE_TOKEN));
+        assert_eq!(loaded(-1), None);
+        assert_eq!(loaded(MAX_FENCE_TOKEN + 1), None);
+        assert_eq!(loaded(i64::MIN), None);
+    }
+
+    #[test]
+    fn lower_tokens_are_stale_equal_ones_accepted_without_a_raise() {
+        assert_eq!(check(None, 0), Verdict::Accept { raise: true });
+        assert_eq!(check(Some(5), 6), Verdict::Accept { raise: true });
+        assert_eq!(check(Some(5), 5), Verdict::Accept { raise: false });
+        assert_eq!(check(Some(5), 4), Verdict::Stale { accepted: 5 });
+    }
+
+    #[test]
+    fn the_stale_message_names_the_key_and_both_tokens() {
+        let error = admit(b"fence:{a}", Some(7), 3).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "STALE fencing token 3 refused: fence:{a} has accepted 7"
+        );
+        assert_eq!(admit(b"f", Some(7), 7), Ok(false));
+        assert_eq!(admit(b"f", None, 7), Ok(true));
+    }
+
+    #[test]
+    fn only_plain_writes_are_allowed() {
+        assert_eq!(
+            allowed(b"HSET", Some(&flags(&["write", "denyoom", "fast"]))),
+            Ok(())
+        );
+        assert_eq!(allowed(b"set", Some(&flags(&["WRITE"]))), Ok(()));
+        assert_eq!(
+            allowed(b"get", Some(&flags(&["readonly", "fast"]))),
+            Err(Refusal::NotWrite)
+        );
+        assert_eq!(
+            allowed(b"blmove", Some(&flags(&["write", "blocking"]))),
+            Err(Refusal::Blocking)
+        );
+        assert_eq!(
+            allowed(b"flushall", Some(&flags(&["write", "admin"]))),
+            Err(Refusal::Other("it is an admin command"))
+        );
+        assert_eq!(allowed(b"nosuch", None), Err(Refusal::Unknown));
+    }
+
+    #[test]
+    fn transactions_scripts_and_our_own_commands_are_refused_by_name() {
+        let write = flags(&["write"]);
+        for (name, refusal) in [
+            (&b"MULTI"[..], Refusal::Transaction),
+            (b"exec", Refusal::Transaction),
+            (b"Watch", Refusal::Transaction),
+            (b"EVAL", Refusal::Script),
+            (b"evalsha", Refusal::Script),
+            (b"FCALL", Refusal::Script),
+            (b"fcall_ro", Refusal::Script),
+            (b"LOCK.ACQUIRE", Refusal::OwnCommand),
+            (b"lock.fenced", Refusal::OwnCommand),
+            (b"lock.fenceapply", Refusal::OwnCommand),
+        ] {
+            assert_eq!(allowed(name, Some(&write)), Err(refusal), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_command() {
+        let error = FenceError::Refused {
+            command: b"get".to_vec(),
+            reason: Refusal::NotWrite,
+        };
+        assert_eq!(
+            error.to_string(),
+            "ERR LOCK.FENCED cannot run 'get': it is not a write"
+        );
+        assert!(FenceError::Token.to_string().contains("9007199254740991"));
+    }
+}

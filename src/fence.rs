@@ -1,0 +1,255 @@
+//! The fence commands: `LOCK.FENCED fence-key token command [arg ...]`
+//! (a write the store refuses for a stale token), `LOCK.FENCECHECK
+//! fence-key token` (the same check for scripts), `LOCK.FENCEGET
+//! fence-key`, and the internal effect `LOCK.FENCEAPPLY fence-key token`.
+//! The rules are core's (`redis_lock_core::fence`); this file opens the
+//! fence, runs the inner command as the caller and carries out the raise.
+//!
+//! Which inner commands may run is decided from their `COMMAND INFO`
+//! flags, asked once per command name (and per subcommand of a container
+//! such as `XGROUP`) and cached: the command table changes only when a
+//! module loads or unloads, and the cache is emptied then. Unknown names
+//! are not cached, so the cache holds at most one entry per command the
+//! server has.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+
+use redis_lock_core::fence::{self, FenceError, Refusal};
+use redis_module::raw;
+
+use crate::ffi::call;
+use crate::ffi::fence::{self as fence_key, FenceKey};
+use crate::ffi::key::WrongType;
+use crate::ffi::{self, Argv, Ctx, RString};
+use crate::guard;
+
+/// A command's verdict, or "a container: ask for its subcommand".
+#[derive(Clone, Copy)]
+enum Cached {
+    Verdict(Result<(), Refusal>),
+    Container,
+}
+
+thread_local! {
+    static VERDICTS: RefCell<HashMap<Vec<u8>, Cached>> = RefCell::new(HashMap::new());
+}
+
+/// The cached verdict on `name` (lowercase), asking the server the first
+/// time; `None` for a command the server does not know.
+fn lookup(ctx: Ctx, name: &[u8]) -> Option<Cached> {
+    if let Some(cached) = VERDICTS.with(|cache| cache.borrow().get(name).copied()) {
+        return Some(cached);
+    }
+    let info = call::command_info(ctx, name)?;
+    let cached = if info.has_subcommands {
+        Cached::Container
+    } else {
+        Cached::Verdict(fence::allowed(name, Some(&info.flags)))
+    };
+    VERDICTS.with(|cache| cache.borrow_mut().insert(name.to_vec(), cached));
+    Some(cached)
+}
+
+/// Whether `LOCK.FENCED` may run `command` (with `sub` its first
+/// argument, for a container command).
+fn inner_allowed(ctx: Ctx, command: &[u8], sub: Option<&[u8]>) -> Result<(), FenceError> {
+    let name = command.to_ascii_lowercase();
+    let verdict = match fence::refused_by_name(&name) {
+        Some(refusal) => Err(refusal),
+        None => match (lookup(ctx, &name), sub) {
+            (None, _) | (Some(Cached::Container), None) => Err(Refusal::Unknown),
+            (Some(Cached::Verdict(verdict)), _) => verdict,
+            (Some(Cached::Container), Some(sub)) => {
+                let mut full = name.clone();
+                full.push(b'|');
+                full.extend(sub.to_ascii_lowercase());
+                match lookup(ctx, &full) {
+                    Some(Cached::Verdict(verdict)) => verdict,
+                    _ => Err(Refusal::Unknown),
+                }
+            }
+        },
+    };
+    verdict.map_err(|reason| FenceError::Refused {
+        command: command.to_vec(),
+        reason,
+    })
+}
+
+extern "C" fn on_module_change(
+    ctx: Ctx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback(ctx, "module change event", (), || {
+        VERDICTS.with(|cache| cache.borrow_mut().clear());
+    });
+}
+
+/// Empties the verdict cache whenever a module loads or unloads.
+pub fn init(ctx: Ctx) -> bool {
+    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_MODULE_CHANGE, on_module_change)
+}
+
+/// The fence key's flags: read, then raised.
+const FENCE_KEY_FLAGS: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+/// Raises the fence `name` to at least `token` (creating it) and
+/// propagates the effect. Its value after.
+fn raise(ctx: Ctx, name: RString, token: i64) -> Option<i64> {
+    let mut key = FenceKey::open(ctx, name, true).ok()?;
+    let new = key.value().map_or(token, |current| current.max(token));
+    if !key.set(new) {
+        return None;
+    }
+    drop(key);
+    fence_key::replicate_apply(ctx, name, new);
+    fence_key::notify(ctx, name);
+    Some(new)
+}
+
+/// The fence's value, read without counting as a write (a write-mode
+/// close would invalidate `WATCH`es of the key).
+fn current(ctx: Ctx, name: RString) -> Result<Option<i64>, WrongType> {
+    FenceKey::open(ctx, name, false).map(|key| key.value())
+}
+
+fn reply_fence_error(ctx: Ctx, error: &FenceError) -> c_int {
+    ffi::reply_error(ctx, &error.to_string())
+}
+
+/// `LOCK.FENCED fence-key token command [arg ...]`
+pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
+    if call::is_keys_position_request(ctx) {
+        call::key_at(ctx, 1, FENCE_KEY_FLAGS);
+        let inner = call::command_keys(ctx, args.strings_from(3)).unwrap_or_default();
+        for (pos, flags) in inner {
+            call::key_at(ctx, pos.saturating_add(3), flags);
+        }
+        return raw::REDISMODULE_OK as c_int;
+    }
+    let argv = args.bytes();
+    let (Some(name), Some(&key_name), Some(&token), Some(&command)) =
+        (args.string(1), argv.get(1), argv.get(2), argv.get(3))
+    else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let token = match fence::parse_token(token) {
+        Ok(token) => token,
+        Err(error) => return reply_fence_error(ctx, &error),
+    };
+    if let Err(error) = inner_allowed(ctx, command, argv.get(4).copied()) {
+        return reply_fence_error(ctx, &error);
+    }
+    let inner = args.strings_from(3);
+    // A wrong arity is left to the call, which answers it as the server
+    // would.
+    if let Ok(keys) = call::command_keys(ctx, inner) {
+        if keys.is_empty() {
+            let refused = FenceError::Refused {
+                command: command.to_vec(),
+                reason: Refusal::NoKeys,
+            };
+            return reply_fence_error(ctx, &refused);
+        }
+        let touches_fence = keys
+            .iter()
+            .any(|&(pos, _)| argv.get(pos.saturating_add(3)) == Some(&key_name));
+        if touches_fence {
+            return ffi::reply_error(
+                ctx,
+                "ERR LOCK.FENCED: the inner command cannot use the fence key",
+            );
+        }
+    }
+    let current = match current(ctx, name) {
+        Ok(current) => current,
+        Err(WrongType) => return ffi::reply_error(ctx, ffi::WRONGTYPE),
+    };
+    let raises = match fence::admit(key_name, current, token) {
+        Ok(raises) => raises,
+        Err(error) => return reply_fence_error(ctx, &error),
+    };
+    let reply = match call::call_as_caller(ctx, command, inner) {
+        Ok(reply) => reply,
+        Err(failed) => return ffi::reply_error(ctx, &failed.message(command)),
+    };
+    if !reply.is_error() && raises {
+        raise(ctx, name, token);
+    }
+    reply.reply(ctx)
+}
+
+/// `LOCK.FENCECHECK fence-key token`: the fence's value after the check.
+pub fn fencecheck(ctx: Ctx, args: &Argv) -> c_int {
+    let argv = args.bytes();
+    let (Some(name), Some(&key_name), Some(&token), None) =
+        (args.string(1), argv.get(1), argv.get(2), argv.get(3))
+    else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let token = match fence::parse_token(token) {
+        Ok(token) => token,
+        Err(error) => return reply_fence_error(ctx, &error),
+    };
+    let current = match current(ctx, name) {
+        Ok(current) => current,
+        Err(WrongType) => return ffi::reply_error(ctx, ffi::WRONGTYPE),
+    };
+    match fence::admit(key_name, current, token) {
+        Err(error) => reply_fence_error(ctx, &error),
+        Ok(false) => ffi::reply_integer(ctx, current.unwrap_or(token)),
+        Ok(true) => match raise(ctx, name, token) {
+            Some(value) => ffi::reply_integer(ctx, value),
+            None => ffi::reply_error(ctx, "ERR the fence could not be stored"),
+        },
+    }
+}
+
+/// `LOCK.FENCEGET fence-key`: the fence's value, or nil.
+pub fn fenceget(ctx: Ctx, args: &Argv) -> c_int {
+    let (Some(name), 2) = (args.string(1), args.bytes().len()) else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    match current(ctx, name) {
+        Ok(Some(value)) => ffi::reply_integer(ctx, value),
+        Ok(None) => ffi::reply_null(ctx),
+        Err(WrongType) => ffi::reply_error(ctx, ffi::WRONGTYPE),
+    }
+}
+
+/// `LOCK.FENCEAPPLY fence-key token`: the effect of a raise, as replicated
+/// and logged; sets the fence to the greater of its value and `token`.
+/// Accepted only from a primary or while loading the AOF.
+pub fn fenceapply(ctx: Ctx, args: &Argv) -> c_int {
+    if !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_REPLICATED)
+        && !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LOADING)
+    {
+        return ffi::reply_error(
+            ctx,
+            "ERR LOCK.FENCEAPPLY is internal: it is accepted only from a primary or while loading the AOF",
+        );
+    }
+    let argv = args.bytes();
+    let (Some(name), Some(&token), 3) = (args.string(1), argv.get(2), argv.len()) else {
+        return ffi::reply_wrong_arity(ctx);
+    };
+    let token = match fence::parse_token(token) {
+        Ok(token) => token,
+        Err(error) => return reply_fence_error(ctx, &error),
+    };
+    let Ok(mut key) = FenceKey::open(ctx, name, true) else {
+        return ffi::reply_error(ctx, ffi::WRONGTYPE);
+    };
+    let new = key.value().map_or(token, |current| current.max(token));
+    if !key.set(new) {
+        return ffi::reply_error(ctx, "ERR the fence could not be stored");
+    }
+    drop(key);
+    // A replica's own AOF and replicas get the change as it came.
+    ffi::replicate_verbatim(ctx);
+    ffi::reply_ok(ctx)
+}

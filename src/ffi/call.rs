@@ -1,0 +1,234 @@
+//! Running a command from inside ours (`RedisModule_Call`) and telling the
+//! server which arguments are keys (`getkeys-api`): what `LOCK.FENCED`
+//! needs. The reply of a call is freed on drop.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+
+use redis_module::raw;
+
+use crate::ffi::{rm, Ctx, OwnedString, RString};
+
+/// A reply of `RedisModule_Call`, freed on drop.
+pub struct CallReply(*mut raw::RedisModuleCallReply);
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        rm!(RedisModule_FreeCallReply(self.0));
+    }
+}
+
+fn reply_type(reply: *mut raw::RedisModuleCallReply) -> c_int {
+    rm!(RedisModule_CallReplyType(reply)).unwrap_or(raw::REDISMODULE_REPLY_UNKNOWN as c_int)
+}
+
+fn reply_bytes(reply: *mut raw::RedisModuleCallReply) -> Option<Vec<u8>> {
+    let mut len: usize = 0;
+    let ptr = rm!(RedisModule_CallReplyStringPtr(reply, &mut len))?;
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `len` bytes owned by the reply, copied before it is freed.
+    Some(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }.to_vec())
+}
+
+fn element(reply: *mut raw::RedisModuleCallReply, index: usize) -> *mut raw::RedisModuleCallReply {
+    rm!(RedisModule_CallReplyArrayElement(reply, index)).unwrap_or(std::ptr::null_mut())
+}
+
+fn length(reply: *mut raw::RedisModuleCallReply) -> usize {
+    rm!(RedisModule_CallReplyLength(reply)).unwrap_or(0)
+}
+
+impl CallReply {
+    pub fn is_error(&self) -> bool {
+        reply_type(self.0) == raw::REDISMODULE_REPLY_ERROR as c_int
+    }
+
+    /// Sends this reply, as it is, to the caller.
+    pub fn reply(&self, ctx: Ctx) -> c_int {
+        rm!(RedisModule_ReplyWithCallReply(ctx, self.0)).unwrap_or(raw::REDISMODULE_ERR as c_int)
+    }
+}
+
+/// Why a call returned no reply: the `errno` Redis set.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFailed(pub i32);
+
+impl CallFailed {
+    /// The error to answer with.
+    pub fn message(self, command: &[u8]) -> String {
+        let name = String::from_utf8_lossy(command);
+        match self.0 {
+            libc::ENOENT => format!("ERR unknown command '{name}'"),
+            libc::EINVAL => format!("ERR wrong number of arguments for '{name}' command"),
+            libc::EACCES => format!(
+                "NOPERM this user has no permissions to run the '{name}' command or its keys"
+            ),
+            libc::ENOSPC => "OOM command not allowed when used memory > 'maxmemory'".to_owned(),
+            libc::ESPIPE => format!("ERR '{name}' cannot run from a module or script"),
+            libc::EROFS | libc::EPERM => {
+                "READONLY You can't write against a read only replica.".to_owned()
+            }
+            libc::ENETDOWN => "CLUSTERDOWN The cluster is down".to_owned(),
+            errno => format!("ERR '{name}' was refused by the server (errno {errno})"),
+        }
+    }
+}
+
+/// The call flags: replicate the effects (`!`), run with the caller's ACL
+/// (`C`), refuse over `maxmemory` as the caller would be (`M`), refuse
+/// what a script may not run (`S`), reply in the caller's protocol (`0`),
+/// and errors as replies (`E`, Redis 7.2+ and Valkey; before it a refusal
+/// is a null reply with `errno`).
+fn call_format() -> &'static std::ffi::CStr {
+    let version = rm!(RedisModule_GetServerVersion()).unwrap_or(0);
+    if version >= 0x0007_0200 {
+        c"v!CMS0E"
+    } else {
+        c"v!CMS0"
+    }
+}
+
+/// Runs `args[0]` with the arguments `args[1..]` as the caller.
+pub fn call_as_caller(ctx: Ctx, name: &[u8], args: &[RString]) -> Result<CallReply, CallFailed> {
+    let Ok(name) = CString::new(name) else {
+        return Err(CallFailed(libc::ENOENT));
+    };
+    let rest = args.get(1..).unwrap_or(&[]);
+    let format = call_format();
+    clear_errno();
+    let reply = rm!(RedisModule_Call(
+        ctx,
+        name.as_ptr(),
+        format.as_ptr(),
+        rest.as_ptr().cast_mut(),
+        rest.len()
+    ))
+    .unwrap_or(std::ptr::null_mut());
+    if reply.is_null() {
+        Err(CallFailed(
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        ))
+    } else {
+        Ok(CallReply(reply))
+    }
+}
+
+fn clear_errno() {
+    // SAFETY: errno is thread-local; writing 0 to it is always allowed.
+    unsafe { *libc::__errno_location() = 0 };
+}
+
+/// What `COMMAND INFO name` says of a command: `None` if the server does
+/// not know it (or cannot be asked); its flags, and whether it is a
+/// container whose subcommands have flags of their own.
+pub struct CommandInfo {
+    pub flags: Vec<Vec<u8>>,
+    pub has_subcommands: bool,
+}
+
+pub fn command_info(ctx: Ctx, name: &[u8]) -> Option<CommandInfo> {
+    let name = OwnedString::new(ctx, name)?;
+    let reply = rm!(RedisModule_Call(
+        ctx,
+        c"COMMAND".as_ptr(),
+        c"cs".as_ptr(),
+        c"INFO".as_ptr().cast::<c_char>(),
+        name.as_ptr()
+    ))
+    .unwrap_or(std::ptr::null_mut());
+    if reply.is_null() {
+        return None;
+    }
+    let reply = CallReply(reply);
+    let entry = element(reply.0, 0);
+    if entry.is_null() || reply_type(entry) != raw::REDISMODULE_REPLY_ARRAY as c_int {
+        return None;
+    }
+    // [name, arity, flags, first key, last key, step, ACL categories,
+    //  tips, key specs, subcommands]
+    let flags_reply = element(entry, 2);
+    if flags_reply.is_null() {
+        return None;
+    }
+    let flags = (0..length(flags_reply))
+        .filter_map(|i| reply_bytes(element(flags_reply, i)))
+        .collect();
+    let subcommands = element(entry, 9);
+    let has_subcommands = !subcommands.is_null() && length(subcommands) > 0;
+    Some(CommandInfo {
+        flags,
+        has_subcommands,
+    })
+}
+
+/// The server asks a `getkeys-api` command where its keys are, instead of
+/// running it.
+pub fn is_keys_position_request(ctx: Ctx) -> bool {
+    rm!(RedisModule_IsKeysPositionRequest(ctx)).unwrap_or(0) != 0
+}
+
+/// Reports the argument at `pos` as a key with the key-spec `flags`.
+pub fn key_at(ctx: Ctx, pos: usize, flags: u32) {
+    let Ok(pos) = c_int::try_from(pos) else {
+        return;
+    };
+    // SAFETY: reading a function pointer filled by RedisModule_Init.
+    if unsafe { raw::RedisModule_KeyAtPosWithFlags }.is_some() {
+        rm!(RedisModule_KeyAtPosWithFlags(ctx, pos, flags as c_int));
+    } else {
+        rm!(RedisModule_KeyAtPos(ctx, pos));
+    }
+}
+
+/// The keys of command line `args` (the command name first): their
+/// positions in it and their key-spec flags (0 where the server cannot
+/// say). `Err(errno)` for an unknown command (`ENOENT`) or a wrong arity
+/// (`EINVAL`); empty for a command without keys.
+pub fn command_keys(ctx: Ctx, args: &[RString]) -> Result<Vec<(usize, u32)>, CallFailed> {
+    // Redis reads the command name without checking the count.
+    let (true, Ok(argc)) = (!args.is_empty(), c_int::try_from(args.len())) else {
+        return Err(CallFailed(libc::EINVAL));
+    };
+    clear_errno();
+    let argv = args.as_ptr().cast_mut();
+    let mut count: c_int = 0;
+    let mut flags: *mut c_int = std::ptr::null_mut();
+    // SAFETY: reading a function pointer filled by RedisModule_Init.
+    let positions = if unsafe { raw::RedisModule_GetCommandKeysWithFlags }.is_some() {
+        rm!(RedisModule_GetCommandKeysWithFlags(
+            ctx, argv, argc, &mut count, &mut flags
+        ))
+    } else {
+        rm!(RedisModule_GetCommandKeys(ctx, argv, argc, &mut count))
+    }
+    .unwrap_or(std::ptr::null_mut());
+    if positions.is_null() {
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        if errno != 0 {
+            return Err(CallFailed(errno));
+        }
+    }
+    let count = usize::try_from(count).unwrap_or(0);
+    let mut keys = Vec::with_capacity(count);
+    if !positions.is_null() {
+        for i in 0..count {
+            // SAFETY: Redis returned `count` positions (and as many flags
+            // when it filled `flags`), freed below.
+            let pos = unsafe { *positions.add(i) };
+            let flag = if flags.is_null() {
+                0
+            } else {
+                unsafe { *flags.add(i) }
+            };
+            if let Ok(pos) = usize::try_from(pos) {
+                keys.push((pos, flag as u32));
+            }
+        }
+        rm!(RedisModule_Free(positions.cast::<c_void>()));
+    }
+    if !flags.is_null() {
+        rm!(RedisModule_Free(flags.cast::<c_void>()));
+    }
+    Ok(keys)
+}
