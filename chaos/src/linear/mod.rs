@@ -298,6 +298,24 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_grant_s_token_still_bounds_the_next_lock_s() {
+        // A's second grant ran (its release proves it), its token unseen but
+        // above 10: B's new lock needs a token above that one, so 11 cannot
+        // be (the model once left the bound at 10 and accepted it).
+        let steps = |b_token| {
+            [
+                (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+                (one(release(A), Reply::Int(0)), 2, Some(3)),
+                (vec![(Cmd::Acquire(A), None)], 4, None),
+                (one(release(A), Reply::Int(0)), 6, Some(7)),
+                (one(Cmd::Acquire(B), Reply::Int(b_token)), 8, Some(9)),
+            ]
+        };
+        assert!(!linearizable(&steps(11), &[5]));
+        assert!(linearizable(&steps(12), &[5]));
+    }
+
+    #[test]
     fn a_transaction_applies_at_once() {
         // B sees neither half of A's MULTI (acquire, release) ... or both.
         let multi = vec![

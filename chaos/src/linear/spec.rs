@@ -83,9 +83,10 @@ struct Held {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
     held: Option<Held>,
-    /// Every token granted on the key so far is at most this (a lower
-    /// bound when a grant's token was never seen). A new lock's token is
-    /// above it.
+    /// Every token granted on the key so far is at most this, except an
+    /// unseen one, which is at least this (a grant whose reply was lost
+    /// raises it by one: its token is above the old value). A new lock's
+    /// token is above it.
     issued: u64,
 }
 
@@ -116,12 +117,19 @@ impl Key {
                     },
                     (Some(_), None) => return read(Reply::Nil),
                 };
+                // A new lock's unseen token is above `issued`: every later
+                // one must be above `issued + 1` at least.
+                let issued = if self.held.is_none() {
+                    self.issued.saturating_add(1)
+                } else {
+                    self.issued
+                };
                 match reply {
                     None => vec![
                         self,
                         Key {
                             held: Some(held),
-                            ..self
+                            issued,
                         },
                     ],
                     Some(Reply::Int(token)) if held.token.matches(token) => vec![Key {
