@@ -428,7 +428,15 @@ impl RedisServer {
         if let Some(child) = self.child.as_ref() {
             let pid = libc::pid_t::try_from(child.id()).unwrap();
             // SAFETY: plain kill(2) on our own child process.
-            unsafe { libc::kill(pid, signal) };
+            let rc = unsafe { libc::kill(pid, signal) };
+            // A signal that did not arrive is a fault not injected (or a
+            // node that is gone): the caller must not count it as done.
+            assert_eq!(
+                rc,
+                0,
+                "kill({pid}, {signal}) failed: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
 
