@@ -40,8 +40,9 @@ pub fn check_policy(ctx: Ctx) {
         ffi::log_warning(
             ctx,
             &format!(
-                "redis-lock: maxmemory-policy {} can evict locks: an evicted lock is lost to its \
-                 holder and may be granted again. Use noeviction or a volatile-* policy on a lock node.",
+                "redis-lock: maxmemory-policy {} can evict locks and fences: an evicted lock is \
+                 lost to its holder and may be granted again, and an evicted fence accepts stale \
+                 tokens. Use noeviction (or a volatile-* policy with no expire on a fence) on a lock node.",
                 String::from_utf8_lossy(&policy)
             ),
         );

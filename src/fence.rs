@@ -12,7 +12,7 @@
 //! are not cached, so the cache holds at most one entry per command the
 //! server has.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
@@ -97,6 +97,28 @@ pub fn init(ctx: Ctx) -> bool {
 /// The fence key's flags: read, then raised.
 const FENCE_KEY_FLAGS: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
 
+thread_local! {
+    /// Set while the server is asked for an inner command's keys.
+    static IN_KEY_LOOKUP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The one key lookup of an inner command under way on this thread;
+/// cleared when dropped (also when the lookup unwinds).
+struct KeyLookup;
+
+impl KeyLookup {
+    /// `None` while another lookup is under way (a way back in).
+    fn enter() -> Option<KeyLookup> {
+        IN_KEY_LOOKUP.with(|flag| (!flag.replace(true)).then_some(KeyLookup))
+    }
+}
+
+impl Drop for KeyLookup {
+    fn drop(&mut self) {
+        IN_KEY_LOOKUP.with(|flag| flag.set(false));
+    }
+}
+
 /// Raises the fence `name` to at least `token` (creating it) and
 /// propagates the effect. Its value after.
 fn raise(ctx: Ctx, name: RString, token: i64) -> Option<i64> {
@@ -125,9 +147,20 @@ fn reply_fence_error(ctx: Ctx, error: &FenceError) -> c_int {
 pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
     if call::is_keys_position_request(ctx) {
         call::key_at(ctx, 1, FENCE_KEY_FLAGS);
-        let inner = call::command_keys(ctx, args.strings_from(3)).unwrap_or_default();
-        for (pos, flags) in inner {
-            call::key_at(ctx, pos.saturating_add(3), flags);
+        // The server is asked for the inner command's keys only when the
+        // inner command can run at all: a nested `LOCK.FENCED` (refused by
+        // name) would have the server call us back for its own inner
+        // command, level after level, until the stack overflowed (a crash
+        // any client could cause with `COMMAND GETKEYS` or a cluster
+        // routing check). The guard stops any other way back in.
+        let refused = args.bytes().get(3).map_or(true, |name| {
+            fence::refused_by_name(&name.to_ascii_lowercase()).is_some()
+        });
+        if let (false, Some(_lookup)) = (refused, KeyLookup::enter()) {
+            let inner = call::command_keys(ctx, args.strings_from(3)).unwrap_or_default();
+            for (pos, flags) in inner {
+                call::key_at(ctx, pos.saturating_add(3), flags);
+            }
         }
         return raw::REDISMODULE_OK as c_int;
     }
@@ -177,8 +210,13 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
         Ok(reply) => reply,
         Err(failed) => return ffi::reply_error(ctx, &failed.message(command)),
     };
-    if !reply.is_error() && raises {
-        raise(ctx, name, token);
+    if !reply.is_error() && raises && raise(ctx, name, token).is_none() {
+        // The write ran and propagated; the fence did not move (the inner
+        // command changed the fence key behind keys it never reported,
+        // e.g. through a command filter). Say so rather than succeed.
+        let message = "ERR LOCK.FENCED: the write ran but the fence could not be raised (the inner command changed the fence key): check the fence";
+        ffi::log_warning(ctx, &format!("redis-lock: {message}"));
+        return ffi::reply_error(ctx, message);
     }
     reply.reply(ctx)
 }

@@ -639,3 +639,37 @@ fn over_maxmemory_and_inside_multi_a_fence_behaves_like_any_write() {
     assert_eq!(get(&mut c, "d"), data("v7"));
     assert_eq!(fence_of(&mut c, "f"), Some(7));
 }
+
+/// `LOCK.FENCED` nested in itself: asking for its keys once asked the
+/// server for the inner command's keys, which called the module back for
+/// the next level, until the server's stack overflowed (any client could
+/// crash it with `COMMAND GETKEYS`, or in a cluster with the command
+/// itself, whose routing asks for the keys before the command runs).
+#[test]
+fn a_nested_fenced_write_is_refused_without_a_key_lookup_per_level() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let levels = 20_000;
+    let mut args: Vec<String> = Vec::with_capacity(levels * 3 + 3);
+    for _ in 0..levels {
+        args.extend(["LOCK.FENCED".into(), "f".into(), "1".into()]);
+    }
+    args.extend(["SET".into(), "k".into(), "v".into()]);
+    let mut getkeys = vec!["COMMAND".to_string(), "GETKEYS".to_string()];
+    getkeys.extend(args.iter().cloned());
+    let refs: Vec<&str> = getkeys.iter().map(String::as_str).collect();
+    // The fence key alone: the nested command is not looked into.
+    assert_eq!(run(&mut c, &refs).unwrap(), Value::Array(vec![data("f")]));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = error_of(&mut c, &refs);
+    assert!(
+        err.contains("LOCK.FENCED cannot run 'LOCK.FENCED'"),
+        "{err}"
+    );
+    assert!(!exists(&mut c, "k"));
+    assert_eq!(fence_of(&mut c, "f"), None);
+    assert_eq!(
+        run(&mut c, &["PING"]).unwrap(),
+        Value::SimpleString("PONG".into())
+    );
+}
