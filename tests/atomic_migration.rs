@@ -447,7 +447,9 @@ fn a_lease_that_ends_during_the_handover_pause_ends_on_the_target() {
     // The lock is on the target now; its lease is made to end within the
     // pause that follows.
     wait_books(target, (1, 1, 1, 0), "the target before the pause");
-    const LEASE_MS: u64 = 5_000;
+    // Long enough that no loaded machine reaches the pause after it ends
+    // (reaching it takes milliseconds), short next to the 60 s pause.
+    const LEASE_MS: u64 = 15_000;
     assert_eq!(extend(&mut s, key, "holder", LEASE_MS), 1);
     let shortened = Instant::now();
     debug_slot_migration(source, "PREVENT-PAUSE", false);
