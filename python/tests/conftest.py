@@ -42,9 +42,19 @@ class Server:
         self.log = tmp / f"server-{self.port}.log"
         self.proc = subprocess.Popen(
             [
-                SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
-                "--loadmodule", MODULE, "--save", "", "--appendonly", "no",
-                "--dir", str(tmp),
+                SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--loadmodule",
+                MODULE,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(tmp),
             ],
             stdout=self.log.open("wb"),
             stderr=subprocess.STDOUT,
