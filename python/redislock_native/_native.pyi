@@ -90,7 +90,19 @@ class Lock:
     def release(self) -> Release:
         """Releases one hold; the last one frees the lock on the nodes."""
     def release_all(self) -> Release:
-        """Releases every hold at once."""
+        """Releases every hold at once (stopping a watchdog)."""
+    def start_watchdog(self) -> None:
+        """Hands the held lock to a watchdog renewing it in the background
+        until it is released or lost (then extend() and acquire() refuse)."""
+    def stop_watchdog(self) -> None:
+        """Stops the watchdog; the lock stays held until its lease ends."""
+    @property
+    def watched(self) -> bool: ...
+    @property
+    def is_lost(self) -> bool:
+        """The watchdog found the lock lost (always False without one)."""
+    def check(self) -> None:
+        """Raises LockLost once the watchdog found the lock lost."""
     @property
     def token(self) -> int:
         """The fencing token of this hold (greater than every earlier
@@ -117,7 +129,13 @@ class Lock:
 class Semaphore:
     """``permits`` leased permits on one resource."""
 
-    def permit(self, *, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lock: ...
+    def permit(
+        self,
+        *,
+        ttl: Optional[float] = None,
+        wait: Optional[float] = None,
+        watchdog: bool = False,
+    ) -> Lock: ...
     def acquire(self, *, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lock: ...
     def try_acquire(self, *, ttl: Optional[float] = None) -> Optional[Lock]: ...
     @property
@@ -144,9 +162,16 @@ class Redlock:
         cluster: bool = False,
     ) -> None: ...
     def lock(
-        self, resource: str, *, ttl: Optional[float] = None, wait: Optional[float] = None
+        self,
+        resource: str,
+        *,
+        ttl: Optional[float] = None,
+        wait: Optional[float] = None,
+        watchdog: bool = False,
     ) -> Lock:
-        """A handle, not yet acquired: use it in ``with`` or call acquire()."""
+        """A handle, not yet acquired: use it in ``with`` or call acquire().
+        With ``watchdog=True`` the ``with`` block also renews it in the
+        background, and raises LockLost on exit if it was lost meanwhile."""
     def acquire(
         self, resource: str, *, ttl: Optional[float] = None, wait: Optional[float] = None
     ) -> Lock:
@@ -154,7 +179,12 @@ class Redlock:
     def try_lock(self, resource: str, *, ttl: Optional[float] = None) -> Optional[Lock]:
         """One attempt, no waiting: the Lock, or None when held elsewhere."""
     def read_lock(
-        self, resource: str, *, ttl: Optional[float] = None, wait: Optional[float] = None
+        self,
+        resource: str,
+        *,
+        ttl: Optional[float] = None,
+        wait: Optional[float] = None,
+        watchdog: bool = False,
     ) -> Lock:
         """A shared (read) lock handle, not yet acquired."""
     def semaphore(self, resource: str, *, permits: int) -> Semaphore: ...

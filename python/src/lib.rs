@@ -7,12 +7,11 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 use pyo3::IntoPyObjectExt;
 use redis_lock_client::blocking;
 use redis_lock_client::{Acknowledge, Error, NodeOutcome};
@@ -423,6 +422,7 @@ impl Redlock {
         kind: HandleKind,
         ttl: Option<f64>,
         wait: Option<f64>,
+        watchdog: bool,
     ) -> PyResult<Lock> {
         self.check(py)?;
         let ttl = self.ttl_or_default(ttl)?;
@@ -440,12 +440,12 @@ impl Redlock {
                 }
             })
             .or_raise(py)?;
-        Ok(Lock {
-            inner: ManuallyDrop::new(inner),
-            try_only: wait.is_some_and(|w| w.is_zero()),
-            pid: self.clients.pid,
-            _clients: Arc::clone(&self.clients),
-        })
+        Ok(Lock::new(
+            inner,
+            wait.is_some_and(|w| w.is_zero()),
+            watchdog,
+            &self.clients,
+        ))
     }
 }
 
@@ -494,15 +494,18 @@ impl Redlock {
     /// A handle for an exclusive lock on `resource`, not yet acquired: use
     /// it in a `with` block (acquires on entry, releases on exit) or call
     /// `acquire()`.
-    #[pyo3(signature = (resource, *, ttl = None, wait = None))]
+    /// With `watchdog=True` the `with` block also hands the lock to a
+    /// watchdog renewing it in the background.
+    #[pyo3(signature = (resource, *, ttl = None, wait = None, watchdog = false))]
     fn lock(
         &self,
         py: Python<'_>,
         resource: String,
         ttl: Option<f64>,
         wait: Option<f64>,
+        watchdog: bool,
     ) -> PyResult<Lock> {
-        self.handle(py, HandleKind::Exclusive(resource), ttl, wait)
+        self.handle(py, HandleKind::Exclusive(resource), ttl, wait, watchdog)
     }
 
     /// Acquires an exclusive lock on `resource` and returns it.
@@ -514,7 +517,7 @@ impl Redlock {
         ttl: Option<f64>,
         wait: Option<f64>,
     ) -> PyResult<Lock> {
-        let lock = self.handle(py, HandleKind::Exclusive(resource), ttl, wait)?;
+        let lock = self.handle(py, HandleKind::Exclusive(resource), ttl, wait, false)?;
         lock.acquire(py)?;
         Ok(lock)
     }
@@ -528,21 +531,22 @@ impl Redlock {
         resource: String,
         ttl: Option<f64>,
     ) -> PyResult<Option<Lock>> {
-        let lock = self.handle(py, HandleKind::Exclusive(resource), ttl, Some(0.0))?;
+        let lock = self.handle(py, HandleKind::Exclusive(resource), ttl, Some(0.0), false)?;
         Ok(lock.try_acquire(py)?.then_some(lock))
     }
 
     /// A handle for a shared (read) lock on `resource`, not yet acquired:
     /// shared holders exclude exclusive ones, not each other.
-    #[pyo3(signature = (resource, *, ttl = None, wait = None))]
+    #[pyo3(signature = (resource, *, ttl = None, wait = None, watchdog = false))]
     fn read_lock(
         &self,
         py: Python<'_>,
         resource: String,
         ttl: Option<f64>,
         wait: Option<f64>,
+        watchdog: bool,
     ) -> PyResult<Lock> {
-        self.handle(py, HandleKind::Shared(resource), ttl, wait)
+        self.handle(py, HandleKind::Shared(resource), ttl, wait, watchdog)
     }
 
     /// A semaphore of `permits` leased permits on `resource`.
@@ -617,20 +621,27 @@ pub struct Semaphore {
 #[pymethods]
 impl Semaphore {
     /// A handle for one permit, not yet acquired (a context manager).
-    #[pyo3(signature = (*, ttl = None, wait = None))]
-    fn permit(&self, py: Python<'_>, ttl: Option<f64>, wait: Option<f64>) -> PyResult<Lock> {
+    #[pyo3(signature = (*, ttl = None, wait = None, watchdog = false))]
+    fn permit(
+        &self,
+        py: Python<'_>,
+        ttl: Option<f64>,
+        wait: Option<f64>,
+        watchdog: bool,
+    ) -> PyResult<Lock> {
         self.redlock.get().handle(
             py,
             HandleKind::Permit(self.resource.clone(), self.permits),
             ttl,
             wait,
+            watchdog,
         )
     }
 
     /// Takes a permit, waiting as `Redlock.acquire` does.
     #[pyo3(signature = (*, ttl = None, wait = None))]
     fn acquire(&self, py: Python<'_>, ttl: Option<f64>, wait: Option<f64>) -> PyResult<Lock> {
-        let permit = self.permit(py, ttl, wait)?;
+        let permit = self.permit(py, ttl, wait, false)?;
         permit.acquire(py)?;
         Ok(permit)
     }
@@ -638,7 +649,7 @@ impl Semaphore {
     /// One attempt at a permit: the Lock, or None when all are taken.
     #[pyo3(signature = (*, ttl = None))]
     fn try_acquire(&self, py: Python<'_>, ttl: Option<f64>) -> PyResult<Option<Lock>> {
-        let permit = self.permit(py, ttl, Some(0.0))?;
+        let permit = self.permit(py, ttl, Some(0.0), false)?;
         Ok(permit.try_acquire(py)?.then_some(permit))
     }
 
@@ -698,31 +709,141 @@ impl From<redis_lock_client::Release> for Release {
     }
 }
 
+/// What a handle wraps: the lock itself, or the watchdog renewing it.
+enum State {
+    Plain(blocking::Lock),
+    /// The holds it had when the watchdog took it.
+    Watched(blocking::Watchdog, u32),
+    /// The lock was handed to a watchdog that could not start (its
+    /// validity ended in between): nothing is held any more.
+    Gone,
+}
+
+/// Why an operation on a handle failed.
+enum Fail {
+    Client(Error),
+    /// Not possible in the handle's state (under a watchdog, or not).
+    State(&'static str),
+    Poisoned,
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail::Client(e)
+    }
+}
+
+fn map_fail(py: Python<'_>, fail: Fail) -> PyErr {
+    match fail {
+        Fail::Client(e) => map_err(py, e),
+        Fail::State(why) => raise(py, "RedisLockError", why.into(), vec![]),
+        Fail::Poisoned => raise(
+            py,
+            "RedisLockError",
+            "a thread panicked while using this lock handle".into(),
+            vec![],
+        ),
+    }
+}
+
+const WATCHED: &str = "a watchdog renews this lock: call stop_watchdog() first";
+
 /// A lock handle (exclusive, shared, or a semaphore permit).
 #[pyclass(module = "redislock_native", frozen)]
 pub struct Lock {
-    inner: ManuallyDrop<blocking::Lock>,
+    // ManuallyDrop: left alone (never dropped) in a forked child.
+    state: ManuallyDrop<RwLock<State>>,
+    resource: String,
+    owner: String,
     /// Made with `wait=0`: acquisitions are single attempts.
     try_only: bool,
+    /// Made with `watchdog=True`: `with` hands the lock to a watchdog.
+    watchdog_in_with: bool,
     pid: u32,
     // Keeps the clients (and so their runtimes) alive while the handle lives.
     _clients: Arc<Clients>,
 }
 
 impl Lock {
-    fn check(&self, py: Python<'_>) -> PyResult<()> {
-        fork_check(py, self.pid)
+    fn new(inner: blocking::Lock, try_only: bool, watchdog: bool, clients: &Arc<Clients>) -> Lock {
+        Lock {
+            resource: inner.resource().to_string(),
+            owner: inner.owner().to_string(),
+            state: ManuallyDrop::new(RwLock::new(State::Plain(inner))),
+            try_only,
+            watchdog_in_with: watchdog,
+            pid: clients.pid,
+            _clients: Arc::clone(clients),
+        }
+    }
+
+    /// Runs `f` on the state without the GIL (also the quick reads: a
+    /// state change waits for operations in flight, and nothing may wait
+    /// for it holding the GIL).
+    fn with_state<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&State) -> Result<T, Fail> + Send,
+    ) -> PyResult<T> {
+        fork_check(py, self.pid)?;
+        let state = &*self.state;
+        py.allow_threads(|| {
+            let guard = state.read().map_err(|_| Fail::Poisoned)?;
+            f(&guard)
+        })
+        .map_err(|e| map_fail(py, e))
+    }
+
+    fn change_state<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut State) -> Result<T, Fail> + Send,
+    ) -> PyResult<T> {
+        fork_check(py, self.pid)?;
+        let state = &*self.state;
+        py.allow_threads(|| {
+            let mut guard = state.write().map_err(|_| Fail::Poisoned)?;
+            f(&mut guard)
+        })
+        .map_err(|e| map_fail(py, e))
     }
 
     /// One attempt: true when acquired, false when held elsewhere.
     fn try_acquire(&self, py: Python<'_>) -> PyResult<bool> {
-        self.check(py)?;
-        let inner = &*self.inner;
-        match py.allow_threads(|| inner.try_acquire()) {
-            Ok(_) => Ok(true),
-            Err(Error::NotAcquired { .. }) => Ok(false),
-            Err(e) => Err(map_err(py, e)),
-        }
+        self.with_state(py, |state| match state {
+            State::Plain(lock) => match lock.try_acquire() {
+                Ok(_) => Ok(true),
+                Err(Error::NotAcquired { .. }) => Ok(false),
+                Err(e) => Err(e.into()),
+            },
+            State::Watched(..) => Err(Fail::State(WATCHED)),
+            State::Gone => Err(Error::NotHeld.into()),
+        })
+    }
+
+    fn release_with(&self, py: Python<'_>, all: bool) -> PyResult<Release> {
+        self.change_state(py, |state| {
+            // A watched lock: stop the watchdog, then release every hold.
+            if let State::Watched(..) = state {
+                let State::Watched(watchdog, _) = std::mem::replace(state, State::Gone) else {
+                    return Err(Fail::Poisoned);
+                };
+                *state = State::Plain(watchdog.stop()?);
+                let State::Plain(lock) = state else {
+                    return Err(Fail::Poisoned);
+                };
+                return Ok(lock.release_all()?.into());
+            }
+            match state {
+                State::Plain(lock) if all => Ok(lock.release_all()?.into()),
+                State::Plain(lock) => Ok(lock.release()?.into()),
+                _ => Err(Error::NotHeld.into()),
+            }
+        })
+    }
+
+    fn is_watched(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with_state(py, |state| Ok(matches!(state, State::Watched(..))))
     }
 }
 
@@ -734,10 +855,10 @@ impl Drop for Lock {
             return;
         }
         // SAFETY: taken once, here; the field is not used again.
-        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
-        // Dropping a held handle releases it (a network round): without
-        // the GIL.
-        Python::with_gil(|py| py.allow_threads(move || drop(inner)));
+        let state = unsafe { ManuallyDrop::take(&mut self.state) };
+        // Dropping a held handle (or a watchdog) releases it, a network
+        // round: without the GIL.
+        Python::with_gil(|py| py.allow_threads(move || drop(state)));
     }
 }
 
@@ -747,7 +868,6 @@ impl Lock {
     /// node), or adds a hold when this handle already holds it (re-entry).
     /// Raises LockNotAcquired when it cannot.
     fn acquire(&self, py: Python<'_>) -> PyResult<()> {
-        self.check(py)?;
         if self.try_only {
             if self.try_acquire(py)? {
                 return Ok(());
@@ -757,14 +877,16 @@ impl Lock {
                 "LockNotAcquired",
                 format!(
                     "{} is held elsewhere (one attempt, wait=0): pass wait=... to wait for it",
-                    self.inner.resource()
+                    self.resource
                 ),
                 vec![],
             ));
         }
-        let inner = &*self.inner;
-        py.allow_threads(|| inner.acquire()).or_raise(py)?;
-        Ok(())
+        self.with_state(py, |state| match state {
+            State::Plain(lock) => Ok(lock.acquire().map(|_| ())?),
+            State::Watched(..) => Err(Fail::State(WATCHED)),
+            State::Gone => Err(Error::NotHeld.into()),
+        })
     }
 
     /// Renews the lease to `ttl` seconds (default: the lock's TTL) on every
@@ -772,97 +894,185 @@ impl Lock {
     /// LockLost / LockExpired when a majority could not confirm in time.
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<f64>) -> PyResult<f64> {
-        self.check(py)?;
         let ttl = ttl.map(ttl_seconds).transpose()?;
-        let inner = &*self.inner;
-        let extended = py
-            .allow_threads(|| match ttl {
-                Some(ttl) => inner.extend_with(ttl),
-                None => inner.extend(),
-            })
-            .or_raise(py)?;
-        Ok(extended.validity.as_secs_f64())
+        self.with_state(py, |state| match state {
+            State::Plain(lock) => {
+                let extended = match ttl {
+                    Some(ttl) => lock.extend_with(ttl),
+                    None => lock.extend(),
+                }?;
+                Ok(extended.validity.as_secs_f64())
+            }
+            State::Watched(..) => Err(Fail::State(WATCHED)),
+            State::Gone => Err(Error::NotHeld.into()),
+        })
     }
 
-    /// Releases one hold (the last one frees the lock on the nodes).
+    /// Releases one hold (the last one frees the lock on the nodes). Under
+    /// a watchdog: stops it and releases every hold.
     fn release(&self, py: Python<'_>) -> PyResult<Release> {
-        self.check(py)?;
-        let inner = &*self.inner;
-        Ok(py.allow_threads(|| inner.release()).or_raise(py)?.into())
+        self.release_with(py, false)
     }
 
-    /// Releases every hold of this handle at once.
+    /// Releases every hold of this handle at once (stopping its watchdog).
     fn release_all(&self, py: Python<'_>) -> PyResult<Release> {
-        self.check(py)?;
-        let inner = &*self.inner;
-        Ok(py
-            .allow_threads(|| inner.release_all())
-            .or_raise(py)?
-            .into())
+        self.release_with(py, true)
+    }
+
+    /// Hands the held lock to a watchdog that renews it in the background
+    /// (every third of the TTL unless Config.watchdog_interval says
+    /// otherwise) until it is released or lost; see `is_lost` and `check()`.
+    fn start_watchdog(&self, py: Python<'_>) -> PyResult<()> {
+        self.change_state(py, |state| match state {
+            State::Plain(lock) if lock.is_held() => {
+                let holds = lock.holds();
+                let State::Plain(lock) = std::mem::replace(state, State::Gone) else {
+                    return Err(Fail::Poisoned);
+                };
+                *state = State::Watched(lock.watchdog()?, holds);
+                Ok(())
+            }
+            State::Plain(_) | State::Gone => Err(Error::NotHeld.into()),
+            State::Watched(..) => Ok(()),
+        })
+    }
+
+    /// Stops the watchdog; the lock stays held (until its lease ends).
+    fn stop_watchdog(&self, py: Python<'_>) -> PyResult<()> {
+        self.change_state(py, |state| {
+            if let State::Watched(..) = state {
+                let State::Watched(watchdog, _) = std::mem::replace(state, State::Gone) else {
+                    return Err(Fail::Poisoned);
+                };
+                *state = State::Plain(watchdog.stop()?);
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether a watchdog renews this lock.
+    #[getter]
+    fn watched(&self, py: Python<'_>) -> PyResult<bool> {
+        self.is_watched(py)
+    }
+
+    /// Whether the watchdog has found the lock lost (reported a margin
+    /// before the validity ends). Always False without a watchdog: then
+    /// check `is_held`, or `extend()`.
+    #[getter]
+    fn is_lost(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with_state(py, |state| {
+            Ok(matches!(state, State::Watched(w, _) if w.is_lost()))
+        })
+    }
+
+    /// Raises LockLost once the watchdog has found the lock lost: call it
+    /// between steps of long work and stop when it raises.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        if self.is_lost(py)? {
+            return Err(map_err(py, Error::LockLost));
+        }
+        Ok(())
     }
 
     /// The fencing token of this hold: greater than every earlier holder's.
     /// Pass it to the storage you write to.
     #[getter]
     fn token(&self, py: Python<'_>) -> PyResult<u64> {
-        self.check(py)?;
-        let inner = &*self.inner;
-        py.allow_threads(|| inner.fencing_token()).or_raise(py)
+        self.with_state(py, |state| match state {
+            State::Plain(lock) => Ok(lock.fencing_token()?),
+            State::Watched(w, _) => Ok(w.fencing_token()?),
+            State::Gone => Err(Error::NotHeld.into()),
+        })
     }
 
     /// Seconds in which the lock is certainly held (0.0 when not held).
     #[getter]
     fn validity(&self, py: Python<'_>) -> PyResult<f64> {
-        self.check(py)?;
-        Ok(self.inner.validity().map_or(0.0, |v| v.as_secs_f64()))
+        self.with_state(py, |state| {
+            let validity = match state {
+                State::Plain(lock) => lock.validity(),
+                State::Watched(w, _) => w.validity(),
+                State::Gone => None,
+            };
+            Ok(validity.map_or(0.0, |v| v.as_secs_f64()))
+        })
     }
 
-    /// Whether the lock is held and its validity has not ended.
+    /// Whether the lock is held and its validity has not ended (under a
+    /// watchdog: and no loss has been reported).
     #[getter]
     fn is_held(&self, py: Python<'_>) -> PyResult<bool> {
-        self.check(py)?;
-        Ok(self.inner.is_held())
+        self.with_state(py, |state| {
+            Ok(match state {
+                State::Plain(lock) => lock.is_held(),
+                State::Watched(w, _) => w.is_held(),
+                State::Gone => false,
+            })
+        })
     }
 
     /// Holds of this handle not yet released (re-entry).
     #[getter]
     fn holds(&self, py: Python<'_>) -> PyResult<u32> {
-        self.check(py)?;
-        Ok(self.inner.holds())
+        self.with_state(py, |state| {
+            Ok(match state {
+                State::Plain(lock) => lock.holds(),
+                State::Watched(_, holds) => *holds,
+                State::Gone => 0,
+            })
+        })
     }
 
     #[getter]
     fn resource(&self) -> &str {
-        self.inner.resource()
+        &self.resource
     }
 
     /// The random owner id this handle uses on the nodes.
     #[getter]
     fn owner(&self) -> &str {
-        self.inner.owner()
+        &self.owner
     }
 
     fn __enter__<'a>(slf: PyRef<'a, Self>, py: Python<'a>) -> PyResult<PyRef<'a, Self>> {
         if slf.holds(py)? == 0 {
             slf.acquire(py)?;
         }
+        if slf.watchdog_in_with {
+            slf.start_watchdog(py)?;
+        }
         Ok(slf)
     }
 
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        if self.holds(py)? > 0 {
+    /// Releases every hold. With a watchdog that found the lock lost while
+    /// the block ran (and the block raised nothing else), raises LockLost,
+    /// as the Rust client's `with_lock` does.
+    #[pyo3(signature = (exc_type = None, _exc = None, _tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let lost = self.is_lost(py)?;
+        if self.holds(py)? > 0 || self.is_watched(py)? {
             self.release_all(py)?;
+        }
+        let raised = matches!(exc_type, Some(t) if !t.is_none());
+        if lost && !raised {
+            return Err(map_err(py, Error::LockLost));
         }
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let holds = self.holds(py).unwrap_or(0);
+        let validity = self.validity(py).unwrap_or(0.0);
         format!(
-            "Lock(resource={:?}, holds={}, validity={:.3})",
-            self.inner.resource(),
-            self.inner.holds(),
-            self.inner.validity().map_or(0.0, |v| v.as_secs_f64())
+            "Lock(resource={:?}, holds={holds}, validity={validity:.3})",
+            self.resource
         )
     }
 }

@@ -323,3 +323,46 @@ def test_gil_released_while_waiting(server):
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = pytest.mark.skip("the servers are started as Linux processes")
+
+
+def test_watchdog_keeps_the_lock_past_its_ttl(server):
+    rl = Redlock(server.url, ttl=3.0)
+    with rl.lock("renewed", watchdog=True) as lock:
+        assert lock.watched and lock.is_held and not lock.is_lost
+        token = lock.token
+        started = time.monotonic()
+        # Past the TTL: held only because the watchdog renewed it.
+        wait_until(lambda: time.monotonic() - started > 4.0)
+        assert lock.is_held and not lock.is_lost
+        lock.check()
+        assert rl.try_lock("renewed") is None
+        assert lock.token == token
+        with pytest.raises(RedisLockError, match="stop_watchdog"):
+            lock.extend()
+    assert not lock.watched and not lock.is_held
+    assert rl.try_lock("renewed") is not None
+
+
+def test_watchdog_reports_a_lost_lock(server):
+    rl = Redlock(server.url, ttl=3.0)
+    with pytest.raises(LockLost):
+        with rl.lock("wd-lost", watchdog=True) as lock:
+            command(server.port, "DEL", "wd-lost")
+            wait_until(lambda: lock.is_lost)
+            assert not lock.is_held
+            with pytest.raises(LockLost):
+                lock.check()
+    assert not lock.is_held
+
+
+def test_watchdog_started_and_stopped_by_hand(server):
+    rl = Redlock(server.url, ttl=10.0)
+    lock = rl.acquire("by-hand")
+    lock.start_watchdog()
+    assert lock.watched and lock.holds == 1
+    lock.stop_watchdog()
+    assert not lock.watched and lock.is_held
+    assert 9.0 < lock.extend() <= 10.0
+    lock.release()
+    with pytest.raises(NotHeld):
+        lock.start_watchdog()
