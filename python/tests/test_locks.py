@@ -269,6 +269,8 @@ def test_mutual_exclusion_across_processes(server):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+# Forking a process with threads (the client's runtime) is the point here.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_handles_refuse_after_fork(server):
     rl = Redlock(server.url, ttl=10.0)
     lock = rl.acquire("forked")
