@@ -5,7 +5,8 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-.PHONY: prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+# python-test: the Python package's tests (python/, scripts/python-test.sh).
+.PHONY: python-test python-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -121,13 +122,30 @@ LINCHECK_SECONDS ?= 30
 lincheck: build
 	$(CARGO) run --release -p chaos --bin lincheck -- --seconds $(LINCHECK_SECONDS)
 
-lint:
+lint: python-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
 	$(CARGO) clippy --all-targets --workspace $(CLIENT_FEATURES) -- -D warnings
 
+# The Python package's crate is outside the workspace (a pyo3
+# extension-module cdylib does not link without libpython), so it is linted
+# on its own, sharing target/; its Python code with ruff when the venv of
+# `make python-test` is there.
+python-lint:
+	cd python && $(CARGO) fmt -- --check
+	cd python && CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --all-targets -- -D warnings
+	@if [ -x .venv-python/bin/ruff ]; then .venv-python/bin/ruff check python && .venv-python/bin/ruff format --check python; \
+	else echo "python-lint: no .venv-python/bin/ruff (make python-test, then .venv-python/bin/pip install ruff): ruff skipped"; fi
+
+# The Python package (python/): built into .venv-python/ by maturin and
+# tested with pytest on the server given by REDIS_LOCK_SERVER (default
+# redis-server).
+python-test: build
+	scripts/python-test.sh
+
 fmt:
 	$(CARGO) fmt --all
+	cd python && $(CARGO) fmt
 
 cluster: build
 	scripts/cluster.sh start
