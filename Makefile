@@ -21,7 +21,8 @@ run: build
 	redis-server redis.conf.example --port $(PORT) --dir $(CURDIR)/.redis-run \
 		--loadmodule $(CURDIR)/$(MODULE)
 
-# Every suite runs once on each of four servers (the fault suites on two,
+# Every suite (the Rust workspace, then the Python package's pytest suite
+# through scripts/python-test.sh) runs once on each of four servers (the fault suites on two,
 # below): redis (Debian's
 # redis-server, Redis 7.0), valkey (Valkey 8.1, installed into .valkey/ by
 # prereqs.sh), redis8 and valkey9 (the newest Redis 8.x and Valkey 9.x that
@@ -55,6 +56,7 @@ test: build
 		esac; \
 		echo "== tests on $$($$bin --version) (TLS tests: $$($$tls --version); $$crates)"; \
 		REDIS_LOCK_SERVER=$$bin REDIS_LOCK_TLS_SERVER=$$tls $(CARGO) test --release $$crates $(CLIENT_FEATURES) $(CARGO_TEST_ARGS) || exit 1; \
+		REDIS_LOCK_SERVER=$$bin scripts/python-test.sh || exit 1; \
 	done
 	$(MAKE) --no-print-directory sanitize
 	scripts/fuzz.sh short
