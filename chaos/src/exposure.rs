@@ -31,8 +31,9 @@ pub struct Exposure {
 
 impl Exposure {
     /// The exposure of `holders` to `events` on a cluster of `nodes`;
-    /// `can_forget(node)`: whether a restart of that node can lose
-    /// acknowledged lock state (its persistence).
+    /// `can_forget(node)`: whether a restart of that node can cost it
+    /// leases (its persistence can lose acknowledged writes, or its clock
+    /// may be set back, which the restart steps forward).
     pub fn of(
         holders: &[Holder],
         events: &[FaultEvent],

@@ -475,7 +475,11 @@ async fn run_phase(
             cluster
                 .nodes
                 .get(node)
-                .map_or(true, |n| n.profile.persistence.can_forget())
+                // A restart can cost it leases: it forgets them, or its
+                // clock may run behind (the restart steps it forward).
+                .map_or(true, |n| {
+                    n.profile.persistence.can_forget() || *n.profile.offsets_ms.start() < 0
+                })
         },
     );
     let mut examples = Vec::new();
