@@ -1,6 +1,7 @@
 //! One lock node: its address, its shared reconnecting connection, and
 //! command calls bounded by a timeout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -105,7 +106,7 @@ pub(crate) struct Node {
     conn: Conn,
     /// One write for the commands of concurrent locks (a server's shared
     /// connection; a cluster's connection routes each command itself).
-    coalescer: Option<Coalescer<ConnectionManager>>,
+    coalescer: Option<Arc<Coalescer<ConnectionManager>>>,
 }
 
 impl Node {
@@ -138,7 +139,7 @@ impl Node {
         Ok(Node {
             name,
             target: Target::Server(client),
-            coalescer: Some(Coalescer::start(conn.clone(), node_error)),
+            coalescer: Some(Arc::new(Coalescer::start(conn.clone(), node_error))),
             conn: Conn::Server(conn),
         })
     }
@@ -256,7 +257,10 @@ impl Node {
     /// A handle on the shared connection that outlives a borrow of the node
     /// (for work in the background).
     pub fn shared(&self) -> SharedConn {
-        SharedConn(self.conn.clone())
+        SharedConn {
+            conn: self.conn.clone(),
+            coalescer: self.coalescer.clone(),
+        }
     }
 }
 
@@ -267,11 +271,18 @@ fn connect_timeout(node_timeout: Duration) -> Duration {
 }
 
 /// The node's shared connection, detached from the node.
-pub(crate) struct SharedConn(Conn);
+pub(crate) struct SharedConn {
+    conn: Conn,
+    /// Its commands take the queue's count too (see [`Node::send`]).
+    coalescer: Option<Arc<Coalescer<ConnectionManager>>>,
+}
 
 impl SharedConn {
     pub async fn send(&mut self, cmd: &Cmd) -> Result<Value, NodeError> {
-        self.0.send(cmd, None).await
+        match &self.coalescer {
+            Some(coalescer) => coalescer.send(cmd).await,
+            None => self.conn.send(cmd, None).await,
+        }
     }
 }
 

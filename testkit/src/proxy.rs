@@ -255,3 +255,69 @@ fn pump(
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::FaultProxy;
+    use crate::{wait_until, RedisServer, ServerOptions};
+
+    fn key_exists(server: &RedisServer, key: &str) -> bool {
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query::<i64>(&mut server.conn())
+            .unwrap_or(0)
+            == 1
+    }
+
+    #[test]
+    fn stalls_resumes_delays_and_cuts() {
+        let server = RedisServer::start_with(ServerOptions::default().without_module());
+        let proxy = FaultProxy::start(server.port());
+        let client = redis::Client::open(proxy.url()).expect("the proxy's URL");
+        let mut conn = client
+            .get_connection()
+            .expect("a connection through the proxy");
+        let pong: String = redis::cmd("PING").query(&mut conn).expect("PING");
+        assert_eq!(pong, "PONG");
+        assert_eq!(proxy.accepted(), 1);
+
+        // Stalled: the command is held, and passed on once resumed.
+        proxy.stall();
+        let writer = std::thread::spawn(move || {
+            let reply: redis::RedisResult<String> =
+                redis::cmd("SET").arg("held").arg("1").query(&mut conn);
+            (reply, conn)
+        });
+        assert!(
+            !wait_until(Duration::from_millis(300), || key_exists(&server, "held")),
+            "a stalled proxy passed a command on"
+        );
+        assert_eq!(proxy.sent_count("held"), 0);
+        proxy.resume();
+        let (reply, mut conn) = writer.join().expect("the writer thread");
+        assert_eq!(reply.expect("SET after the resume"), "OK");
+        assert!(key_exists(&server, "held"));
+        assert_eq!(proxy.sent_count("held"), 1);
+
+        // Delayed: each direction waits at least the delay.
+        proxy.delay(Duration::from_millis(100));
+        let start = Instant::now();
+        let _: String = redis::cmd("PING").query(&mut conn).expect("a delayed PING");
+        assert!(
+            start.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
+        proxy.delay(Duration::ZERO);
+
+        // Cut: the connection is closed; a new one goes through.
+        proxy.cut();
+        assert!(redis::cmd("PING").query::<String>(&mut conn).is_err());
+        let mut again = client.get_connection().expect("a new connection");
+        let pong: String = redis::cmd("PING").query(&mut again).expect("PING again");
+        assert_eq!(pong, "PONG");
+        assert_eq!(proxy.accepted(), 2);
+    }
+}
