@@ -30,6 +30,9 @@ struct State {
     /// Everything the clients sent that was passed on to the server, in
     /// the order it was passed on.
     sent: Vec<u8>,
+    /// Reads from the clients that were passed on (about one per write a
+    /// client made, when the proxy keeps up).
+    reads: usize,
 }
 
 struct Shared {
@@ -132,6 +135,13 @@ impl FaultProxy {
     /// Everything clients sent that reached the server, in order.
     pub fn sent(&self) -> Vec<u8> {
         self.shared.lock().sent.clone()
+    }
+
+    /// Reads from the clients passed on to the server so far: about the
+    /// number of writes the clients made (several writes that arrive
+    /// between two reads count once).
+    pub fn reads(&self) -> usize {
+        self.shared.lock().reads
     }
 
     /// How many times `needle` occurs in what reached the server.
@@ -250,6 +260,7 @@ fn pump(
         }
         if record {
             state.sent.extend_from_slice(&buf[..n]);
+            state.reads += 1;
         }
     }
     let _ = from.shutdown(Shutdown::Both);
@@ -300,6 +311,8 @@ mod tests {
         assert_eq!(reply.expect("SET after the resume"), "OK");
         assert!(key_exists(&server, "held"));
         assert_eq!(proxy.sent_count("held"), 1);
+        // PING and SET, each sent after the reply before it: a read each.
+        assert!(proxy.reads() >= 2, "{} reads", proxy.reads());
 
         // Delayed: each direction waits at least the delay.
         proxy.delay(Duration::from_millis(100));
