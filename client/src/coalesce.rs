@@ -9,9 +9,10 @@
 //! command goes through a queue; its task, woken by the first one, yields
 //! once so that the other locks woken in the same turn (by the replies of
 //! one read) queue theirs, then hands everything queued to the connection
-//! in one go: its writer finds them queued together (one write), and the
-//! replies come back together. A command with nothing
-//! else on its way (one lock at a time) is sent at once, without the hop.
+//! in one go: its writer finds them queued together (one write, or a few
+//! when it starts before the last is handed over), and the replies come
+//! back together. A command with nothing else on its way (one lock at a
+//! time) is sent at once, without the hop.
 //!
 //! A command reaches the connection only while its caller waits for it,
 //! or never: the queue's task passes each command on as a request of its
