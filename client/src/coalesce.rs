@@ -8,9 +8,26 @@
 //! path). Here, while other commands to the node are on their way, a
 //! command goes through a queue; its task, woken by the first one, yields
 //! once so that the other locks woken in the same turn (by the replies of
-//! one read) queue theirs, then sends everything queued as one pipeline:
-//! one write, and replies that come back together. A command with nothing
-//! else on its way (one lock at a time) is sent at once, without the hop.
+//! one read) queue theirs, then hands everything queued to the connection
+//! in one go: its writer finds them queued together (one write, or a few
+//! when it starts before the last is handed over), and the replies come
+//! back together. A command with nothing else on its way (one lock at a
+//! time) is sent at once, without the hop.
+//!
+//! A command reaches the connection only while its caller waits for it,
+//! or never: the queue's task passes each command on as a request of its
+//! own, checks before every step that its caller is still there, and drops
+//! it the moment the caller is gone. A dropped request that the connection
+//! had not taken yet (held while it reconnects, say) is never written; one
+//! it had taken is ahead of anything sent later, in the connection's own
+//! order. A lock handle sends its next command to a node only after the
+//! caller of its previous one there stopped waiting (one operation at a
+//! time, one round at a time), so the previous one is either ahead of it
+//! or never sent: commands of a handle reach the node in the order it
+//! issued them. For that a queued command counts as on its way until the
+//! task has dropped it, not until its caller gave up: while it counts, the
+//! handle's next command takes the queue too, behind it, instead of racing
+//! it to the connection on the direct path.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,13 +40,22 @@ use tokio::sync::{mpsc, oneshot};
 use crate::node_error::NodeError;
 
 /// The most commands one write carries.
-const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 
 type Reply = Result<Value, NodeError>;
 
+/// A queued command, or a pipeline of commands that go together (a
+/// command and its acknowledgements).
+enum Packed {
+    One(Cmd),
+    Many(redis::Pipeline, usize),
+}
+
 struct Request {
-    cmd: Cmd,
+    packed: Packed,
     reply: oneshot::Sender<Reply>,
+    /// Counted as on its way until answered or dropped by the task.
+    _counted: OnTheWay,
 }
 
 /// The queue in front of one node's shared connection.
@@ -37,7 +63,7 @@ pub(crate) struct Coalescer<C> {
     queue: mpsc::UnboundedSender<Request>,
     conn: C,
     error: fn(redis::RedisError) -> NodeError,
-    /// Commands sent and not answered yet (or given up on).
+    /// Commands sent and not answered yet (nor dropped).
     on_the_way: Arc<AtomicUsize>,
 }
 
@@ -46,7 +72,7 @@ struct OnTheWay(Arc<AtomicUsize>);
 
 impl Drop for OnTheWay {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -70,20 +96,59 @@ where
     /// Sends `cmd` (with whatever else is queued, if anything else is on
     /// its way) and waits for its reply.
     pub async fn send(&self, cmd: &Cmd) -> Reply {
-        let others = self.on_the_way.fetch_add(1, Ordering::Relaxed);
-        let _counted = OnTheWay(Arc::clone(&self.on_the_way));
+        let mut conn = self.conn.clone();
+        self.route(async move { conn.req_packed_command(cmd).await }, || {
+            Packed::One(cmd.clone())
+        })
+        .await
+    }
+
+    /// Sends `pipe` (its `count` commands in one write) the same way, and
+    /// waits for their replies.
+    pub async fn send_pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+    ) -> Result<Vec<Value>, NodeError> {
+        let mut conn = self.conn.clone();
+        let reply = self
+            .route(
+                async move {
+                    conn.req_packed_commands(pipe, 0, count)
+                        .await
+                        .map(Value::Array)
+                },
+                || Packed::Many(pipe.clone(), count),
+            )
+            .await?;
+        match reply {
+            Value::Array(values) => Ok(values),
+            other => Err(NodeError::UnexpectedReply(format!(
+                "{other:?} for a pipeline"
+            ))),
+        }
+    }
+
+    /// `direct` at once when nothing else is on its way, else `queued()`
+    /// through the queue.
+    async fn route(
+        &self,
+        direct: impl std::future::Future<Output = redis::RedisResult<Value>>,
+        queued: impl FnOnce() -> Packed,
+    ) -> Reply {
+        let others = self.on_the_way.fetch_add(1, Ordering::AcqRel);
+        let counted = OnTheWay(Arc::clone(&self.on_the_way));
         if others == 0 {
-            return self
-                .conn
-                .clone()
-                .req_packed_command(cmd)
-                .await
-                .map_err(self.error);
+            // The caller's own request: dropped with its future.
+            let reply = direct.await.map_err(self.error);
+            drop(counted);
+            return reply;
         }
         let (reply, answer) = oneshot::channel();
         let request = Request {
-            cmd: cmd.clone(),
+            packed: queued(),
             reply,
+            _counted: counted,
         };
         if self.queue.send(request).is_err() {
             return Err(NodeError::Connection(
@@ -121,7 +186,14 @@ async fn run<C>(
                         Err(_) => break,
                     }
                 }
-                in_flight.push(send_batch(conn.clone(), batch, error));
+                // All of them reach the connection in the next poll of
+                // `in_flight`, one after the other: its writer finds them
+                // queued together.
+                for request in batch {
+                    if !request.reply.is_closed() {
+                        in_flight.push(send_one(conn.clone(), request, error));
+                    }
+                }
             }
         }
     }
@@ -129,44 +201,32 @@ async fn run<C>(
     while in_flight.next().await.is_some() {}
 }
 
-/// One write for `batch`; each request gets its own reply (an error reply
-/// is that command's alone).
-async fn send_batch<C: ConnectionLike>(
+/// One request on the connection, dropped (unsent if not yet written) the
+/// moment its caller stops waiting.
+async fn send_one<C: ConnectionLike>(
     mut conn: C,
-    batch: Vec<Request>,
+    request: Request,
     error: fn(redis::RedisError) -> NodeError,
 ) {
-    if let [_] = batch.as_slice() {
-        let Some(Request { cmd, reply }) = batch.into_iter().next() else {
-            return;
-        };
-        let _ = reply.send(conn.req_packed_command(&cmd).await.map_err(error));
-        return;
-    }
-    let count = batch.len();
-    let mut pipe = redis::pipe();
-    let mut replies = Vec::with_capacity(count);
-    for Request { cmd, reply } in batch {
-        pipe.add_command(cmd);
-        replies.push(reply);
-    }
-    match conn.req_packed_commands(&pipe, 0, count).await {
-        Ok(values) if values.len() == count => {
-            for (reply, value) in replies.into_iter().zip(values) {
-                let _ = reply.send(Ok(value));
-            }
+    let Request {
+        packed,
+        mut reply,
+        _counted,
+    } = request;
+    let send = async {
+        match &packed {
+            Packed::One(cmd) => conn.req_packed_command(cmd).await,
+            Packed::Many(pipe, count) => conn
+                .req_packed_commands(pipe, 0, *count)
+                .await
+                .map(Value::Array),
         }
-        Ok(values) => {
-            let why = format!("{} replies to {count} commands", values.len());
-            for reply in replies {
-                let _ = reply.send(Err(NodeError::UnexpectedReply(why.clone())));
-            }
-        }
-        Err(e) => {
-            let e = error(e);
-            for reply in replies {
-                let _ = reply.send(Err(e.clone()));
-            }
-        }
-    }
+    };
+    // The caller first: once it is gone, the command is not polled again.
+    let answer = tokio::select! {
+        biased;
+        () = reply.closed() => return,
+        answer = send => answer.map_err(error),
+    };
+    let _ = reply.send(answer);
 }

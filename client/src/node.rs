@@ -1,6 +1,7 @@
 //! One lock node: its address, its shared reconnecting connection, and
 //! command calls bounded by a timeout.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -9,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::acknowledge::Acknowledge;
-use crate::coalesce::Coalescer;
+use crate::coalesce::{Coalescer, MAX_BATCH};
 use crate::error::{Error, NodeError, Result};
 
 /// Something that names a node: a `redis://` URL or a ready-made
@@ -105,7 +106,7 @@ pub(crate) struct Node {
     conn: Conn,
     /// One write for the commands of concurrent locks (a server's shared
     /// connection; a cluster's connection routes each command itself).
-    coalescer: Option<Coalescer<ConnectionManager>>,
+    coalescer: Option<Arc<Coalescer<ConnectionManager>>>,
 }
 
 impl Node {
@@ -123,7 +124,10 @@ impl Node {
             .set_connection_timeout(Some(connect_timeout(node_timeout)))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100));
+            .set_max_delay(Duration::from_millis(100))
+            // Room for a whole batch of the queue's requests (and direct
+            // ones beside it) in the connection's channel without waiting.
+            .set_pipeline_buffer_size(MAX_BATCH * 2);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .map_err(|e| Error::InvalidConfig(format!("node {name}: {e}")))?;
         // Connect in the background now, so the first lock round does not
@@ -135,7 +139,7 @@ impl Node {
         Ok(Node {
             name,
             target: Target::Server(client),
-            coalescer: Some(Coalescer::start(conn.clone(), node_error)),
+            coalescer: Some(Arc::new(Coalescer::start(conn.clone(), node_error))),
             conn: Conn::Server(conn),
         })
     }
@@ -194,7 +198,13 @@ impl Node {
     pub async fn send(&self, cmd: &Cmd, ack: Option<&Acknowledge>) -> Result<Value, NodeError> {
         match (&self.coalescer, ack) {
             (Some(coalescer), None) => coalescer.send(cmd).await,
-            _ => self.conn.clone().send(cmd, ack).await,
+            // Through the queue's count too, so that it keeps its order
+            // with the queued commands (see `coalesce.rs`).
+            (Some(coalescer), Some(ack)) => {
+                let (pipe, count) = with_acknowledgements(cmd, ack);
+                ack.accept(coalescer.send_pipeline(&pipe, count).await?)
+            }
+            (None, _) => self.conn.clone().send(cmd, ack).await,
         }
     }
 
@@ -247,7 +257,10 @@ impl Node {
     /// A handle on the shared connection that outlives a borrow of the node
     /// (for work in the background).
     pub fn shared(&self) -> SharedConn {
-        SharedConn(self.conn.clone())
+        SharedConn {
+            conn: self.conn.clone(),
+            coalescer: self.coalescer.clone(),
+        }
     }
 }
 
@@ -258,11 +271,18 @@ fn connect_timeout(node_timeout: Duration) -> Duration {
 }
 
 /// The node's shared connection, detached from the node.
-pub(crate) struct SharedConn(Conn);
+pub(crate) struct SharedConn {
+    conn: Conn,
+    /// Its commands take the queue's count too (see [`Node::send`]).
+    coalescer: Option<Arc<Coalescer<ConnectionManager>>>,
+}
 
 impl SharedConn {
     pub async fn send(&mut self, cmd: &Cmd) -> Result<Value, NodeError> {
-        self.0.send(cmd, None).await
+        match &self.coalescer {
+            Some(coalescer) => coalescer.send(cmd).await,
+            None => self.conn.send(cmd, None).await,
+        }
     }
 }
 
@@ -299,6 +319,17 @@ async fn send_on<C: redis::aio::ConnectionLike>(
     let Some(ack) = ack else {
         return conn.req_packed_command(cmd).await.map_err(node_error);
     };
+    let (pipe, count) = with_acknowledgements(cmd, ack);
+    let replies = conn
+        .req_packed_commands(&pipe, 0, count)
+        .await
+        .map_err(node_error)?;
+    ack.accept(replies)
+}
+
+/// `cmd` followed by the acknowledgement commands `ack` asks for, and
+/// how many commands that is.
+fn with_acknowledgements(cmd: &Cmd, ack: &Acknowledge) -> (redis::Pipeline, usize) {
     let mut pipe = redis::pipe();
     pipe.add_command(cmd.clone());
     let extra = ack.commands();
@@ -306,11 +337,7 @@ async fn send_on<C: redis::aio::ConnectionLike>(
     for command in extra {
         pipe.add_command(command);
     }
-    let replies = conn
-        .req_packed_commands(&pipe, 0, count)
-        .await
-        .map_err(node_error)?;
-    ack.accept(replies)
+    (pipe, count)
 }
 
 fn node_error(error: redis::RedisError) -> NodeError {

@@ -727,6 +727,8 @@ pub fn wait_replicated(primary: &RedisServer, replica: &RedisServer) {
     );
 }
 pub mod cluster;
+pub mod proxy;
+pub use proxy::FaultProxy;
 
 #[cfg(test)]
 mod memcheck_tests {
