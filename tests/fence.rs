@@ -310,19 +310,6 @@ fn aof_text(dir: &std::path::Path) -> String {
         .join("\n")
 }
 
-fn rewrite_aof(c: &mut Connection) {
-    let before: i64 = info_section(c, "persistence")["aof_rewrites"]
-        .parse()
-        .unwrap();
-    let _: String = redis::cmd("BGREWRITEAOF").query(c).unwrap();
-    let done = wait_until(Duration::from_secs(30), || {
-        let info = info_section(c, "persistence");
-        info["aof_rewrites"].parse::<i64>().unwrap() > before
-            && info["aof_rewrite_in_progress"] == "0"
-    });
-    assert!(done, "BGREWRITEAOF did not finish");
-}
-
 #[test]
 fn the_aof_carries_fences_before_and_after_a_rewrite() {
     let mut server = RedisServer::start_with(aof_options("no"));
@@ -519,23 +506,6 @@ fn a_refused_write_leaves_watchers_alone_and_a_raise_wakes_them() {
     let message = pubsub.get_message().unwrap();
     let event: String = message.get_payload().unwrap();
     assert_eq!(event, "lock.fence");
-}
-
-/// Redis's CRC-64 (Jones polynomial, reflected), which ends a DUMP payload.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
 }
 
 /// A fence's serialized value: the type header, the signed integer as a

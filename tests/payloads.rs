@@ -12,23 +12,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::*;
 use redis::{Connection, Value};
 
-/// Redis's CRC-64 (Jones polynomial, reflected), which ends a DUMP payload.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// A DUMP payload: the serialized value, the RDB version, the checksum.
 struct Dump {
     value: Vec<u8>,

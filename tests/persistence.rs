@@ -241,23 +241,6 @@ fn an_aof_restart_without_preamble_replays_effects_exactly() {
     );
 }
 
-fn rewrite_aof(c: &mut redis::Connection) {
-    let before: i64 = info_section(c, "persistence")["aof_rewrites"]
-        .parse()
-        .unwrap();
-    let _: String = redis::cmd("BGREWRITEAOF").query(c).unwrap();
-    let done = wait_until(Duration::from_secs(30), || {
-        let info = info_section(c, "persistence");
-        info["aof_rewrites"].parse::<i64>().unwrap() > before
-            && info["aof_rewrite_in_progress"] == "0"
-    });
-    assert!(done, "BGREWRITEAOF did not finish");
-    assert_eq!(
-        info_section(c, "persistence")["aof_last_bgrewrite_status"],
-        "ok"
-    );
-}
-
 fn aof_rewrite_restart(preamble: &str) {
     let mut server = RedisServer::start_with(aof_options(preamble));
     let mut c = server.conn();

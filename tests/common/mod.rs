@@ -471,3 +471,38 @@ pub fn aof_options(preamble: &str) -> ServerOptions {
         preamble,
     ])
 }
+
+/// Redis's CRC-64 (Jones polynomial, reflected), which ends a DUMP payload.
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &byte in data {
+        crc ^= u64::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// `BGREWRITEAOF`, waited for until it finished, and finished well.
+pub fn rewrite_aof(c: &mut redis::Connection) {
+    let before: i64 = info_section(c, "persistence")["aof_rewrites"]
+        .parse()
+        .unwrap();
+    let _: String = redis::cmd("BGREWRITEAOF").query(c).unwrap();
+    let done = wait_until(Duration::from_secs(30), || {
+        let info = info_section(c, "persistence");
+        info["aof_rewrites"].parse::<i64>().unwrap() > before
+            && info["aof_rewrite_in_progress"] == "0"
+    });
+    assert!(done, "BGREWRITEAOF did not finish");
+    assert_eq!(
+        info_section(c, "persistence")["aof_last_bgrewrite_status"],
+        "ok"
+    );
+}
