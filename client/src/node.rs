@@ -104,8 +104,9 @@ pub(crate) struct Node {
     name: String,
     target: Target,
     conn: Conn,
-    /// One write for the commands of concurrent locks (a server's shared
-    /// connection; a cluster's connection routes each command itself).
+    /// Hands the commands of concurrent locks to the connection together,
+    /// each only while its caller waits (a server's shared connection; a
+    /// cluster's connection routes each command itself).
     coalescer: Option<Arc<Coalescer<ConnectionManager>>>,
 }
 
