@@ -475,11 +475,7 @@ async fn run_phase(
             cluster
                 .nodes
                 .get(node)
-                // A restart can cost it leases: it forgets them, or its
-                // clock may run behind (the restart steps it forward).
-                .map_or(true, |n| {
-                    n.profile.persistence.can_forget() || *n.profile.offsets_ms.start() < 0
-                })
+                .map_or(true, |n| n.profile.restart_can_cost_leases())
         },
     );
     let mut examples = Vec::new();

@@ -72,6 +72,15 @@ pub struct NodeProfile {
     pub offsets_ms: RangeInclusive<i64>,
 }
 
+impl NodeProfile {
+    /// Whether a restart can cost the node leases: it can forget them, or
+    /// its clock may be set back (the restart then steps it forward and
+    /// shortens what it reloads).
+    pub fn restart_can_cost_leases(&self) -> bool {
+        self.persistence.can_forget() || *self.offsets_ms.start() < 0
+    }
+}
+
 impl fmt::Display for NodeProfile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -298,8 +307,7 @@ impl Phase {
         }
         for (i, node) in self.nodes.iter().enumerate() {
             let forgets = node.persistence.can_forget();
-            let steps_forward = *node.offsets_ms.start() < 0;
-            if (forgets || steps_forward) && node.recovery_ms < ttl_max {
+            if node.restart_can_cost_leases() && node.recovery_ms < ttl_max {
                 broken.push(format!(
                     "node {i} ({node}) may lose or shorten leases on restart but its recovery window is shorter than the largest TTL ({ttl_max} ms)"
                 ));
