@@ -411,7 +411,7 @@ pub fn counter(ctx: Ctx, args: &Argv) -> c_int {
 }
 
 /// The command comes from the replication link or the AOF being loaded.
-fn trusted(ctx: Ctx) -> bool {
+pub(crate) fn trusted(ctx: Ctx) -> bool {
     ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_REPLICATED)
         || ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LOADING)
 }

@@ -123,7 +123,7 @@ impl Drop for KeyLookup {
 /// propagates the effect. Its value after.
 fn raise(ctx: Ctx, name: RString, token: i64) -> Option<i64> {
     let mut key = FenceKey::open(ctx, name, true).ok()?;
-    let new = key.value().map_or(token, |current| current.max(token));
+    let new = fence::raised(key.value(), token);
     if !key.set(new) {
         return None;
     }
@@ -263,9 +263,7 @@ pub fn fenceget(ctx: Ctx, args: &Argv) -> c_int {
 /// and logged; sets the fence to the greater of its value and `token`.
 /// Accepted only from a primary or while loading the AOF.
 pub fn fenceapply(ctx: Ctx, args: &Argv) -> c_int {
-    if !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_REPLICATED)
-        && !ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_LOADING)
-    {
+    if !crate::commands::trusted(ctx) {
         return ffi::reply_error(
             ctx,
             "ERR LOCK.FENCEAPPLY is internal: it is accepted only from a primary or while loading the AOF",
@@ -282,7 +280,7 @@ pub fn fenceapply(ctx: Ctx, args: &Argv) -> c_int {
     let Ok(mut key) = FenceKey::open(ctx, name, true) else {
         return ffi::reply_error(ctx, ffi::WRONGTYPE);
     };
-    let new = key.value().map_or(token, |current| current.max(token));
+    let new = fence::raised(key.value(), token);
     if !key.set(new) {
         return ffi::reply_error(ctx, "ERR the fence could not be stored");
     }

@@ -122,6 +122,12 @@ pub fn check(current: Option<i64>, token: i64) -> Verdict {
     }
 }
 
+/// The fence's value after a raise to `token` (the higher of the two; a
+/// missing fence becomes `token`).
+pub fn raised(current: Option<i64>, token: i64) -> i64 {
+    current.map_or(token, |current| current.max(token))
+}
+
 /// [`check`] as a result carrying the refusal's message fields.
 pub fn admit(key: &[u8], current: Option<i64>, token: i64) -> Result<bool, FenceError> {
     match check(current, token) {
@@ -197,6 +203,13 @@ mod tests {
 
     fn flags(list: &[&str]) -> Vec<Vec<u8>> {
         list.iter().map(|f| f.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_raise_keeps_the_higher_token() {
+        assert_eq!(raised(None, 7), 7);
+        assert_eq!(raised(Some(5), 7), 7);
+        assert_eq!(raised(Some(9), 7), 9);
     }
 
     #[test]
