@@ -16,7 +16,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 
-use redis_lock_core::fence::{self, FenceError, Refusal};
+use redis_lock_core::fence::{self, FenceError, KeyRange, Refusal};
 use redis_module::raw;
 
 use crate::ffi::call;
@@ -24,11 +24,21 @@ use crate::ffi::fence::{self as fence_key, FenceKey};
 use crate::ffi::key::WrongType;
 use crate::ffi::{self, Argv, Ctx, RString};
 use crate::guard;
+use crate::propagation;
+
+/// Where an allowed command's keys are.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// At fixed places (no `movablekeys` flag): found without asking.
+    Range(KeyRange),
+    /// Only the server can say, for each command line.
+    Movable,
+}
 
 /// A command's verdict, or "a container: ask for its subcommand".
 #[derive(Clone, Copy)]
 enum Cached {
-    Verdict(Result<(), Refusal>),
+    Verdict(Result<Keys, Refusal>),
     Container,
 }
 
@@ -46,15 +56,28 @@ fn lookup(ctx: Ctx, name: &[u8]) -> Option<Cached> {
     let cached = if info.has_subcommands {
         Cached::Container
     } else {
-        Cached::Verdict(fence::allowed(name, Some(&info.flags)))
+        let movable = info
+            .flags
+            .iter()
+            .any(|flag| flag.eq_ignore_ascii_case(b"movablekeys"));
+        let keys = match (movable, info.arity, info.key_range) {
+            (false, Some(arity), Some([first, last, step])) => Keys::Range(KeyRange {
+                arity,
+                first,
+                last,
+                step,
+            }),
+            _ => Keys::Movable,
+        };
+        Cached::Verdict(fence::allowed(name, Some(&info.flags)).map(|()| keys))
     };
     VERDICTS.with(|cache| cache.borrow_mut().insert(name.to_vec(), cached));
     Some(cached)
 }
 
 /// Whether `LOCK.FENCED` may run `command` (with `sub` its first
-/// argument, for a container command).
-fn inner_allowed(ctx: Ctx, command: &[u8], sub: Option<&[u8]>) -> Result<(), FenceError> {
+/// argument, for a container command), and where its keys are.
+fn inner_allowed(ctx: Ctx, command: &[u8], sub: Option<&[u8]>) -> Result<Keys, FenceError> {
     let name = command.to_ascii_lowercase();
     let verdict = match fence::refused_by_name(&name) {
         Some(refusal) => Err(refusal),
@@ -121,14 +144,25 @@ impl Drop for KeyLookup {
 
 /// Raises the fence `name` to at least `token` (creating it) and
 /// propagates the effect. Its value after.
-fn raise(ctx: Ctx, name: RString, token: i64) -> Option<i64> {
+///
+/// The `LOCK.FENCEAPPLY` effect is built only when Redis would write it
+/// somewhere (`propagates`, see `propagation`): building one that Redis
+/// then drops was a sixth of a fenced write's server instructions. The
+/// raise still counts as a change (`server.dirty`, which drives `save`
+/// points), as `RedisModule_ReplicateVerbatim` does when nothing
+/// propagates.
+fn raise(ctx: Ctx, name: RString, token: i64, propagates: bool) -> Option<i64> {
     let mut key = FenceKey::open(ctx, name, true).ok()?;
     let new = fence::raised(key.value(), token);
     if !key.set(new) {
         return None;
     }
     drop(key);
-    fence_key::replicate_apply(ctx, name, new);
+    if propagates {
+        fence_key::replicate_apply(ctx, name, new);
+    } else {
+        ffi::replicate_verbatim(ctx);
+    }
     fence_key::notify(ctx, name);
     Some(new)
 }
@@ -143,6 +177,30 @@ fn reply_fence_error(ctx: Ctx, error: &FenceError) -> c_int {
     ffi::reply_error(ctx, &error.to_string())
 }
 
+/// What an inner command's keys are to the fence.
+enum InnerKeys {
+    None,
+    TouchFence,
+    Others,
+}
+
+/// Judges the inner command's key `positions` (counted from the inner
+/// command's name, `argv[3]`) against the fence key's name.
+fn judge_keys(positions: impl Iterator<Item = usize>, argv: &[&[u8]], fence: &[u8]) -> InnerKeys {
+    let mut any = false;
+    for pos in positions {
+        any = true;
+        if argv.get(pos.saturating_add(3)) == Some(&fence) {
+            return InnerKeys::TouchFence;
+        }
+    }
+    if any {
+        InnerKeys::Others
+    } else {
+        InnerKeys::None
+    }
+}
+
 /// `LOCK.FENCED fence-key token command [arg ...]`
 pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
     if call::is_keys_position_request(ctx) {
@@ -153,9 +211,10 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
         // command, level after level, until the stack overflowed (a crash
         // any client could cause with `COMMAND GETKEYS` or a cluster
         // routing check). The guard stops any other way back in.
-        let refused = args.bytes().get(3).map_or(true, |name| {
-            fence::refused_by_name(&name.to_ascii_lowercase()).is_some()
-        });
+        let refused = args
+            .bytes()
+            .get(3)
+            .map_or(true, |name| fence::refused_by_name(name).is_some());
         if let (false, Some(_lookup)) = (refused, KeyLookup::enter()) {
             let inner = call::command_keys(ctx, args.strings_from(3)).unwrap_or_default();
             for (pos, flags) in inner {
@@ -174,29 +233,36 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
         Ok(token) => token,
         Err(error) => return reply_fence_error(ctx, &error),
     };
-    if let Err(error) = inner_allowed(ctx, command, argv.get(4).copied()) {
-        return reply_fence_error(ctx, &error);
-    }
+    let keys = match inner_allowed(ctx, command, argv.get(4).copied()) {
+        Ok(keys) => keys,
+        Err(error) => return reply_fence_error(ctx, &error),
+    };
     let inner = args.strings_from(3);
-    // A wrong arity is left to the call, which answers it as the server
-    // would.
-    if let Ok(keys) = call::command_keys(ctx, inner) {
-        if keys.is_empty() {
+    // Where the inner command's keys are; unknown for a line of the wrong
+    // arity, which is left to the call (it answers as the server would).
+    let judged = match keys {
+        Keys::Range(range) => range
+            .positions(inner.len())
+            .map(|positions| judge_keys(positions, argv, key_name)),
+        Keys::Movable => call::command_keys(ctx, inner)
+            .ok()
+            .map(|keys| judge_keys(keys.into_iter().map(|(pos, _)| pos), argv, key_name)),
+    };
+    match judged {
+        Some(InnerKeys::None) => {
             let refused = FenceError::Refused {
                 command: command.to_vec(),
                 reason: Refusal::NoKeys,
             };
             return reply_fence_error(ctx, &refused);
         }
-        let touches_fence = keys
-            .iter()
-            .any(|&(pos, _)| argv.get(pos.saturating_add(3)) == Some(&key_name));
-        if touches_fence {
+        Some(InnerKeys::TouchFence) => {
             return ffi::reply_error(
                 ctx,
                 "ERR LOCK.FENCED: the inner command cannot use the fence key",
             );
         }
+        Some(InnerKeys::Others) | None => {}
     }
     let current = match current(ctx, name) {
         Ok(current) => current,
@@ -206,11 +272,12 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
         Ok(raises) => raises,
         Err(error) => return reply_fence_error(ctx, &error),
     };
-    let reply = match call::call_as_caller(ctx, command, inner) {
+    let propagates = propagation::redis_propagates(ffi::context_flags(ctx));
+    let reply = match call::call_as_caller(ctx, command, inner, propagates) {
         Ok(reply) => reply,
         Err(failed) => return ffi::reply_error(ctx, &failed.message(command)),
     };
-    if !reply.is_error() && raises && raise(ctx, name, token).is_none() {
+    if !reply.is_error() && raises && raise(ctx, name, token, propagates).is_none() {
         // The write ran and propagated; the fence did not move (the inner
         // command changed the fence key behind keys it never reported,
         // e.g. through a command filter). Say so rather than succeed.
@@ -240,7 +307,12 @@ pub fn fencecheck(ctx: Ctx, args: &Argv) -> c_int {
     match fence::admit(key_name, current, token) {
         Err(error) => reply_fence_error(ctx, &error),
         Ok(false) => ffi::reply_integer(ctx, current.unwrap_or(token)),
-        Ok(true) => match raise(ctx, name, token) {
+        Ok(true) => match raise(
+            ctx,
+            name,
+            token,
+            propagation::redis_propagates(ffi::context_flags(ctx)),
+        ) {
             Some(value) => ffi::reply_integer(ctx, value),
             None => ffi::reply_error(ctx, "ERR the fence could not be stored"),
         },

@@ -180,9 +180,28 @@ fn only_plain_writes_run_inside_a_fence() {
             "{args:?}: {err}"
         );
     }
-    // The fence key cannot be written by the inner command.
-    let err = error_of(&mut c, &["LOCK.FENCED", "f", "5", "SET", "f", "x"]);
-    assert!(err.contains("cannot use the fence key"), "{err}");
+    // The fence key cannot be written by the inner command, wherever it
+    // stands among its keys: a fixed key range (first, last, step), a
+    // later key, keys the server finds per line (`movablekeys`).
+    for args in [
+        &["SET", "f", "x"][..],
+        &["MSET", "a", "1", "f", "2"],
+        &["SMOVE", "s", "f", "m"],
+        &["ZUNIONSTORE", "out", "2", "z", "f"],
+        &["ZUNIONSTORE", "f", "1", "z"],
+    ] {
+        let mut full = vec!["LOCK.FENCED", "f", "5"];
+        full.extend_from_slice(args);
+        let err = error_of(&mut c, &full);
+        assert!(err.contains("cannot use the fence key"), "{args:?}: {err}");
+    }
+    // A line of the wrong arity is answered as the server answers it.
+    for args in [&["HSET", "h"][..], &["GETSET", "d", "v", "x"], &["MSET"]] {
+        let mut full = vec!["LOCK.FENCED", "f", "5"];
+        full.extend_from_slice(args);
+        let err = error_of(&mut c, &full);
+        assert!(err.contains("wrong number of arguments"), "{args:?}: {err}");
+    }
     assert_eq!(digest(&mut c), before, "nothing changed");
     assert_eq!(fence_of(&mut c, "f"), None);
     // A container's write subcommand runs.

@@ -60,6 +60,30 @@ fn churn(conn: &mut redis::Connection, round: u64) {
         // Held from an earlier round: release it for the next one.
         let _: redis::Value = redis::cmd("DEL").arg(&key).query(conn).unwrap();
     }
+    // Fenced writes and checks: their raises are effects too (rounds only
+    // grow, so each raises its fence; one in four is a stale retry).
+    let fence_key = format!("fence:{}", round % 50);
+    let token = round.to_string();
+    let value = format!("v{round}");
+    let data = format!("data:{}", round % 50);
+    run(
+        conn,
+        &["LOCK.FENCED", &fence_key, &token, "SET", &data, &value],
+    )
+    .unwrap();
+    run(
+        conn,
+        &["LOCK.FENCECHECK", &format!("check:{}", round % 50), &token],
+    )
+    .unwrap();
+    if round % 4 == 1 {
+        let stale = (round - 1).to_string();
+        assert!(run(
+            conn,
+            &["LOCK.FENCED", &fence_key, &stale, "SET", &data, "stale"]
+        )
+        .is_err());
+    }
 }
 
 #[test]
@@ -82,6 +106,20 @@ fn a_lone_primary_skips_effects_but_counts_every_change() {
     assert_eq!(release(&mut c, "a", "alice"), None);
     assert_eq!(extend(&mut c, "a", "alice", LONG), 0);
     assert_eq!(changes_since_save(&mut c) - before, 5);
+    // A fenced write that raises its fence is two changes (the write and
+    // the raise), one that does not is one; a check that raises is one.
+    let fenced = |c: &mut redis::Connection, token: &str| {
+        run(c, &["LOCK.FENCED", "f", token, "HSET", "h", "k", token])
+    };
+    fenced(&mut c, "7").unwrap();
+    assert_eq!(changes_since_save(&mut c) - before, 7);
+    fenced(&mut c, "7").unwrap();
+    assert_eq!(changes_since_save(&mut c) - before, 8);
+    run(&mut c, &["LOCK.FENCECHECK", "g", "3"]).unwrap();
+    run(&mut c, &["LOCK.FENCECHECK", "g", "3"]).unwrap();
+    assert_eq!(changes_since_save(&mut c) - before, 9);
+    assert!(fenced(&mut c, "6").is_err(), "a stale token is refused");
+    assert_eq!(changes_since_save(&mut c) - before, 9);
 }
 
 #[test]

@@ -142,9 +142,15 @@ pub fn admit(key: &[u8], current: Option<i64>, token: i64) -> Result<bool, Fence
 
 /// Commands refused by name whatever their flags.
 pub fn refused_by_name(name: &[u8]) -> Option<Refusal> {
-    let lower = name.to_ascii_lowercase();
-    let is = |candidates: &[&str]| candidates.iter().any(|c| lower == c.as_bytes());
-    if lower.starts_with(b"lock.") {
+    let is = |candidates: &[&str]| {
+        candidates
+            .iter()
+            .any(|c| name.eq_ignore_ascii_case(c.as_bytes()))
+    };
+    if name
+        .get(..5)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"lock."))
+    {
         Some(Refusal::OwnCommand)
     } else if is(&["multi", "exec", "watch", "unwatch", "discard"]) {
         Some(Refusal::Transaction)
@@ -195,6 +201,52 @@ pub fn allowed(name: &[u8], flags: Option<&[Vec<u8>]>) -> Result<(), Refusal> {
         return Err(Refusal::NotWrite);
     }
     Ok(())
+}
+
+/// Where a command's keys are, as `COMMAND INFO` tells it for a command
+/// without the `movablekeys` flag: its arity and its legacy key range
+/// (first key, last key — negative counts from the end — and step). For
+/// such a command the range is exact (the server marks a command whose
+/// keys it cannot state as a range `movablekeys`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRange {
+    pub arity: i64,
+    pub first: i64,
+    pub last: i64,
+    pub step: i64,
+}
+
+impl KeyRange {
+    /// The key positions in a command line of `argc` arguments (the
+    /// command's name first), as the server finds them; `None` when the
+    /// line does not have the command's arity or ends before its keys do
+    /// (the server answers that when the command runs).
+    pub fn positions(self, argc: usize) -> Option<impl Iterator<Item = usize>> {
+        let argc = i64::try_from(argc).ok()?;
+        let fits = if self.arity >= 0 {
+            argc == self.arity
+        } else {
+            argc >= self.arity.checked_neg()?
+        };
+        if !fits {
+            return None;
+        }
+        let (first, last) = if self.first <= 0 {
+            (1, 0)
+        } else if self.last < 0 {
+            (self.first, argc.checked_add(self.last)?)
+        } else {
+            (self.first, self.last)
+        };
+        if last >= argc {
+            return None;
+        }
+        let step = usize::try_from(self.step.max(1)).ok()?;
+        let first = usize::try_from(first).ok()?;
+        // An empty range when `last` is below `first` (also negative).
+        let last = usize::try_from(last).unwrap_or(0);
+        Some((first..=last).step_by(step))
+    }
 }
 
 #[cfg(test)]
@@ -311,5 +363,47 @@ mod tests {
             "ERR LOCK.FENCED cannot run 'get': it is not a write"
         );
         assert!(FenceError::Token.to_string().contains("9007199254740991"));
+    }
+
+    #[test]
+    fn key_ranges_give_the_positions_the_server_finds() {
+        let range = |arity, first, last, step| KeyRange {
+            arity,
+            first,
+            last,
+            step,
+        };
+        let keys = |r: KeyRange, argc| r.positions(argc).map(|p| p.collect::<Vec<_>>());
+        // HSET key field value [field value ...]
+        let hset = range(-4, 1, 1, 1);
+        assert_eq!(keys(hset, 4), Some(vec![1]));
+        assert_eq!(keys(hset, 6), Some(vec![1]));
+        assert_eq!(keys(hset, 3), None, "below the arity");
+        // MSET key value [key value ...]
+        let mset = range(-3, 1, -1, 2);
+        assert_eq!(keys(mset, 5), Some(vec![1, 3]));
+        assert_eq!(keys(mset, 3), Some(vec![1]));
+        // DEL key [key ...]
+        assert_eq!(keys(range(-2, 1, -1, 1), 4), Some(vec![1, 2, 3]));
+        // SET key value (exact arity elsewhere: GETSET key value)
+        let getset = range(3, 1, 1, 1);
+        assert_eq!(keys(getset, 3), Some(vec![1]));
+        assert_eq!(keys(getset, 4), None);
+        // A command without keys (FLUSHALL)
+        assert_eq!(keys(range(-1, 0, 0, 0), 1), Some(vec![]));
+        // SMOVE source destination member
+        assert_eq!(keys(range(4, 1, 2, 1), 4), Some(vec![1, 2]));
+        // A line too short for its keys (a module command, arity -1)
+        assert_eq!(keys(range(-1, 1, 2, 1), 2), None);
+        // Hostile values from a command table never panic.
+        for (arity, first, last, step) in [
+            (i64::MIN, 1, 1, 1),
+            (-1, i64::MAX, i64::MAX, i64::MAX),
+            (-1, 1, i64::MIN, 1),
+            (-1, 3, 1, 0),
+            (-1, 1, -1, -5),
+        ] {
+            let _ = keys(range(arity, first, last, step), 4);
+        }
     }
 }

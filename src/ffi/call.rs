@@ -75,31 +75,59 @@ impl CallFailed {
     }
 }
 
-/// The call flags: replicate the effects (`!`), run with the caller's ACL
+/// The call flags: replicate the effects (`!`, only when `propagate`: the
+/// server counts the change either way), run with the caller's ACL
 /// (`C`), refuse over `maxmemory` as the caller would be (`M`), refuse
 /// what a script may not run (`S`), reply in the caller's protocol (`0`),
 /// and errors as replies (`E`, Redis 7.2+ and Valkey; before it a refusal
 /// is a null reply with `errno`).
-fn call_format() -> &'static std::ffi::CStr {
+fn call_format(propagate: bool) -> &'static std::ffi::CStr {
     let version = rm!(RedisModule_GetServerVersion()).unwrap_or(0);
-    if version >= 0x0007_0200 {
-        c"v!CMS0E"
-    } else {
-        c"v!CMS0"
+    match (version >= 0x0007_0200, propagate) {
+        (true, true) => c"v!CMS0E",
+        (true, false) => c"vCMS0E",
+        (false, true) => c"v!CMS0",
+        (false, false) => c"vCMS0",
     }
 }
 
-/// Runs `args[0]` with the arguments `args[1..]` as the caller.
-pub fn call_as_caller(ctx: Ctx, name: &[u8], args: &[RString]) -> Result<CallReply, CallFailed> {
-    let Ok(name) = CString::new(name) else {
+/// The longest command name passed on the stack (longer ones are copied
+/// to the heap).
+const NAME_ON_STACK: usize = 64;
+
+/// Runs `args[0]` with the arguments `args[1..]` as the caller; its
+/// effects are replicated when `propagate` (see `propagation`).
+pub fn call_as_caller(
+    ctx: Ctx,
+    name: &[u8],
+    args: &[RString],
+    propagate: bool,
+) -> Result<CallReply, CallFailed> {
+    if name.contains(&0) {
         return Err(CallFailed(libc::ENOENT));
+    }
+    // The name as a C string: on the stack when it fits.
+    let mut stack = [0u8; NAME_ON_STACK];
+    let heap;
+    let name_ptr = match stack.get_mut(..name.len()) {
+        Some(prefix) if name.len() < NAME_ON_STACK => {
+            prefix.copy_from_slice(name);
+            stack.as_ptr().cast::<c_char>()
+        }
+        _ => {
+            let Ok(owned) = CString::new(name) else {
+                return Err(CallFailed(libc::ENOENT));
+            };
+            heap = owned;
+            heap.as_ptr()
+        }
     };
     let rest = args.get(1..).unwrap_or(&[]);
-    let format = call_format();
+    let format = call_format(propagate);
     clear_errno();
     let reply = rm!(RedisModule_Call(
         ctx,
-        name.as_ptr(),
+        name_ptr,
         format.as_ptr(),
         rest.as_ptr().cast_mut(),
         rest.len()
@@ -125,6 +153,16 @@ fn clear_errno() {
 pub struct CommandInfo {
     pub flags: Vec<Vec<u8>>,
     pub has_subcommands: bool,
+    /// Arity, first key, last key and step, as listed.
+    pub arity: Option<i64>,
+    pub key_range: Option<[i64; 3]>,
+}
+
+fn integer(reply: *mut raw::RedisModuleCallReply) -> Option<i64> {
+    if reply.is_null() || reply_type(reply) != raw::REDISMODULE_REPLY_INTEGER as c_int {
+        return None;
+    }
+    rm!(RedisModule_CallReplyInteger(reply))
 }
 
 pub fn command_info(ctx: Ctx, name: &[u8]) -> Option<CommandInfo> {
@@ -156,9 +194,16 @@ pub fn command_info(ctx: Ctx, name: &[u8]) -> Option<CommandInfo> {
         .collect();
     let subcommands = element(entry, 9);
     let has_subcommands = !subcommands.is_null() && length(subcommands) > 0;
+    let at = |index| integer(element(entry, index));
+    let key_range = match (at(3), at(4), at(5)) {
+        (Some(first), Some(last), Some(step)) => Some([first, last, step]),
+        _ => None,
+    };
     Some(CommandInfo {
         flags,
         has_subcommands,
+        arity: at(1),
+        key_range,
     })
 }
 
