@@ -15,6 +15,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use redis_lock_core::fence::{self, FenceError, KeyRange, Refusal};
 use redis_module::raw;
@@ -42,8 +43,140 @@ enum Cached {
     Container,
 }
 
+/// FNV-1a: the caches below are looked up on every fenced write (and
+/// every keys request for one) by short command names the server knows,
+/// where the standard hasher's SipHash was most of a lookup.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut hash = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &byte in bytes {
+            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = hash;
+    }
+}
+
+type FastMap<V> = HashMap<Vec<u8>, V, BuildHasherDefault<Fnv>>;
+
 thread_local! {
-    static VERDICTS: RefCell<HashMap<Vec<u8>, Cached>> = RefCell::new(HashMap::new());
+    static VERDICTS: RefCell<FastMap<Cached>> = RefCell::new(FastMap::default());
+    /// The keys (positions and key-spec flags) of the command lines of a
+    /// command whose keys are at fixed places, by the line's shape: its
+    /// number of arguments (one byte) and the command's cache name, which
+    /// decide them. Learned from the server once per shape.
+    static SHAPES: RefCell<FastMap<Vec<(usize, u32)>>> = RefCell::new(FastMap::default());
+}
+
+/// Lines longer than this are not remembered by shape.
+const SHAPE_MAX_ARGS: usize = 32;
+/// The most shapes remembered (the cache starts again when full).
+const SHAPES_MAX: usize = 4096;
+/// The longest shape (argument count, name, `|`, subcommand) built on the
+/// stack; longer ones are not remembered.
+const SHAPE_MAX_BYTES: usize = 96;
+
+/// The cached verdict on `name` (lowercase), never asking the server.
+fn peek(name: &[u8]) -> Option<Cached> {
+    VERDICTS.with(|cache| cache.borrow().get(name).copied())
+}
+
+/// A line's shape, built on the stack: its argument count, then the
+/// lowercase cache name of its command.
+struct Shape {
+    bytes: [u8; SHAPE_MAX_BYTES],
+    len: usize,
+}
+
+impl Shape {
+    fn push(&mut self, part: &[u8]) -> Option<()> {
+        let end = self.len.checked_add(part.len())?;
+        let room = self.bytes.get_mut(self.len..end)?;
+        for (to, from) in room.iter_mut().zip(part) {
+            *to = from.to_ascii_lowercase();
+        }
+        self.len = end;
+        Some(())
+    }
+
+    fn key(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or_default()
+    }
+
+    fn name(&self) -> &[u8] {
+        self.bytes.get(1..self.len).unwrap_or_default()
+    }
+
+    /// The shape of a line of `argc` arguments whose command is allowed
+    /// and has its keys at fixed places, if its verdict is cached already.
+    fn of(argc: usize, command: &[u8], sub: Option<&[u8]>) -> Option<Shape> {
+        let mut shape = Shape {
+            bytes: [0; SHAPE_MAX_BYTES],
+            len: 0,
+        };
+        shape.push(&[u8::try_from(argc).ok()?])?;
+        shape.push(command)?;
+        let cached = match peek(shape.name())? {
+            Cached::Container => {
+                shape.push(b"|")?;
+                shape.push(sub?)?;
+                peek(shape.name())?
+            }
+            verdict => verdict,
+        };
+        matches!(cached, Cached::Verdict(Ok(Keys::Range(_)))).then_some(shape)
+    }
+}
+
+/// Reports the inner command's keys and their flags for the server's keys
+/// request: by the line's shape where the command's keys are at fixed
+/// places and its verdict is cached (the server is asked once per shape),
+/// else as the server finds them. Nothing for a line the server cannot
+/// read (an unknown command, a wrong arity).
+fn report_inner_keys(ctx: Ctx, inner: &[RString], command: &[u8], sub: Option<&[u8]>) {
+    let report = |keys: &[(usize, u32)]| {
+        for &(pos, flags) in keys {
+            call::key_at(ctx, pos.saturating_add(3), flags);
+        }
+    };
+    let shape = (inner.len() <= SHAPE_MAX_ARGS)
+        .then(|| Shape::of(inner.len(), command, sub))
+        .flatten();
+    if let Some(shape) = &shape {
+        let known = SHAPES.with(|shapes| {
+            shapes
+                .borrow()
+                .get(shape.key())
+                .map(|keys| report(keys))
+                .is_some()
+        });
+        if known {
+            return;
+        }
+    }
+    let Ok(keys) = call::command_keys(ctx, inner) else {
+        return;
+    };
+    report(&keys);
+    if let Some(shape) = shape {
+        SHAPES.with(|shapes| {
+            let mut shapes = shapes.borrow_mut();
+            if shapes.len() >= SHAPES_MAX {
+                shapes.clear();
+            }
+            shapes.insert(shape.key().to_vec(), keys);
+        });
+    }
 }
 
 /// The cached verdict on `name` (lowercase), asking the server the first
@@ -109,6 +242,7 @@ extern "C" fn on_module_change(
 ) {
     guard::callback(ctx, "module change event", (), || {
         VERDICTS.with(|cache| cache.borrow_mut().clear());
+        SHAPES.with(|shapes| shapes.borrow_mut().clear());
     });
 }
 
@@ -211,15 +345,13 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
         // command, level after level, until the stack overflowed (a crash
         // any client could cause with `COMMAND GETKEYS` or a cluster
         // routing check). The guard stops any other way back in.
-        let refused = args
-            .bytes()
+        let argv = args.bytes();
+        let command = argv
             .get(3)
-            .map_or(true, |name| fence::refused_by_name(name).is_some());
-        if let (false, Some(_lookup)) = (refused, KeyLookup::enter()) {
-            let inner = call::command_keys(ctx, args.strings_from(3)).unwrap_or_default();
-            for (pos, flags) in inner {
-                call::key_at(ctx, pos.saturating_add(3), flags);
-            }
+            .copied()
+            .filter(|name| fence::refused_by_name(name).is_none());
+        if let (Some(command), Some(_lookup)) = (command, KeyLookup::enter()) {
+            report_inner_keys(ctx, args.strings_from(3), command, argv.get(4).copied());
         }
         return raw::REDISMODULE_OK as c_int;
     }

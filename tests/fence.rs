@@ -662,3 +662,63 @@ fn a_nested_fenced_write_is_refused_without_a_key_lookup_per_level() {
         Value::SimpleString("PONG".into())
     );
 }
+
+/// The keys a fenced write reports (for routing, ACL and `COMMAND
+/// GETKEYS`) are the fence key and exactly the inner command's keys,
+/// whether the module asks the server for them or remembers them by the
+/// line's shape (the command and its number of arguments, for commands
+/// whose keys are at fixed places). (Their key-spec flags are not compared:
+/// `RedisModule_GetCommandKeysWithFlags` gives none for most native
+/// commands; the inner command's own ACL check, when it runs, uses its
+/// real ones.)
+#[test]
+fn a_fenced_write_reports_the_inner_command_s_keys() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let lines: &[&[&str]] = &[
+        &["HSET", "h", "a", "b"],
+        &["HSET", "h", "a", "b", "c", "d"],
+        &["MSET", "a", "1", "b", "2"],
+        &["MSET", "a", "1", "b", "2", "c", "3"],
+        &["SMOVE", "s", "t", "m"],
+        &["SINTERSTORE", "d", "s"],
+        &["SINTERSTORE", "d", "s", "t", "u"],
+        &["ZUNIONSTORE", "out", "2", "z", "y"],
+        &["XGROUP", "CREATE", "x", "g", "$", "MKSTREAM"],
+        &["HSET", "h"],
+        &["GETSET", "d", "v", "x"],
+    ];
+    let keys_of = |c: &mut Connection, line: &[&str]| -> Vec<Value> {
+        let mut args = vec!["COMMAND", "GETKEYS"];
+        args.extend_from_slice(line);
+        match run(c, &args) {
+            Ok(Value::Array(keys)) => keys,
+            Ok(other) => panic!("{line:?}: {other:?}"),
+            // A line the server cannot read has no keys.
+            Err(_) => Vec::new(),
+        }
+    };
+    for round in 0..3 {
+        for line in lines {
+            let expected = keys_of(&mut c, line);
+            let mut fenced = vec!["LOCK.FENCED", "f", "1"];
+            fenced.extend_from_slice(line);
+            let reported = keys_of(&mut c, &fenced);
+            let (fence, inner) = reported.split_first().expect("the fence key");
+            assert_eq!(fence, &data("f"), "round {round}, {line:?}");
+            // In the server's order for keys at fixed places; a command
+            // that finds its own keys may list them in another order.
+            let sorted = |keys: &[Value]| {
+                let mut keys: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
+                keys.sort();
+                keys
+            };
+            assert_eq!(sorted(inner), sorted(&expected), "round {round}, {line:?}");
+            if round == 0 {
+                // Run it once, so that its verdict (and then its shape) is
+                // remembered for the next rounds.
+                let _ = run(&mut c, &fenced);
+            }
+        }
+    }
+}
