@@ -311,30 +311,6 @@ fn reply_fence_error(ctx: Ctx, error: &FenceError) -> c_int {
     ffi::reply_error(ctx, &error.to_string())
 }
 
-/// What an inner command's keys are to the fence.
-enum InnerKeys {
-    None,
-    TouchFence,
-    Others,
-}
-
-/// Judges the inner command's key `positions` (counted from the inner
-/// command's name, `argv[3]`) against the fence key's name.
-fn judge_keys(positions: impl Iterator<Item = usize>, argv: &[&[u8]], fence: &[u8]) -> InnerKeys {
-    let mut any = false;
-    for pos in positions {
-        any = true;
-        if argv.get(pos.saturating_add(3)) == Some(&fence) {
-            return InnerKeys::TouchFence;
-        }
-    }
-    if any {
-        InnerKeys::Others
-    } else {
-        InnerKeys::None
-    }
-}
-
 /// `LOCK.FENCED fence-key token command [arg ...]`
 pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
     if call::is_keys_position_request(ctx) {
@@ -370,31 +346,20 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
         Err(error) => return reply_fence_error(ctx, &error),
     };
     let inner = args.strings_from(3);
-    // Where the inner command's keys are; unknown for a line of the wrong
-    // arity, which is left to the call (it answers as the server would).
+    // The inner command must write some key and never the fence; a line
+    // of the wrong arity (its keys unknown) is left to the call, which
+    // answers it as the server would.
+    let inner_line = argv.get(3..).unwrap_or_default();
     let judged = match keys {
         Keys::Range(range) => range
             .positions(inner.len())
-            .map(|positions| judge_keys(positions, argv, key_name)),
-        Keys::Movable => call::command_keys(ctx, inner)
-            .ok()
-            .map(|keys| judge_keys(keys.into_iter().map(|(pos, _)| pos), argv, key_name)),
+            .map(|positions| fence::check_inner_keys(inner_line, positions, key_name)),
+        Keys::Movable => call::command_keys(ctx, inner).ok().map(|keys| {
+            fence::check_inner_keys(inner_line, keys.into_iter().map(|(pos, _)| pos), key_name)
+        }),
     };
-    match judged {
-        Some(InnerKeys::None) => {
-            let refused = FenceError::Refused {
-                command: command.to_vec(),
-                reason: Refusal::NoKeys,
-            };
-            return reply_fence_error(ctx, &refused);
-        }
-        Some(InnerKeys::TouchFence) => {
-            return ffi::reply_error(
-                ctx,
-                "ERR LOCK.FENCED: the inner command cannot use the fence key",
-            );
-        }
-        Some(InnerKeys::Others) | None => {}
+    if let Some(Err(error)) = judged {
+        return reply_fence_error(ctx, &error);
     }
     let current = match current(ctx, name) {
         Ok(current) => current,

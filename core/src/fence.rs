@@ -37,6 +37,8 @@ pub enum FenceError {
     },
     /// The inner command is refused (`reason` says why).
     Refused { command: Vec<u8>, reason: Refusal },
+    /// The inner command names the fence key among its keys.
+    UsesFenceKey,
 }
 
 /// Why an inner command of `LOCK.FENCED` is refused.
@@ -85,6 +87,10 @@ impl fmt::Display for FenceError {
                 };
                 write!(f, "ERR LOCK.FENCED cannot run '{name}': {why}")
             }
+            FenceError::UsesFenceKey => write!(
+                f,
+                "ERR LOCK.FENCED: the inner command cannot use the fence key"
+            ),
         }
     }
 }
@@ -201,6 +207,31 @@ pub fn allowed(name: &[u8], flags: Option<&[Vec<u8>]>) -> Result<(), Refusal> {
         return Err(Refusal::NotWrite);
     }
     Ok(())
+}
+
+/// Whether an inner command whose keys stand at `positions` of
+/// `inner` (its command line, the name first) may run behind the fence
+/// key `fence`: it must write some key, and never the fence itself.
+pub fn check_inner_keys(
+    inner: &[&[u8]],
+    positions: impl IntoIterator<Item = usize>,
+    fence: &[u8],
+) -> Result<(), FenceError> {
+    let mut any = false;
+    for pos in positions {
+        any = true;
+        if inner.get(pos) == Some(&fence) {
+            return Err(FenceError::UsesFenceKey);
+        }
+    }
+    if any {
+        Ok(())
+    } else {
+        Err(FenceError::Refused {
+            command: inner.first().map(|name| name.to_vec()).unwrap_or_default(),
+            reason: Refusal::NoKeys,
+        })
+    }
 }
 
 /// Where a command's keys are, as `COMMAND INFO` tells it for a command
@@ -405,5 +436,29 @@ mod tests {
         ] {
             let _ = keys(range(arity, first, last, step), 4);
         }
+    }
+
+    #[test]
+    fn an_inner_command_must_write_a_key_and_never_the_fence() {
+        let line: &[&[u8]] = &[b"MSET", b"a", b"1", b"f", b"2"];
+        assert_eq!(check_inner_keys(line, [1], b"f"), Ok(()));
+        assert_eq!(
+            check_inner_keys(line, [1, 3], b"f"),
+            Err(FenceError::UsesFenceKey)
+        );
+        // A position past the line is no key of it.
+        assert_eq!(check_inner_keys(line, [9], b"f"), Ok(()));
+        let flush: &[&[u8]] = &[b"FLUSHALL"];
+        assert_eq!(
+            check_inner_keys(flush, [], b"f"),
+            Err(FenceError::Refused {
+                command: b"FLUSHALL".to_vec(),
+                reason: Refusal::NoKeys
+            })
+        );
+        assert_eq!(
+            FenceError::UsesFenceKey.to_string(),
+            "ERR LOCK.FENCED: the inner command cannot use the fence key"
+        );
     }
 }
