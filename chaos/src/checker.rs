@@ -43,6 +43,8 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::store::{Store, StoreWrite};
+
 /// One successful acquisition.
 #[derive(Clone, Debug)]
 pub struct Holder {
@@ -109,6 +111,14 @@ pub struct WriteCounts {
     pub accepted_late: u64,
     pub rejected_stale: u64,
     pub rejected_while_valid: u64,
+    /// Writes the real store's fence refused (`STALE`).
+    pub store_refused: u64,
+    /// Writes the real store could not take (an error, not a refusal).
+    pub store_errors: u64,
+    /// Resources whose unfenced copy (the negative control) ended on an
+    /// older write than the highest token accepted: what the fence
+    /// prevented.
+    pub unfenced_stale: u64,
 }
 
 impl WriteCounts {
@@ -123,6 +133,9 @@ impl WriteCounts {
         self.accepted_late += other.accepted_late;
         self.rejected_stale += other.rejected_stale;
         self.rejected_while_valid += other.rejected_while_valid;
+        self.store_refused += other.store_refused;
+        self.store_errors += other.store_errors;
+        self.unfenced_stale += other.unfenced_stale;
     }
 }
 
@@ -133,15 +146,17 @@ pub enum ViolationKind {
     TokenOrder,
     FencedOutWhileValid,
     ReadSawNewerWrite,
+    StoreDisagreed,
 }
 
 impl ViolationKind {
-    pub const ALL: [ViolationKind; 5] = [
+    pub const ALL: [ViolationKind; 6] = [
         ViolationKind::Overlap,
         ViolationKind::TooManyPermits,
         ViolationKind::TokenOrder,
         ViolationKind::FencedOutWhileValid,
         ViolationKind::ReadSawNewerWrite,
+        ViolationKind::StoreDisagreed,
     ];
 
     pub fn name(self) -> &'static str {
@@ -151,6 +166,9 @@ impl ViolationKind {
             ViolationKind::TokenOrder => "token not above an earlier holder's",
             ViolationKind::FencedOutWhileValid => "write rejected inside its validity window",
             ViolationKind::ReadSawNewerWrite => "read inside its window saw a newer write",
+            ViolationKind::StoreDisagreed => {
+                "the store's fence disagreed with the token order (LOCK.FENCED)"
+            }
         }
     }
 }
@@ -183,7 +201,9 @@ impl Violation {
     /// Human-readable, times in ms since `origin`.
     pub fn describe(&self, origin: Instant) -> String {
         let (first, second) = match self.kind {
-            ViolationKind::FencedOutWhileValid => ("accepted", "rejected"),
+            ViolationKind::FencedOutWhileValid | ViolationKind::StoreDisagreed => {
+                ("accepted", "written ")
+            }
             ViolationKind::ReadSawNewerWrite => ("written ", "reader  "),
             ViolationKind::Overlap | ViolationKind::TooManyPermits | ViolationKind::TokenOrder => {
                 ("earlier ", "later   ")
@@ -264,11 +284,28 @@ struct Inner {
 #[derive(Default)]
 pub struct Checker {
     inner: Mutex<Inner>,
+    /// The real store, whose fence must agree with the record.
+    store: Option<Store>,
 }
 
 impl Checker {
+    /// A checker whose record alone stands for the store.
     pub fn new() -> Checker {
         Checker::default()
+    }
+
+    /// A checker whose writes also go to a real fenced store: the record is
+    /// the oracle the store's answers must agree with.
+    pub fn with_store(store: Store) -> Checker {
+        Checker {
+            inner: Mutex::default(),
+            store: Some(store),
+        }
+    }
+
+    /// The real store's server log, if there is one.
+    pub fn store_log(&self) -> Option<String> {
+        self.store.as_ref().map(Store::log)
     }
 
     fn inner(&self) -> MutexGuard<'_, Inner> {
@@ -348,7 +385,12 @@ impl Checker {
         }
     }
 
-    /// A fenced write by holder `id` with `token`, now.
+    /// A fenced write by holder `id` with `token`, now. With a real store,
+    /// the write goes to it too (under the record's lock, so that both see
+    /// the writes in one order) and its fence must agree with the record: it
+    /// refuses exactly the tokens below the highest accepted (an equal token
+    /// from another holder, which the record refuses, is the token-order
+    /// check's business: the fence accepts equal tokens by contract).
     pub fn write(&self, id: HolderId, token: u64) -> WriteOutcome {
         let mut inner = self.inner();
         let now = Instant::now();
@@ -357,6 +399,32 @@ impl Checker {
         };
         let valid = now < holder.window_end;
         let previous = inner.highest.get(&holder.resource).copied();
+        if let Some(store) = &self.store {
+            let outcome = store.write(&holder.resource, token);
+            let expected_refusal = previous.is_some_and(|(highest, _)| token < highest);
+            let agreed = match outcome {
+                Ok(StoreWrite::RefusedStale) => {
+                    inner.writes.store_refused += 1;
+                    expected_refusal
+                }
+                Ok(StoreWrite::Accepted) => !expected_refusal,
+                Err(_) => {
+                    inner.writes.store_errors += 1;
+                    true
+                }
+            };
+            if !agreed {
+                let earlier = previous
+                    .and_then(|(_, by)| inner.holders.get(by).cloned())
+                    .unwrap_or_else(|| holder.clone());
+                inner.fenced_out.push(Violation {
+                    kind: ViolationKind::StoreDisagreed,
+                    earlier,
+                    later: holder.clone(),
+                    at: Some(now),
+                });
+            }
+        }
         match previous {
             Some((highest, by)) if token <= highest => {
                 if valid {
@@ -431,10 +499,47 @@ impl Checker {
             token_order(&holders, &mut violations);
         }
         violations.extend(inner.fenced_out.iter().cloned());
+        let mut writes = inner.writes;
+        if let Some(store) = &self.store {
+            self.check_store_values(store, &inner, &mut writes, &mut violations);
+        }
         Findings {
             holders: inner.holders.len() as u64,
-            writes: inner.writes,
+            writes,
             violations,
+        }
+    }
+
+    /// At the end, each resource's fenced value in the real store must be
+    /// the highest token the record accepted; the unfenced control's value
+    /// is counted when it is older (a stale write landed last).
+    fn check_store_values(
+        &self,
+        store: &Store,
+        inner: &Inner,
+        writes: &mut WriteCounts,
+        violations: &mut Vec<Violation>,
+    ) {
+        let mut resources: Vec<_> = inner.highest.iter().collect();
+        resources.sort();
+        for (resource, &(highest, by)) in resources {
+            let Ok(values) = store.values(resource) else {
+                writes.store_errors += 1;
+                continue;
+            };
+            if values.unfenced.is_some_and(|v| v < highest) {
+                writes.unfenced_stale += 1;
+            }
+            if values.fenced != Some(highest) {
+                if let Some(holder) = inner.holders.get(by) {
+                    violations.push(Violation {
+                        kind: ViolationKind::StoreDisagreed,
+                        earlier: holder.clone(),
+                        later: holder.clone(),
+                        at: None,
+                    });
+                }
+            }
         }
     }
 }
@@ -580,6 +685,54 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// The real store (a server with the module) refuses exactly the
+    /// stale writes the record refuses, and ends on the highest token; the
+    /// unfenced copy beside it ends on whatever came last.
+    #[test]
+    fn the_real_store_s_fence_agrees_with_the_record() {
+        let checker = Checker::with_store(Store::start());
+        let t0 = Instant::now();
+        let a = checker.begin_hold("r", 0, t0, t0, ms(60_000), vec![0]);
+        assert_eq!(checker.write(a, 10), WriteOutcome::Accepted { late: false });
+        let stale = checker.begin_hold("r", 1, t0, t0, Duration::ZERO, vec![0]);
+        assert_eq!(checker.write(stale, 9), WriteOutcome::RejectedStale);
+        let late = checker.begin_hold("r", 2, t0, t0, Duration::ZERO, vec![0]);
+        assert_eq!(
+            checker.write(late, 11),
+            WriteOutcome::Accepted { late: true }
+        );
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::StoreDisagreed), 0);
+        assert_eq!(findings.writes.store_refused, 1);
+        assert_eq!(findings.writes.unfenced_stale, 0);
+        // A stale write last: the fence keeps 11, the unfenced copy has 5.
+        let zombie = checker.begin_hold("r", 3, t0, t0, Duration::ZERO, vec![0]);
+        assert_eq!(checker.write(zombie, 5), WriteOutcome::RejectedStale);
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::StoreDisagreed), 0);
+        assert_eq!(findings.writes.store_refused, 2);
+        assert_eq!(findings.writes.unfenced_stale, 1);
+        assert_eq!(findings.writes.store_errors, 0);
+    }
+
+    /// The check is not satisfied by any store: one that takes stale
+    /// writes (its fence bypassed) is caught at the write and at the end.
+    #[test]
+    fn a_store_that_does_not_fence_is_caught() {
+        let checker = Checker::with_store(Store::start_without_fence());
+        let t0 = Instant::now();
+        let a = checker.begin_hold("r", 0, t0, t0, ms(60_000), vec![0]);
+        assert_eq!(checker.write(a, 10), WriteOutcome::Accepted { late: false });
+        let stale = checker.begin_hold("r", 1, t0, t0, Duration::ZERO, vec![0]);
+        assert_eq!(checker.write(stale, 9), WriteOutcome::RejectedStale);
+        let findings = checker.findings();
+        assert_eq!(
+            findings.count(ViolationKind::StoreDisagreed),
+            2,
+            "{findings:?}"
+        );
     }
 
     #[test]

@@ -31,6 +31,7 @@ pub mod node_errors;
 pub mod plan;
 pub mod report;
 pub mod scoped;
+pub mod store;
 pub mod wire;
 pub mod workload;
 
@@ -48,6 +49,7 @@ use crate::faults::{FaultLog, Injector};
 use crate::network::{Lab, NetnsHandle};
 use crate::plan::{Mix, Phase};
 use crate::report::{ClientFigures, NetworkFigures, PhaseSummary, Summary};
+use crate::store::Store;
 use crate::workload::{ClientStats, Resource, ResourceKind, Shared, Workload};
 
 /// What can stop a run (violations do not: they are its result).
@@ -343,7 +345,7 @@ async fn run_phase(
     let stop = Arc::new(AtomicBool::new(false));
     let pause_requests = Arc::new(AtomicU64::new(0));
     let log = Arc::new(FaultLog::new(origin, settings.verbose));
-    let checker = Arc::new(Checker::new());
+    let checker = Arc::new(Checker::with_store(Store::start()));
     let stats = Arc::new(ClientStats::default());
     let indexer = cluster.clone();
     let node_index: workload::NodeIndex = Arc::new(move |name: &str| indexer.index_of(name));

@@ -237,6 +237,12 @@ impl Summary {
         if self.interrupted {
             troubles.push("interrupted before its end".to_string());
         }
+        if total.writes.store_errors > 0 {
+            troubles.push(format!(
+                "{} writes or reads the fenced store could not serve",
+                total.writes.store_errors
+            ));
+        }
         troubles.extend(self.shortfalls(total));
         troubles
     }
@@ -407,6 +413,11 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
         w.rejected(),
         w.rejected_stale,
         w.rejected_while_valid
+    )?;
+    writeln!(
+        f,
+        "  LOCK.FENCED the store's fence refused {} writes; without it (the unfenced copy) {} resources ended on an older write than their highest token",
+        w.store_refused, w.unfenced_stale
     )?;
     let kinds: Vec<String> = ViolationKind::ALL
         .iter()

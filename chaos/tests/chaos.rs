@@ -153,6 +153,17 @@ async fn the_negative_control_reports_violations() {
         total.reader_writer > 0,
         "restarted nodes without their locks must let a reader and a writer overlap:\n{summary}"
     );
+    // The real store (LOCK.FENCED) refused the writes that came out of
+    // token order, and its unfenced copy took them: what the fence is for.
+    assert_eq!(
+        total.violations_of(ViolationKind::StoreDisagreed),
+        0,
+        "the store's fence must agree with the token order even when the locks fail:\n{summary}"
+    );
+    assert!(
+        total.writes.rejected() == 0 || total.writes.store_refused > 0,
+        "writes came out of token order and the store's fence refused none:\n{summary}"
+    );
 }
 
 /// The network negative control: the network phase's faults alone, with a
