@@ -647,6 +647,18 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
     // The waiter on the source is told to retry; the source keeps nothing.
     assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
     wait_books(source, (0, 0, 0, 0), "the source after the move");
+    // Redis freed the slot's keys on its background thread (the module
+    // settled its books from the trim event), not key by key on its main
+    // thread, which listening to `key_trimmed` would have forced.
+    assert!(
+        wait_until(SOON, || dbsize(&mut s) == 0),
+        "the slot's keys never left the source"
+    );
+    assert_eq!(
+        active_trims(source),
+        0,
+        "the source trimmed on its main thread"
+    );
     // Every holder has its lease-index entry on the target.
     wait_books(target, (2, 3, 3, 0), "the target after the move");
     assert_eq!(held(&mut t, ex).token, top);
@@ -656,4 +668,313 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
     assert_eq!(extend(&mut t, ex, "holder", 1), 1);
     let granted = answered(retried, "the retried waiter").unwrap().unwrap();
     assert!(granted > fresh);
+}
+
+/// `CLUSTER INFO`'s count of Redis's main-thread slot trims
+/// (`cluster_slot_migration_stats_active_trim_started`).
+fn active_trims(node: &RedisServer) -> i64 {
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut node.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cluster_slot_migration_stats_active_trim_started:"))
+        .unwrap_or_else(|| panic!("no active trim count in CLUSTER INFO: {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A 3-master Redis 8.4+ cluster for tests that hold, freeze or kill a
+/// node mid-migration: no node is failed for the minute a test may hold
+/// one, and the cluster stays up without a dead node's slots. `None` with
+/// a note where the server has no `CLUSTER MIGRATION`.
+fn redis_cluster_or_skip(test: &str) -> Option<RedisCluster> {
+    if !has_redis_migration(&RedisServer::start()) {
+        println!("{test}: skipped: this server has no CLUSTER MIGRATION (Redis 8.4+)");
+        return None;
+    }
+    Some(RedisCluster::start_with(3, 0, || {
+        testkit::cluster::cluster_options().args([
+            "--cluster-node-timeout",
+            "60000",
+            "--cluster-require-full-coverage",
+            "no",
+        ])
+    }))
+}
+
+/// `DEBUG ASM-FAILPOINT channel state` on `node` (`"" ""` clears it): the
+/// source's `migrate-main-channel` at `handoff-prep` holds a migration
+/// before the source pauses its writes.
+fn asm_failpoint(node: &RedisServer, channel: &str, state: &str) {
+    asm_failpoint_on(&mut node.conn(), channel, state);
+}
+
+fn asm_failpoint_on(conn: &mut Connection, channel: &str, state: &str) {
+    let _: () = redis::cmd("DEBUG")
+        .arg("ASM-FAILPOINT")
+        .arg(channel)
+        .arg(state)
+        .query(conn)
+        .unwrap();
+}
+
+/// `CLUSTER MIGRATION IMPORT slot slot` on `target`: the task's id.
+fn redis_import(target: &RedisServer, slot: i64) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MIGRATION")
+        .arg("IMPORT")
+        .arg(slot)
+        .arg(slot)
+        .query(&mut target.conn())
+        .unwrap()
+}
+
+/// Waits until task `id` on `node` is in one of `states`; returns it.
+fn wait_task(node: &RedisServer, id: &str, states: &[&str]) -> String {
+    let mut last = String::new();
+    let reached = wait_until(Duration::from_secs(30), || {
+        last = task_state(node, id);
+        states.contains(&last.as_str())
+    });
+    assert!(
+        reached,
+        "task {id} on {} never reached {states:?} (last: {last})",
+        node.port()
+    );
+    last
+}
+
+/// Waits until both nodes see `owner` serving `slot`.
+fn wait_owner(a: &RedisServer, b: &RedisServer, slot: i64, owner: &RedisServer) {
+    let moved = wait_until(Duration::from_secs(30), || {
+        RedisCluster::owner_port(a, slot) == owner.port()
+            && RedisCluster::owner_port(b, slot) == owner.port()
+    });
+    assert!(moved, "slot {slot} never showed as {}'s", owner.port());
+}
+
+#[test]
+fn redis_handover_pause_grants_nothing_twice_and_the_lease_ends_on_the_target() {
+    let Some(cluster) = redis_cluster_or_skip("redis_handover_pause") else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let key = "{job}ex";
+    let mut s = source.conn();
+    // The source's writes may stay paused for a minute while the target is
+    // frozen before it takes the slot.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-slot-migration-write-pause-timeout")
+        .arg(60_000)
+        .query(&mut s)
+        .unwrap();
+    let token = acquire(&mut s, key, "holder", 60_000).unwrap();
+    let waiter = spawn_waiter_or_error(source, key, "waiter", 60_000);
+
+    asm_failpoint(source, "migrate-main-channel", "handoff-prep");
+    let id = redis_import(target, slot);
+    let mut t = target.conn();
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 1),
+        "the snapshot's lock never reached the target"
+    );
+    // The target acknowledges what it applied ten times a second in this
+    // state; an acknowledgement is what starts the source's pause.
+    wait_task(target, &id, &["wait-stream-eof"]);
+    // Long enough that no loaded machine reaches the pause after it ends
+    // (reaching it takes well under a second), short next to the minute.
+    const LEASE_MS: u64 = 8_000;
+    assert_eq!(extend(&mut s, key, "holder", LEASE_MS), 1);
+    let shortened = Instant::now();
+
+    // Into the pause with the target frozen before it takes the slot: the
+    // source is frozen, the fail point's clearing is queued to it, the
+    // target sends acknowledgements to it and is frozen in turn; resumed,
+    // the source clears the fail point, reads an acknowledgement, pauses
+    // its writes and sends the end of the stream to the frozen target.
+    let mut clearing = source.conn();
+    source.pause();
+    let cleared = std::thread::spawn(move || asm_failpoint_on(&mut clearing, "", ""));
+    // Half a second: five of the target's acknowledgement rounds.
+    std::thread::sleep(Duration::from_millis(500));
+    target.pause();
+    source.resume();
+    cleared.join().unwrap();
+    let paused = wait_task(
+        source,
+        &id,
+        &["handoff", "stream-eof", "failed", "canceled"],
+    );
+    assert!(
+        paused == "handoff" || paused == "stream-eof",
+        "the source never paused: {paused}"
+    );
+    assert!(
+        shortened.elapsed() < Duration::from_millis(LEASE_MS),
+        "the source paused only after the lease ended: nothing was tested (a loaded machine?)"
+    );
+    // A rival's acquisition on the source waits out the pause.
+    let rival = std::thread::spawn({
+        let mut c = source.conn();
+        move || {
+            redis::cmd("LOCK.ACQUIRE")
+                .arg(key)
+                .arg("rival")
+                .arg(60_000)
+                .query::<Option<i64>>(&mut c)
+                .map_err(|e| error_line(&e))
+        }
+    });
+    // The lease ends while the source is paused and the target frozen: the
+    // source ends nothing and grants nothing.
+    if let Some(left) = Duration::from_millis(LEASE_MS + 200).checked_sub(shortened.elapsed()) {
+        std::thread::sleep(left);
+    }
+    assert_eq!(lock_stat(&mut s, "lock_held"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_waiting"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    assert_eq!(lock_stat(&mut s, "lock_expired"), 0);
+    assert!(
+        !rival.is_finished(),
+        "the rival was answered during the pause"
+    );
+    let still = task_state(source, &id);
+    assert!(still == "handoff" || still == "stream-eof", "{still}");
+
+    target.resume();
+    wait_task(target, &id, &["completed"]);
+    wait_owner(source, target, slot, target);
+
+    // The waiter is told to retry and the rival is redirected: nothing was
+    // granted on the source.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    let rival = answered(rival, "the rival").unwrap_err();
+    assert!(
+        rival.starts_with(&format!("MOVED {slot} "))
+            && rival.ends_with(&format!(":{}", target.port())),
+        "{rival}"
+    );
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+    // The lease that ended during the handover ends on the target.
+    assert!(
+        wait_until(SOON, || !exists(&mut t, key)),
+        "the lock whose lease ended during the handover was never ended on the target: {:?}",
+        books(&mut t)
+    );
+    wait_books(target, (0, 0, 0, 0), "the target after the lease ended");
+    assert_eq!(lock_stat(&mut t, "lock_expired"), 1);
+    let retried = acquire(&mut t, key, "waiter", 60_000).unwrap();
+    assert!(retried > token, "{retried} is not above {token}");
+}
+
+/// How a Redis import fails midway in [`redis_failed_import`].
+#[derive(Clone, Copy, Debug)]
+enum ImportFailure {
+    /// `CLUSTER MIGRATION CANCEL ID <id>` on the target.
+    Cancelled,
+    /// The target is killed (`kill -9`).
+    TargetKilled,
+    /// `FLUSHALL` on the target (which cancels the import).
+    Flushed,
+}
+
+/// An import that fails after the snapshot's locks and some of the stream
+/// reached the target leaves the target with no books for them and the
+/// locks working on the source: holders, leases, the waiter served there.
+fn redis_failed_import(how: ImportFailure) {
+    let Some(mut cluster) = redis_cluster_or_skip(&format!("redis_failed_import ({how:?})")) else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (source_port, target_port) = (source.port(), target.port());
+    let (ex, sh) = ("{job}ex", "{job}sh");
+    let mut s = source.conn();
+    let token = acquire(&mut s, ex, "holder", 60_000).unwrap();
+    int(&mut s, &["LOCK.ACQUIRE", sh, "r1", "60000", "SHARED"]);
+    let waiter = spawn_waiter_or_error(source, ex, "waiter", 60_000);
+
+    // Held before its pause: the snapshot is on the target, and what the
+    // source changes streams on.
+    asm_failpoint(source, "migrate-main-channel", "handoff-prep");
+    let id = redis_import(target, slot);
+    let mut t = target.conn();
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 2),
+        "the snapshot's locks never reached the target"
+    );
+    int(&mut s, &["LOCK.ACQUIRE", sh, "r2", "60000", "SHARED"]);
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_holders") == 3),
+        "the stream never reached the target"
+    );
+
+    match how {
+        ImportFailure::Cancelled => {
+            assert_eq!(
+                int(&mut t, &["CLUSTER", "MIGRATION", "CANCEL", "ID", &id]),
+                1
+            );
+        }
+        ImportFailure::Flushed => {
+            let _: () = redis::cmd("FLUSHALL").query(&mut t).unwrap();
+            // Redis cancels the import itself.
+            wait_task(target, &id, &["canceled", "failed"]);
+            wait_books(target, (0, 0, 0, 0), "the target after FLUSHALL");
+        }
+        ImportFailure::TargetKilled => {
+            let target = cluster
+                .nodes
+                .iter_mut()
+                .find(|n| n.port() == target_port)
+                .unwrap();
+            target.kill9();
+        }
+    }
+    let source = cluster.node(source_port);
+    // The source's side of the task ends, unpaused.
+    wait_task(source, &id, &["failed", "canceled"]);
+    asm_failpoint(source, "", "");
+    if !matches!(how, ImportFailure::TargetKilled) {
+        let target = cluster.node(target_port);
+        // The target trimmed what it had imported, and its books say so.
+        wait_books(target, (0, 0, 0, 0), "the target after the failed import");
+        let mut t = target.conn();
+        assert!(
+            wait_until(SOON, || dbsize(&mut t) == 0),
+            "the imported keys stayed on the target"
+        );
+        assert_eq!(active_trims(target), 0);
+        assert_eq!(RedisCluster::owner_port(target, slot), source.port());
+    }
+
+    // The source still owns the slot, the locks and the waiter, and they
+    // work: the holder's token and lease, a release that serves the waiter.
+    assert_eq!(RedisCluster::owner_port(source, slot), source.port());
+    let mut s = source.conn();
+    assert_eq!(books(&mut s), (2, 3, 3, 1));
+    assert_eq!(held(&mut s, ex).token, token);
+    assert_eq!(acquire(&mut s, ex, "rival", 60_000), None);
+    assert_eq!(release(&mut s, ex, "holder"), Some(0));
+    let granted = answered(waiter, "the waiter").unwrap().unwrap();
+    assert!(granted > token);
+    wait_books(source, (2, 3, 3, 0), "the source after the hand-off");
+}
+
+#[test]
+fn redis_a_cancelled_import_leaves_the_locks_working_on_the_source() {
+    redis_failed_import(ImportFailure::Cancelled);
+}
+
+#[test]
+fn redis_an_import_whose_target_is_killed_leaves_the_locks_working_on_the_source() {
+    redis_failed_import(ImportFailure::TargetKilled);
+}
+
+#[test]
+fn redis_flushall_on_the_target_during_an_import_leaves_the_locks_working_on_the_source() {
+    redis_failed_import(ImportFailure::Flushed);
 }
