@@ -978,3 +978,63 @@ fn redis_an_import_whose_target_is_killed_leaves_the_locks_working_on_the_source
 fn redis_flushall_on_the_target_during_an_import_leaves_the_locks_working_on_the_source() {
     redis_failed_import(ImportFailure::Flushed);
 }
+
+#[test]
+fn valkey_cli_reshard_by_atomic_slot_migration_keeps_the_lock_and_redirects_its_waiter() {
+    let Some(cluster) = cluster_or_skip("valkey_cli_reshard_by_atomic_slot_migration") else {
+        return;
+    };
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    // `--cluster reshard` of one slot moves the lowest slot `from` serves.
+    let slot = testkit::cluster::lowest_slot(from);
+    let key = (0..)
+        .map(|i| format!("resharded{i}"))
+        .find(|k| cluster.key_slot(k) == slot)
+        .unwrap();
+    let mut s = from.conn();
+    let token = acquire(&mut s, &key, "holder", 60_000).unwrap();
+    let waiter = spawn_waiter_or_error(from, &key, "waiter", 60_000);
+
+    let output = std::process::Command::new(testkit::cli_binary())
+        .args([
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{}", from.port()),
+        ])
+        .args([
+            "--cluster-from",
+            &node_id(from),
+            "--cluster-to",
+            &node_id(to),
+        ])
+        .args(["--cluster-slots", "1", "--cluster-yes"])
+        .arg("--cluster-use-atomic-slot-migration")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "valkey-cli --cluster reshard failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let moved = wait_until(Duration::from_secs(30), || {
+        RedisCluster::owner_port(from, slot) == to.port()
+            && RedisCluster::owner_port(to, slot) == to.port()
+    });
+    assert!(moved, "slot {slot} never showed as the target's");
+
+    // The holder keeps its lock there (same token, its lease indexed); the
+    // waiter on the old node is told to retry, and the old node keeps
+    // nothing.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    wait_books(from, (0, 0, 0, 0), "the old node after the reshard");
+    let mut t = to.conn();
+    wait_books(to, (1, 1, 1, 0), "the new node after the reshard");
+    assert_eq!(held(&mut t, &key).token, token);
+    assert_eq!(acquire(&mut t, &key, "rival", 60_000), None);
+    // Retried there, the waiter waits for the holder's release.
+    let retried = spawn_waiter_or_error(to, &key, "waiter", 60_000);
+    assert_eq!(release(&mut t, &key, "holder"), Some(0));
+    let granted = answered(retried, "the retried waiter").unwrap().unwrap();
+    assert!(granted > token, "{granted} is not above {token}");
+}
