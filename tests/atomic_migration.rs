@@ -790,16 +790,31 @@ fn redis_handover_pause_grants_nothing_twice_and_the_lease_ends_on_the_target() 
     assert_eq!(extend(&mut s, key, "holder", LEASE_MS), 1);
     let shortened = Instant::now();
 
-    // Into the pause with the target frozen before it takes the slot: the
-    // source is frozen, the fail point's clearing is queued to it, the
-    // target sends acknowledgements to it and is frozen in turn; resumed,
-    // the source clears the fail point, reads an acknowledgement, pauses
+    // Into the pause with the target frozen before it takes the slot. The
+    // target is frozen and the source reads what it had sent; the source
+    // is frozen and the fail point's clearing is queued to it; the target
+    // runs until one acknowledgement (sent ten times a second) is queued
+    // behind it, and is frozen again. Resumed, the source reads them in
+    // that order (the kernel reports ready sockets first come, first
+    // served): it clears the fail point, reads the acknowledgement, pauses
     // its writes and sends the end of the stream to the frozen target.
     let mut clearing = source.conn();
+    target.pause();
+    assert!(
+        wait_until(SOON, || unread_connections(source.port()) == 0),
+        "the source never read what the target had sent"
+    );
     source.pause();
     let cleared = std::thread::spawn(move || asm_failpoint_on(&mut clearing, "", ""));
-    // Half a second: five of the target's acknowledgement rounds.
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        wait_until(SOON, || unread_connections(source.port()) == 1),
+        "the fail point's clearing never reached the frozen source"
+    );
+    target.resume();
+    assert!(
+        wait_until(SOON, || unread_connections(source.port()) == 2),
+        "no acknowledgement of the target reached the frozen source"
+    );
     target.pause();
     source.resume();
     cleared.join().unwrap();
@@ -869,6 +884,31 @@ fn redis_handover_pause_grants_nothing_twice_and_the_lease_ends_on_the_target() 
     assert_eq!(lock_stat(&mut t, "lock_expired"), 1);
     let retried = acquire(&mut t, key, "waiter", 60_000).unwrap();
     assert!(retried > token, "{retried} is not above {token}");
+}
+
+/// Established loopback connections to `port` whose server side has
+/// bytes it has not read yet (`/proc/net/tcp`): what a frozen server has
+/// been sent.
+fn unread_connections(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields
+                .get(1)
+                .and_then(|addr| addr.rsplit(':').next())
+                .and_then(|hex| u16::from_str_radix(hex, 16).ok());
+            let established = fields.get(3) == Some(&"01");
+            let unread = fields
+                .get(4)
+                .and_then(|queues| queues.split(':').nth(1))
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                .unwrap_or(0);
+            local_port == Some(port) && established && unread > 0
+        })
+        .count()
 }
 
 /// How a Redis import fails midway in [`redis_failed_import`].
