@@ -183,10 +183,11 @@ extern "C" fn on_swapdb(
 /// entry, and the timer ends those whose lease is over and serves their
 /// queues.
 ///
-/// On Valkey nothing else needs the event: the keys of a slot that left, or of an
-/// import that was aborted, are deleted by the server through `unlink2`,
-/// which drops their entries and leaves their waiters to the timer, which
-/// tells them to retry where the slot is served (`waiting::settle_by_name`).
+/// On Valkey nothing else needs the event: the keys of a slot that left, or
+/// of an import that was aborted, are deleted by the server through
+/// `unlink2`, which drops their entries and leaves their waiters to the
+/// timer, which tells them to retry where the slot is served
+/// (`waiting::settle_by_name`).
 ///
 /// Redis 8.4+'s `CLUSTER MIGRATION IMPORT` needs the same: its snapshot's
 /// locks are read by `rdb_load` (the counter raised) and filed by the
