@@ -582,7 +582,7 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
     }
     let cluster = RedisCluster::start(3, 0);
     let (source, target, slot) = source_and_target(&cluster, "{job}");
-    let (ex, sh) = ("{job}ex", "{job}sh");
+    let (ex, sh, sem) = ("{job}ex", "{job}sh", "{job}sem");
     let mut s = source.conn();
     acquire(&mut s, ex, "holder", 60_000).unwrap();
     let high = lock_stat(&mut s, "lock_last_token") + 1_000_000_000_000_000;
@@ -590,8 +590,15 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
     for reader in ["r1", "r2"] {
         int(&mut s, &["LOCK.ACQUIRE", sh, reader, "60000", "SHARED"]);
     }
+    for permit in ["p1", "p2"] {
+        int(
+            &mut s,
+            &["LOCK.ACQUIRE", sem, permit, "60000", "SHARED", "LIMIT", "3"],
+        );
+    }
+    let before: Vec<_> = [ex, sh, sem].iter().map(|k| holders(&mut s, k)).collect();
     let waiter = spawn_waiter_or_error(source, ex, "waiter", 60_000);
-    assert_eq!(books(&mut s), (2, 3, 3, 1));
+    assert_eq!(books(&mut s), (3, 5, 5, 1));
 
     // Redis's migration is started on the target, and held before its
     // handoff (a debug fail point on the source) until the snapshot's locks
@@ -615,7 +622,7 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
         .unwrap();
     let mut t = target.conn();
     assert!(
-        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 2),
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 3),
         "the snapshot's locks never reached the target"
     );
     // The target's timer, idle until the locks' arrival hinted the sweep,
@@ -660,10 +667,38 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
         "the source trimmed on its main thread"
     );
     // Every holder has its lease-index entry on the target.
-    wait_books(target, (2, 3, 3, 0), "the target after the move");
+    wait_books(target, (3, 5, 5, 0), "the target after the move");
+    // Holders, holds and tokens arrived as they were, with their leases.
+    for (key, was) in [ex, sh, sem].iter().zip(&before) {
+        let now = holders(&mut t, key);
+        let identity = |h: &[(String, i64, i64, i64)]| {
+            h.iter()
+                .map(|(o, holds, token, _)| (o.clone(), *holds, *token))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(identity(&now), identity(was), "{key} on the target");
+        for (_, _, _, pttl) in &now {
+            assert!(*pttl > 0, "{key}: no lease left on the target ({pttl})");
+        }
+    }
     assert_eq!(held(&mut t, ex).token, top);
     let fresh = acquire(&mut t, "{job}fresh", "x", 60_000).unwrap();
     assert!(fresh > top, "{fresh} is not above the arrived token {top}");
+    // The semaphore's limit came along.
+    let third = int(
+        &mut t,
+        &["LOCK.ACQUIRE", sem, "p3", "60000", "SHARED", "LIMIT", "3"],
+    );
+    assert!(third > fresh);
+    assert_eq!(
+        run(
+            &mut t,
+            &["LOCK.ACQUIRE", sem, "p4", "60000", "SHARED", "LIMIT", "3"]
+        )
+        .unwrap(),
+        Value::Nil,
+        "the semaphore's limit of 3 did not arrive"
+    );
     let retried = spawn_waiter_or_error(target, ex, "waiter", 60_000);
     assert_eq!(extend(&mut t, ex, "holder", 1), 1);
     let granted = answered(retried, "the retried waiter").unwrap().unwrap();
