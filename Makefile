@@ -167,3 +167,10 @@ bench: build
 clean:
 	$(CARGO) clean
 	rm -rf .redis-run .redis-cluster
+
+# The servers' own atomic slot migration units (Redis 8.6.3's, Valkey
+# 9.1.2's), without the module and with it, and their figures; long, not
+# part of `make test` (scripts/server-suites.sh; SUITES_DIR keeps the work).
+.PHONY: server-suites
+server-suites: build
+	scripts/server-suites.sh $(SUITES_DIR)

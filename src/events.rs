@@ -9,6 +9,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use redis_lock_core::filing::{self, Arrival};
+use redis_lock_core::slot::SlotRanges;
 use redis_lock_core::Slot;
 use redis_module::raw;
 
@@ -23,15 +24,22 @@ use crate::timer;
 
 pub fn subscribe(ctx: Ctx) -> bool {
     // Redis 8.4+ (`CLUSTER MIGRATION IMPORT`) frees the keys of a slot that
-    // left on a background thread, unseen: their lease entries would stay
-    // and their waiters would wait for their timeouts. While a module
-    // listens to `key_trimmed`, it deletes them on its main thread instead,
-    // as `DEL` does, through `unlink2` (`on_keyspace_event` ignores the
-    // event itself). Its snapshot's locks arrive through `rdb_load` (the
-    // counter raised as each is read) and are filed by the sweep once the
-    // import completes (`on_slot_migration`).
+    // left (or of an import that failed) on a background thread, unseen by
+    // `unlink2`: their lease entries would stay and their waiters would wait
+    // for their timeouts. Its trim event names those slots first
+    // (`on_slot_trim`), and the module settles its books for them. (Listening
+    // to `key_trimmed` instead would make Redis delete every departed key,
+    // locks or not, on its main thread: only where the trim event is
+    // missing.) Its snapshot's locks arrive through `rdb_load` (the counter
+    // raised as each is read) and are filed by the sweep once the import
+    // completes (`on_slot_migration`).
     let redis_migration = ffi::has_redis_slot_migration();
-    let trimmed = if redis_migration {
+    let trim = if redis_migration {
+        ffi::trim_by_notification()
+    } else {
+        None
+    };
+    let trimmed = if trim == Some(true) {
         ffi::NOTIFY_KEY_TRIMMED
     } else {
         0
@@ -49,7 +57,12 @@ pub fn subscribe(ctx: Ctx) -> bool {
     } else {
         true
     };
-    keyspace && flush && swap && migration
+    let trim = if trim == Some(false) {
+        ffi::subscribe_server_event(ctx, ffi::EVENT_CLUSTER_SLOT_MIGRATION_TRIM, on_slot_trim)
+    } else {
+        true
+    };
+    keyspace && flush && swap && migration && trim
 }
 
 extern "C" fn on_keyspace_event(
@@ -170,33 +183,88 @@ extern "C" fn on_swapdb(
 /// entry, and the timer ends those whose lease is over and serves their
 /// queues.
 ///
-/// Nothing else needs the event: the keys of a slot that left, or of an
-/// import that was aborted, are deleted by the server through `unlink2`,
-/// which drops their entries and leaves their waiters to the timer, which
-/// tells them to retry where the slot is served (`waiting::settle_by_name`).
+/// On Valkey nothing else needs the event: the keys of a slot that left, or
+/// of an import that was aborted, are deleted by the server through
+/// `unlink2`, which drops their entries and leaves their waiters to the
+/// timer, which tells them to retry where the slot is served
+/// (`waiting::settle_by_name`).
 ///
 /// Redis 8.4+'s `CLUSTER MIGRATION IMPORT` needs the same: its snapshot's
 /// locks are read by `rdb_load` (the counter raised) and filed by the
 /// sweep, whose pass may run while the importing slot's keys are not yet
-/// visible to it, and cover their hint.
+/// visible to it, and cover their hint. On its source, a completed
+/// migration sends the slots' waiters to the timer, which tells them to
+/// retry (the slot is not served here any more): at once, not when the
+/// keys are trimmed, which waits for the end of the write pause.
 extern "C" fn on_slot_migration(
     ctx: Ctx,
     event: raw::RedisModuleEvent,
     subevent: u64,
-    _data: *mut c_void,
+    data: *mut c_void,
 ) {
     guard::callback(ctx, "slot migration event", (), || {
         // Subscribed only to the server's own event (Valkey's or Redis's).
-        let completed = match event.id {
-            ffi::EVENT_ATOMIC_SLOT_MIGRATION => subevent == ffi::SUBEVENT_SLOT_IMPORT_COMPLETED,
-            ffi::EVENT_CLUSTER_SLOT_MIGRATION => {
-                subevent == ffi::SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED
+        let (completed, migrated) = match event.id {
+            ffi::EVENT_ATOMIC_SLOT_MIGRATION => {
+                (subevent == ffi::SUBEVENT_SLOT_IMPORT_COMPLETED, false)
             }
-            _ => false,
+            ffi::EVENT_CLUSTER_SLOT_MIGRATION => (
+                subevent == ffi::SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED,
+                subevent == ffi::SUBEVENT_CLUSTER_SLOT_MIGRATE_COMPLETED,
+            ),
+            _ => (false, false),
         };
         if completed {
             crate::hints::hint();
             with_state(timer::arm);
+        }
+        if migrated {
+            slots_left(&ffi::migration_slots(data), false);
+        }
+    });
+}
+
+/// Redis 8.4+ trims the keys of slots this node does not own: on the source
+/// once a migration completed, on the target once an import failed (or was
+/// cancelled, or its data flushed). By default it takes the slots' keys
+/// out of the keyspace in one call and frees them on a background thread
+/// (`TRIM_BACKGROUND`, fired just before), with no `unlink2`: the module
+/// drops the lease entries of those slots' locks and sends their waiters to
+/// the timer, which tells them to retry where the slot is served. (Redis's
+/// other way, chosen while clients track keys, deletes key by key as `DEL`
+/// does, through `unlink2`, between `TRIM_STARTED` and `TRIM_COMPLETED`:
+/// nothing to do here, and dropping entries at its start would be wrong
+/// for keys a cancelled trim leaves in place.)
+extern "C" fn on_slot_trim(
+    ctx: Ctx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guard::callback(ctx, "slot trim event", (), || {
+        if subevent == ffi::SUBEVENT_CLUSTER_SLOT_TRIM_BACKGROUND {
+            slots_left(&ffi::trimmed_slots(data), true);
+        }
+    });
+}
+
+/// The keys of `slots` are no longer this node's: their waiters go to the
+/// timer (which answers them `TRYAGAIN` where the slot is not served), and,
+/// when the keys themselves are gone (`keys_gone`), so do their lease
+/// entries. Only database 0 exists in a cluster.
+fn slots_left(slots: &SlotRanges, keys_gone: bool) {
+    if slots.is_empty() {
+        return;
+    }
+    let hit = |id: &KeyId| id.db() == 0 && slots.has_key(id.name());
+    with_state(|state| {
+        if keys_gone && !state.deadlines.is_empty() {
+            state.deadlines.remap(|id| (!hit(id)).then(|| id.clone()));
+        }
+        let keys = state.waiters.keys_where(hit);
+        if !keys.is_empty() {
+            state.pending_grants.extend(keys);
+            timer::arm(state);
         }
     });
 }

@@ -582,7 +582,7 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
     }
     let cluster = RedisCluster::start(3, 0);
     let (source, target, slot) = source_and_target(&cluster, "{job}");
-    let (ex, sh) = ("{job}ex", "{job}sh");
+    let (ex, sh, sem) = ("{job}ex", "{job}sh", "{job}sem");
     let mut s = source.conn();
     acquire(&mut s, ex, "holder", 60_000).unwrap();
     let high = lock_stat(&mut s, "lock_last_token") + 1_000_000_000_000_000;
@@ -590,8 +590,15 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
     for reader in ["r1", "r2"] {
         int(&mut s, &["LOCK.ACQUIRE", sh, reader, "60000", "SHARED"]);
     }
+    for permit in ["p1", "p2"] {
+        int(
+            &mut s,
+            &["LOCK.ACQUIRE", sem, permit, "60000", "SHARED", "LIMIT", "3"],
+        );
+    }
+    let before: Vec<_> = [ex, sh, sem].iter().map(|k| holders(&mut s, k)).collect();
     let waiter = spawn_waiter_or_error(source, ex, "waiter", 60_000);
-    assert_eq!(books(&mut s), (2, 3, 3, 1));
+    assert_eq!(books(&mut s), (3, 5, 5, 1));
 
     // Redis's migration is started on the target, and held before its
     // handoff (a debug fail point on the source) until the snapshot's locks
@@ -615,7 +622,7 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
         .unwrap();
     let mut t = target.conn();
     assert!(
-        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 2),
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 3),
         "the snapshot's locks never reached the target"
     );
     // The target's timer, idle until the locks' arrival hinted the sweep,
@@ -647,13 +654,462 @@ fn redis_cluster_migration_moves_locks_indexed_and_redirects_waiters() {
     // The waiter on the source is told to retry; the source keeps nothing.
     assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
     wait_books(source, (0, 0, 0, 0), "the source after the move");
+    // Redis freed the slot's keys on its background thread (the module
+    // settled its books from the trim event), not key by key on its main
+    // thread, which listening to `key_trimmed` would have forced.
+    assert!(
+        wait_until(SOON, || dbsize(&mut s) == 0),
+        "the slot's keys never left the source"
+    );
+    assert_eq!(
+        active_trims(source),
+        0,
+        "the source trimmed on its main thread"
+    );
     // Every holder has its lease-index entry on the target.
-    wait_books(target, (2, 3, 3, 0), "the target after the move");
+    wait_books(target, (3, 5, 5, 0), "the target after the move");
+    // Holders, holds and tokens arrived as they were, with their leases.
+    for (key, was) in [ex, sh, sem].iter().zip(&before) {
+        let now = holders(&mut t, key);
+        let identity = |h: &[(String, i64, i64, i64)]| {
+            h.iter()
+                .map(|(o, holds, token, _)| (o.clone(), *holds, *token))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(identity(&now), identity(was), "{key} on the target");
+        for (_, _, _, pttl) in &now {
+            assert!(*pttl > 0, "{key}: no lease left on the target ({pttl})");
+        }
+    }
     assert_eq!(held(&mut t, ex).token, top);
     let fresh = acquire(&mut t, "{job}fresh", "x", 60_000).unwrap();
     assert!(fresh > top, "{fresh} is not above the arrived token {top}");
+    // The semaphore's limit came along.
+    let third = int(
+        &mut t,
+        &["LOCK.ACQUIRE", sem, "p3", "60000", "SHARED", "LIMIT", "3"],
+    );
+    assert!(third > fresh);
+    assert_eq!(
+        run(
+            &mut t,
+            &["LOCK.ACQUIRE", sem, "p4", "60000", "SHARED", "LIMIT", "3"]
+        )
+        .unwrap(),
+        Value::Nil,
+        "the semaphore's limit of 3 did not arrive"
+    );
     let retried = spawn_waiter_or_error(target, ex, "waiter", 60_000);
     assert_eq!(extend(&mut t, ex, "holder", 1), 1);
     let granted = answered(retried, "the retried waiter").unwrap().unwrap();
     assert!(granted > fresh);
+}
+
+/// `CLUSTER INFO`'s count of Redis's main-thread slot trims
+/// (`cluster_slot_migration_stats_active_trim_started`).
+fn active_trims(node: &RedisServer) -> i64 {
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut node.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cluster_slot_migration_stats_active_trim_started:"))
+        .unwrap_or_else(|| panic!("no active trim count in CLUSTER INFO: {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A 3-master Redis 8.4+ cluster for tests that hold, freeze or kill a
+/// node mid-migration: no node is failed for the minute a test may hold
+/// one, and the cluster stays up without a dead node's slots. `None` with
+/// a note where the server has no `CLUSTER MIGRATION`.
+fn redis_cluster_or_skip(test: &str) -> Option<RedisCluster> {
+    if !has_redis_migration(&RedisServer::start()) {
+        println!("{test}: skipped: this server has no CLUSTER MIGRATION (Redis 8.4+)");
+        return None;
+    }
+    Some(RedisCluster::start_with(3, 0, || {
+        testkit::cluster::cluster_options().args([
+            "--cluster-node-timeout",
+            "60000",
+            "--cluster-require-full-coverage",
+            "no",
+        ])
+    }))
+}
+
+/// `DEBUG ASM-FAILPOINT channel state` on `node` (`"" ""` clears it): the
+/// source's `migrate-main-channel` at `handoff-prep` holds a migration
+/// before the source pauses its writes.
+fn asm_failpoint(node: &RedisServer, channel: &str, state: &str) {
+    asm_failpoint_on(&mut node.conn(), channel, state);
+}
+
+fn asm_failpoint_on(conn: &mut Connection, channel: &str, state: &str) {
+    let _: () = redis::cmd("DEBUG")
+        .arg("ASM-FAILPOINT")
+        .arg(channel)
+        .arg(state)
+        .query(conn)
+        .unwrap();
+}
+
+/// `CLUSTER MIGRATION IMPORT slot slot` on `target`: the task's id.
+fn redis_import(target: &RedisServer, slot: i64) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MIGRATION")
+        .arg("IMPORT")
+        .arg(slot)
+        .arg(slot)
+        .query(&mut target.conn())
+        .unwrap()
+}
+
+/// Waits until task `id` on `node` is in one of `states`; returns it.
+fn wait_task(node: &RedisServer, id: &str, states: &[&str]) -> String {
+    let mut last = String::new();
+    let reached = wait_until(Duration::from_secs(30), || {
+        last = task_state(node, id);
+        states.contains(&last.as_str())
+    });
+    assert!(
+        reached,
+        "task {id} on {} never reached {states:?} (last: {last})",
+        node.port()
+    );
+    last
+}
+
+/// Waits until both nodes see `owner` serving `slot`.
+fn wait_owner(a: &RedisServer, b: &RedisServer, slot: i64, owner: &RedisServer) {
+    let moved = wait_until(Duration::from_secs(30), || {
+        RedisCluster::owner_port(a, slot) == owner.port()
+            && RedisCluster::owner_port(b, slot) == owner.port()
+    });
+    assert!(moved, "slot {slot} never showed as {}'s", owner.port());
+}
+
+#[test]
+fn redis_handover_pause_grants_nothing_twice_and_the_lease_ends_on_the_target() {
+    let Some(cluster) = redis_cluster_or_skip("redis_handover_pause") else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let key = "{job}ex";
+    let mut s = source.conn();
+    // The source's writes may stay paused for a minute while the target is
+    // frozen before it takes the slot.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("cluster-slot-migration-write-pause-timeout")
+        .arg(60_000)
+        .query(&mut s)
+        .unwrap();
+    let token = acquire(&mut s, key, "holder", 60_000).unwrap();
+    let waiter = spawn_waiter_or_error(source, key, "waiter", 60_000);
+
+    asm_failpoint(source, "migrate-main-channel", "handoff-prep");
+    let id = redis_import(target, slot);
+    let mut t = target.conn();
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 1),
+        "the snapshot's lock never reached the target"
+    );
+    // The target acknowledges what it applied ten times a second in this
+    // state; an acknowledgement is what starts the source's pause.
+    wait_task(target, &id, &["wait-stream-eof"]);
+    // Long enough that no loaded machine reaches the pause after it ends
+    // (reaching it takes well under a second), short next to the minute.
+    const LEASE_MS: u64 = 8_000;
+    assert_eq!(extend(&mut s, key, "holder", LEASE_MS), 1);
+    let shortened = Instant::now();
+
+    // Into the pause with the target frozen before it takes the slot. The
+    // target is frozen and the source reads what it had sent; the source
+    // is frozen and the fail point's clearing is queued to it; the target
+    // runs until one acknowledgement (sent ten times a second) is queued
+    // behind it, and is frozen again. Resumed, the source reads them in
+    // that order (the kernel reports ready sockets first come, first
+    // served): it clears the fail point, reads the acknowledgement, pauses
+    // its writes and sends the end of the stream to the frozen target.
+    let mut clearing = source.conn();
+    target.pause();
+    assert!(
+        wait_until(SOON, || unread_connections(source.port()) == 0),
+        "the source never read what the target had sent"
+    );
+    source.pause();
+    let cleared = std::thread::spawn(move || asm_failpoint_on(&mut clearing, "", ""));
+    assert!(
+        wait_until(SOON, || unread_connections(source.port()) == 1),
+        "the fail point's clearing never reached the frozen source"
+    );
+    target.resume();
+    assert!(
+        wait_until(SOON, || unread_connections(source.port()) == 2),
+        "no acknowledgement of the target reached the frozen source"
+    );
+    target.pause();
+    source.resume();
+    cleared.join().unwrap();
+    let paused = wait_task(
+        source,
+        &id,
+        &["handoff", "stream-eof", "failed", "canceled"],
+    );
+    assert!(
+        paused == "handoff" || paused == "stream-eof",
+        "the source never paused: {paused}"
+    );
+    assert!(
+        shortened.elapsed() < Duration::from_millis(LEASE_MS),
+        "the source paused only after the lease ended: nothing was tested (a loaded machine?)"
+    );
+    // A rival's acquisition on the source waits out the pause.
+    let rival = std::thread::spawn({
+        let mut c = source.conn();
+        move || {
+            redis::cmd("LOCK.ACQUIRE")
+                .arg(key)
+                .arg("rival")
+                .arg(60_000)
+                .query::<Option<i64>>(&mut c)
+                .map_err(|e| error_line(&e))
+        }
+    });
+    // The lease ends while the source is paused and the target frozen: the
+    // source ends nothing and grants nothing.
+    if let Some(left) = Duration::from_millis(LEASE_MS + 200).checked_sub(shortened.elapsed()) {
+        std::thread::sleep(left);
+    }
+    assert_eq!(lock_stat(&mut s, "lock_held"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_waiting"), 1);
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    assert_eq!(lock_stat(&mut s, "lock_expired"), 0);
+    assert!(
+        !rival.is_finished(),
+        "the rival was answered during the pause"
+    );
+    let still = task_state(source, &id);
+    assert!(still == "handoff" || still == "stream-eof", "{still}");
+
+    target.resume();
+    wait_task(target, &id, &["completed"]);
+    wait_owner(source, target, slot, target);
+
+    // The waiter is told to retry and the rival is redirected: nothing was
+    // granted on the source.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    let rival = answered(rival, "the rival").unwrap_err();
+    assert!(
+        rival.starts_with(&format!("MOVED {slot} "))
+            && rival.ends_with(&format!(":{}", target.port())),
+        "{rival}"
+    );
+    assert_eq!(lock_stat(&mut s, "lock_wait_grants"), 0);
+    wait_books(source, (0, 0, 0, 0), "the source after the move");
+    // The lease that ended during the handover ends on the target.
+    assert!(
+        wait_until(SOON, || !exists(&mut t, key)),
+        "the lock whose lease ended during the handover was never ended on the target: {:?}",
+        books(&mut t)
+    );
+    wait_books(target, (0, 0, 0, 0), "the target after the lease ended");
+    assert_eq!(lock_stat(&mut t, "lock_expired"), 1);
+    let retried = acquire(&mut t, key, "waiter", 60_000).unwrap();
+    assert!(retried > token, "{retried} is not above {token}");
+}
+
+/// Established loopback connections to `port` whose server side has
+/// bytes it has not read yet (`/proc/net/tcp`): what a frozen server has
+/// been sent.
+fn unread_connections(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields
+                .get(1)
+                .and_then(|addr| addr.rsplit(':').next())
+                .and_then(|hex| u16::from_str_radix(hex, 16).ok());
+            let established = fields.get(3) == Some(&"01");
+            let unread = fields
+                .get(4)
+                .and_then(|queues| queues.split(':').nth(1))
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+                .unwrap_or(0);
+            local_port == Some(port) && established && unread > 0
+        })
+        .count()
+}
+
+/// How a Redis import fails midway in [`redis_failed_import`].
+#[derive(Clone, Copy, Debug)]
+enum ImportFailure {
+    /// `CLUSTER MIGRATION CANCEL ID <id>` on the target.
+    Cancelled,
+    /// The target is killed (`kill -9`).
+    TargetKilled,
+    /// `FLUSHALL` on the target (which cancels the import).
+    Flushed,
+}
+
+/// An import that fails after the snapshot's locks and some of the stream
+/// reached the target leaves the target with no books for them and the
+/// locks working on the source: holders, leases, the waiter served there.
+fn redis_failed_import(how: ImportFailure) {
+    let Some(mut cluster) = redis_cluster_or_skip(&format!("redis_failed_import ({how:?})")) else {
+        return;
+    };
+    let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (source_port, target_port) = (source.port(), target.port());
+    let (ex, sh) = ("{job}ex", "{job}sh");
+    let mut s = source.conn();
+    let token = acquire(&mut s, ex, "holder", 60_000).unwrap();
+    int(&mut s, &["LOCK.ACQUIRE", sh, "r1", "60000", "SHARED"]);
+    let waiter = spawn_waiter_or_error(source, ex, "waiter", 60_000);
+
+    // Held before its pause: the snapshot is on the target, and what the
+    // source changes streams on.
+    asm_failpoint(source, "migrate-main-channel", "handoff-prep");
+    let id = redis_import(target, slot);
+    let mut t = target.conn();
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 2),
+        "the snapshot's locks never reached the target"
+    );
+    int(&mut s, &["LOCK.ACQUIRE", sh, "r2", "60000", "SHARED"]);
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_holders") == 3),
+        "the stream never reached the target"
+    );
+
+    match how {
+        ImportFailure::Cancelled => {
+            assert_eq!(
+                int(&mut t, &["CLUSTER", "MIGRATION", "CANCEL", "ID", &id]),
+                1
+            );
+        }
+        ImportFailure::Flushed => {
+            let _: () = redis::cmd("FLUSHALL").query(&mut t).unwrap();
+            // Redis cancels the import itself.
+            wait_task(target, &id, &["canceled", "failed"]);
+            wait_books(target, (0, 0, 0, 0), "the target after FLUSHALL");
+        }
+        ImportFailure::TargetKilled => {
+            let target = cluster
+                .nodes
+                .iter_mut()
+                .find(|n| n.port() == target_port)
+                .unwrap();
+            target.kill9();
+        }
+    }
+    let source = cluster.node(source_port);
+    // The source's side of the task ends, unpaused.
+    wait_task(source, &id, &["failed", "canceled"]);
+    asm_failpoint(source, "", "");
+    if !matches!(how, ImportFailure::TargetKilled) {
+        let target = cluster.node(target_port);
+        // The target trimmed what it had imported, and its books say so.
+        wait_books(target, (0, 0, 0, 0), "the target after the failed import");
+        let mut t = target.conn();
+        assert!(
+            wait_until(SOON, || dbsize(&mut t) == 0),
+            "the imported keys stayed on the target"
+        );
+        assert_eq!(active_trims(target), 0);
+        assert_eq!(RedisCluster::owner_port(target, slot), source.port());
+    }
+
+    // The source still owns the slot, the locks and the waiter, and they
+    // work: the holder's token and lease, a release that serves the waiter.
+    assert_eq!(RedisCluster::owner_port(source, slot), source.port());
+    let mut s = source.conn();
+    assert_eq!(books(&mut s), (2, 3, 3, 1));
+    assert_eq!(held(&mut s, ex).token, token);
+    assert_eq!(acquire(&mut s, ex, "rival", 60_000), None);
+    assert_eq!(release(&mut s, ex, "holder"), Some(0));
+    let granted = answered(waiter, "the waiter").unwrap().unwrap();
+    assert!(granted > token);
+    wait_books(source, (2, 3, 3, 0), "the source after the hand-off");
+}
+
+#[test]
+fn redis_a_cancelled_import_leaves_the_locks_working_on_the_source() {
+    redis_failed_import(ImportFailure::Cancelled);
+}
+
+#[test]
+fn redis_an_import_whose_target_is_killed_leaves_the_locks_working_on_the_source() {
+    redis_failed_import(ImportFailure::TargetKilled);
+}
+
+#[test]
+fn redis_flushall_on_the_target_during_an_import_leaves_the_locks_working_on_the_source() {
+    redis_failed_import(ImportFailure::Flushed);
+}
+
+#[test]
+fn valkey_cli_reshard_by_atomic_slot_migration_keeps_the_lock_and_redirects_its_waiter() {
+    let Some(cluster) = cluster_or_skip("valkey_cli_reshard_by_atomic_slot_migration") else {
+        return;
+    };
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    // `--cluster reshard` of one slot moves the lowest slot `from` serves.
+    let slot = testkit::cluster::lowest_slot(from);
+    let key = (0..)
+        .map(|i| format!("resharded{i}"))
+        .find(|k| cluster.key_slot(k) == slot)
+        .unwrap();
+    let mut s = from.conn();
+    let token = acquire(&mut s, &key, "holder", 60_000).unwrap();
+    let waiter = spawn_waiter_or_error(from, &key, "waiter", 60_000);
+
+    let output = std::process::Command::new(testkit::cli_binary())
+        .args([
+            "--cluster",
+            "reshard",
+            &format!("127.0.0.1:{}", from.port()),
+        ])
+        .args([
+            "--cluster-from",
+            &node_id(from),
+            "--cluster-to",
+            &node_id(to),
+        ])
+        .args(["--cluster-slots", "1", "--cluster-yes"])
+        .arg("--cluster-use-atomic-slot-migration")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "valkey-cli --cluster reshard failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let moved = wait_until(Duration::from_secs(30), || {
+        RedisCluster::owner_port(from, slot) == to.port()
+            && RedisCluster::owner_port(to, slot) == to.port()
+    });
+    assert!(moved, "slot {slot} never showed as the target's");
+
+    // The holder keeps its lock there (same token, its lease indexed); the
+    // waiter on the old node is told to retry, and the old node keeps
+    // nothing.
+    assert_eq!(answered(waiter, "the waiter"), Err(NOT_SERVED.to_string()));
+    wait_books(from, (0, 0, 0, 0), "the old node after the reshard");
+    let mut t = to.conn();
+    wait_books(to, (1, 1, 1, 0), "the new node after the reshard");
+    assert_eq!(held(&mut t, &key).token, token);
+    assert_eq!(acquire(&mut t, &key, "rival", 60_000), None);
+    // Retried there, the waiter waits for the holder's release.
+    let retried = spawn_waiter_or_error(to, &key, "waiter", 60_000);
+    assert_eq!(release(&mut t, &key, "holder"), Some(0));
+    let granted = answered(retried, "the retried waiter").unwrap().unwrap();
+    assert!(granted > token, "{granted} is not above {token}");
 }

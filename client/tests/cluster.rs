@@ -191,3 +191,123 @@ async fn an_acknowledged_lock_survives_the_failover_of_its_shard() {
     lock.release().await.unwrap();
     assert_eq!(holder(replica, name), None);
 }
+
+/// Which atomic slot migration the server has: Valkey 9's `CLUSTER
+/// MIGRATESLOTS`, Redis 8.4+'s `CLUSTER MIGRATION`, or none (asked of the
+/// server: `COMMAND INFO CLUSTER` lists the subcommands).
+fn atomic_migration(node: &testkit::RedisServer) -> Option<&'static str> {
+    let reply: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CLUSTER")
+        .query(&mut node.conn())
+        .unwrap();
+    let text = format!("{reply:?}").to_lowercase();
+    if text.contains("cluster|migrateslots") {
+        Some("valkey")
+    } else if text.contains("cluster|migration") {
+        Some("redis")
+    } else {
+        None
+    }
+}
+
+/// Moves `slot` from `from` to `to` by the server's atomic slot migration
+/// and waits until both see `to` serving it.
+fn migrate_atomically(
+    kind: &str,
+    from: &testkit::RedisServer,
+    to: &testkit::RedisServer,
+    slot: i64,
+) {
+    if kind == "valkey" {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("MIGRATESLOTS")
+            .arg("SLOTSRANGE")
+            .arg(slot)
+            .arg(slot)
+            .arg("NODE")
+            .arg(testkit::cluster::node_id(to))
+            .query(&mut from.conn())
+            .unwrap();
+    } else {
+        let _: String = redis::cmd("CLUSTER")
+            .arg("MIGRATION")
+            .arg("IMPORT")
+            .arg(slot)
+            .arg(slot)
+            .query(&mut to.conn())
+            .unwrap();
+    }
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || {
+            RedisCluster::owner_port(from, slot) == to.port()
+                && RedisCluster::owner_port(to, slot) == to.port()
+        }),
+        "slot {slot} never moved to {}",
+        to.port()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_keeps_its_owner_and_token_while_its_slot_moves_atomically() {
+    let cluster = RedisCluster::start(3, 0);
+    let Some(kind) = atomic_migration(&cluster.nodes[0]) else {
+        println!("skipped: this server has no atomic slot migration (Valkey 9, Redis 8.4+)");
+        return;
+    };
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let slot = lowest_slot(from);
+    let name = (0..)
+        .map(|i| format!("atomic{i}"))
+        .find(|k| cluster.key_slot(k) == slot)
+        .unwrap();
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), config()).unwrap();
+    let lock = eventually(|| redlock.acquire(name.clone(), Duration::from_secs(60))).await;
+    let token = lock.fencing_token().await.unwrap();
+    // A second client waits for the lock on the server that serves it.
+    let waiter = {
+        let redlock = Redlock::cluster_with_config(cluster.seeds(), config()).unwrap();
+        let name = name.clone();
+        tokio::spawn(async move { redlock.acquire(name, Duration::from_secs(30)).await })
+    };
+    assert!(testkit::wait_until(Duration::from_secs(10), || {
+        field(from, &name, "waiters") == Some(Value::Int(1))
+    }));
+
+    migrate_atomically(kind, from, to, slot);
+
+    // The holder keeps its lock on the new node: same owner, same token.
+    assert_eq!(holder(to, &name).as_deref(), Some(lock.owner()));
+    assert_eq!(token_on(to, &name), Some(token as i64));
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            redis::cmd("DBSIZE").query::<i64>(&mut from.conn()).unwrap() == 0
+        }),
+        "the lock never left the old node"
+    );
+    // The waiter, told to retry by the old node, waits on the new one.
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(to, &name, "waiters") == Some(Value::Int(1))
+        }),
+        "the waiter never reached the new node"
+    );
+    assert!(!waiter.is_finished(), "the waiter was answered early");
+    // The client follows the slot for the held lock's operations.
+    eventually(|| lock.extend()).await;
+    assert_eq!(token_on(to, &name), Some(token as i64));
+    let rival = redlock.lock(name.clone(), Duration::from_secs(5)).unwrap();
+    assert!(
+        rival.try_acquire().await.is_err(),
+        "the moved lock is still held"
+    );
+    let release = lock.release().await.unwrap();
+    assert_eq!(release.released, 1);
+    // The waiting client gets it then, with a greater token.
+    let next = waiter.await.unwrap().unwrap();
+    let next_token = next.fencing_token().await.unwrap();
+    assert!(next_token > token, "{next_token} is not above {token}");
+    assert_eq!(holder(to, &name).as_deref(), Some(next.owner()));
+    next.release().await.unwrap();
+    assert_eq!(holder(to, &name), None);
+}

@@ -21,6 +21,7 @@ pub mod lease;
 pub mod lock;
 pub mod ops;
 pub mod record;
+pub mod slot;
 pub mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

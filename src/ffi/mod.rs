@@ -608,12 +608,105 @@ pub const EVENT_CLUSTER_SLOT_MIGRATION: u64 = 18;
 /// Redis's `REDISMODULE_SUBEVENT_CLUSTER_SLOT_MIGRATION_IMPORT_COMPLETED`.
 pub const SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED: u64 = 2;
 
+/// Redis's `REDISMODULE_SUBEVENT_CLUSTER_SLOT_MIGRATION_MIGRATE_COMPLETED`:
+/// the slots this node migrated are the target's now.
+pub const SUBEVENT_CLUSTER_SLOT_MIGRATE_COMPLETED: u64 = 5;
+
+/// Redis's `REDISMODULE_EVENT_CLUSTER_SLOT_MIGRATION_TRIM` (Redis 8.4 and
+/// later): the keys of slots this node does not own (they left, or an
+/// import failed) are being deleted.
+pub const EVENT_CLUSTER_SLOT_MIGRATION_TRIM: u64 = 19;
+
+/// Redis's `REDISMODULE_SUBEVENT_CLUSTER_SLOT_MIGRATION_TRIM_BACKGROUND`:
+/// the slots' keys are taken out of the keyspace in this call and freed on
+/// a background thread, with no per-key callback (`unlink2` is not
+/// called). Redis's other trim method (`TRIM_STARTED` .. `TRIM_COMPLETED`,
+/// on its main thread, chosen while clients track keys) deletes each key
+/// as `DEL` does, through `unlink2`.
+pub const SUBEVENT_CLUSTER_SLOT_TRIM_BACKGROUND: u64 = 2;
+
 /// Redis's `REDISMODULE_NOTIFY_KEY_TRIMMED`: a key of a slot that left (or
-/// of an import that failed) deleted by the server. While a module listens
-/// to it, Redis trims such keys one by one on its main thread (deleting
-/// them as `DEL` does, which calls our `unlink2`) instead of freeing them
-/// on a background thread unseen.
+/// of an import that failed) deleted by the server. While any module
+/// listens to it, Redis trims such keys one by one on its main thread
+/// (deleting them as `DEL` does, which calls our `unlink2`) instead of
+/// freeing them on a background thread: every departed key, locks or not,
+/// at the host's cost. Listened to only on a server that has the slot
+/// migration event but not its trim event (`trim_by_notification`).
 pub const NOTIFY_KEY_TRIMMED: c_int = 1 << 17;
+
+/// Redis's `RedisModuleSlotRangeArray`: `num_ranges`, then that many
+/// `RedisModuleSlotRange { uint16_t start, end }` inline.
+#[repr(C)]
+struct SlotRangeArray {
+    num_ranges: i32,
+    ranges: [SlotRange; 0],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SlotRange {
+    start: u16,
+    end: u16,
+}
+
+/// Redis's `RedisModuleClusterSlotMigrationTrimInfoV1`.
+#[repr(C)]
+struct TrimInfo {
+    version: u64,
+    slots: *const SlotRangeArray,
+}
+
+/// Redis's `RedisModuleClusterSlotMigrationInfoV1` (`REDISMODULE_NODE_ID_LEN`
+/// is 40).
+#[repr(C)]
+struct MigrationInfo {
+    version: u64,
+    source_node_id: [c_char; 41],
+    destination_node_id: [c_char; 41],
+    task_id: *const c_char,
+    slots: *const SlotRangeArray,
+}
+
+/// The slot ranges of a `RedisModuleSlotRangeArray` (none for null; at
+/// most as many as there are slots).
+fn slot_ranges(array: *const SlotRangeArray) -> redis_lock_core::slot::SlotRanges {
+    use redis_lock_core::slot::{SlotRanges, SLOTS};
+    // SAFETY: Redis passes the array with the event, alive for the call.
+    let Some(header) = (unsafe { array.as_ref() }) else {
+        return SlotRanges::default();
+    };
+    let count = usize::try_from(header.num_ranges)
+        .unwrap_or(0)
+        .min(usize::from(SLOTS));
+    // SAFETY: `num_ranges` ranges follow the count inline (a flexible
+    // array member), and Redis never gives more than there are slots. The
+    // pointer is taken from `array` itself, whose allocation holds them.
+    let ranges = unsafe {
+        let first = std::ptr::addr_of!((*array).ranges).cast::<SlotRange>();
+        std::slice::from_raw_parts(first, count)
+    };
+    SlotRanges::new(ranges.iter().map(|range| (range.start, range.end)))
+}
+
+/// The slots a `CLUSTER_SLOT_MIGRATION_TRIM` event names, from its data.
+pub fn trimmed_slots(data: *mut c_void) -> redis_lock_core::slot::SlotRanges {
+    // SAFETY: Redis passes a RedisModuleClusterSlotMigrationTrimInfoV1 (laid
+    // out as above) with the trim event.
+    match unsafe { data.cast::<TrimInfo>().as_ref() } {
+        Some(info) => slot_ranges(info.slots),
+        None => Default::default(),
+    }
+}
+
+/// The slots a `CLUSTER_SLOT_MIGRATION` event names, from its data.
+pub fn migration_slots(data: *mut c_void) -> redis_lock_core::slot::SlotRanges {
+    // SAFETY: Redis passes a RedisModuleClusterSlotMigrationInfoV1 (laid
+    // out as above) with the slot migration event.
+    match unsafe { data.cast::<MigrationInfo>().as_ref() } {
+        Some(info) => slot_ranges(info.slots),
+        None => Default::default(),
+    }
+}
 
 /// Whether this server is Valkey 8 or later: it exports its API under
 /// `ValkeyModule_` names as well (Redis does not).
@@ -641,24 +734,35 @@ pub fn has_atomic_slot_migration() -> bool {
 
 /// Whether this server is Redis with its own atomic slot migration (Redis
 /// 8.4 and later): not Valkey (whose events and notification bits are
-/// numbered independently), and it has both the slot migration event and
-/// the key-trimmed notification.
+/// numbered independently), and it has the slot migration event.
 pub fn has_redis_slot_migration() -> bool {
-    if is_valkey() {
-        return false;
+    !is_valkey()
+        && supports(
+            EVENT_CLUSTER_SLOT_MIGRATION,
+            SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED,
+        )
+}
+
+/// On a Redis with atomic slot migration: how the module learns that the
+/// keys of slots it no longer owns leave. `false`: by the trim event,
+/// which names the slots (`TRIM_BACKGROUND`); `true`: only by the
+/// `key_trimmed` notification (a server with the migration event but not
+/// the trim event, if one exists). `None`: by neither.
+pub fn trim_by_notification() -> Option<bool> {
+    if supports(
+        EVENT_CLUSTER_SLOT_MIGRATION_TRIM,
+        SUBEVENT_CLUSTER_SLOT_TRIM_BACKGROUND,
+    ) {
+        return Some(false);
     }
-    let event = raw::RedisModuleEvent {
-        id: EVENT_CLUSTER_SLOT_MIGRATION,
-        dataver: 1,
-    };
-    let completed = rm!(RedisModule_IsSubEventSupported(
-        event,
-        SUBEVENT_CLUSTER_SLOT_IMPORT_COMPLETED
-    ))
-    .unwrap_or(0)
-        != 0;
     let flags = rm!(RedisModule_GetKeyspaceNotificationFlagsAll()).unwrap_or(0);
-    completed && flags & NOTIFY_KEY_TRIMMED != 0
+    (flags & NOTIFY_KEY_TRIMMED != 0).then_some(true)
+}
+
+/// Whether the server knows sub-event `subevent` of event `id`.
+fn supports(id: u64, subevent: u64) -> bool {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    rm!(RedisModule_IsSubEventSupported(event, subevent)).unwrap_or(0) != 0
 }
 
 /// Applies the `lock.*` settings from the server's configuration file and
