@@ -7,7 +7,7 @@
 #
 # Prerequisites: python3 with venv (installed with apt-get as root when
 # missing, like scripts/prereqs.sh does), and pip reaching the package index
-# for maturin and pytest.
+# for maturin, pytest and redis-py (the store client of the fenced-write tests).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,7 +28,7 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install --quiet 'maturin>=1.5,<2' pytest
+"$VENV/bin/python" -m pip install --quiet 'maturin>=1.5,<2' pytest 'redis>=5,<8'
 
 if [ ! -f "$ROOT/target/release/libredis_lock.so" ]; then
     (cd "$ROOT" && cargo build --release -p redis-lock)

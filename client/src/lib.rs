@@ -262,7 +262,7 @@ pub use lock::Lock;
 pub use metrics::observe_node_errors;
 pub use node::IntoClient;
 pub use outcome::{Acquired, Extended, NodeOutcome, Release, Reply};
-pub use protocol::{is_stale, LockInfo, NodeInfo};
+pub use protocol::{is_stale, is_stale_message, LockInfo, NodeInfo};
 pub use scoped::LockContext;
 pub use semaphore::Semaphore;
 #[cfg(feature = "tls")]

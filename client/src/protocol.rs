@@ -78,6 +78,12 @@ pub fn is_stale(error: &redis::RedisError) -> bool {
     error.code() == Some("STALE")
 }
 
+/// The same for an error as text (another language's client gives the
+/// server's error line, its code first).
+pub fn is_stale_message(message: &str) -> bool {
+    message.split_whitespace().next() == Some("STALE")
+}
+
 /// `LOCK.INFO key`
 pub fn info(key: &str) -> Cmd {
     let mut cmd = redis::cmd("LOCK.INFO");
@@ -232,6 +238,16 @@ fn integer(value: &Value) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stale_refusal_is_told_by_its_code_word() {
+        assert!(is_stale_message(
+            "STALE fencing token 5 refused: fence:7 has accepted 9"
+        ));
+        assert!(!is_stale_message("STALEMATE"));
+        assert!(!is_stale_message("ERR STALE"));
+        assert!(!is_stale_message(""));
+    }
 
     fn args(cmd: &Cmd) -> Vec<String> {
         cmd.args_iter()

@@ -20,6 +20,7 @@ from ._errors import (
     NodeError,
     NotHeld,
     RedisLockError,
+    StaleToken,
 )
 from ._native import Config, Lock, Redlock, Release, Semaphore
 
@@ -37,4 +38,5 @@ __all__ = [
     "Redlock",
     "Release",
     "Semaphore",
+    "StaleToken",
 ]

@@ -44,6 +44,13 @@ class LockLost(RedisLockError):
     outcomes: List[Tuple[str, str]] = []
 
 
+class StaleToken(LockLost):
+    """The store refused a fenced write (``Lock.fenced``): its fence has
+    accepted a newer fencing token, so another holder has written since this
+    lock was granted. Stop the work done under this lock. The store client's
+    own exception is the ``__cause__``."""
+
+
 class LockExpired(LockLost):
     """The lock's validity ended before the operation could be confirmed:
     another owner may hold it now. Acquire it again."""

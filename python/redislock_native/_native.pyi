@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import TracebackType
-from typing import List, Optional, Sequence, Type, Union
+from typing import Any, List, Optional, Sequence, Type, Union
 
 from typing_extensions import Self
 
@@ -107,6 +107,13 @@ class Lock:
     def token(self) -> int:
         """The fencing token of this hold (greater than every earlier
         holder's): pass it to the storage you write to."""
+    def fenced(self, store: Any, fence_key: Union[str, bytes], *command: Any) -> Any:
+        """Runs ``command`` on ``store`` (a client with ``execute_command``,
+        such as redis-py's ``Redis``, on a server with the module) as
+        ``LOCK.FENCED fence_key <token> *command``, only while this hold's
+        token is current there; returns the command's reply. Raises
+        StaleToken when the store has accepted a newer token, NotHeld or
+        LockExpired without a current token (nothing is sent)."""
     @property
     def validity(self) -> float:
         """Seconds in which the lock is certainly held (0.0 when not held)."""
@@ -196,3 +203,7 @@ class Redlock:
     def ttl(self) -> float: ...
     @property
     def config(self) -> Config: ...
+
+def stale_token_from(error: BaseException) -> Optional[BaseException]:
+    """The StaleToken a store client's exception stands for (chained to
+    it), or None when it is not a stale-token refusal."""

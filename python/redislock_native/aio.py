@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from types import TracebackType
-from typing import Callable, Optional, Sequence, Type, TypeVar, Union
+from typing import Any, Callable, Optional, Sequence, Type, TypeVar, Union
 
-from ._native import Config, Lock, Redlock, Release, Semaphore
+from ._native import Config, Lock, Redlock, Release, Semaphore, stale_token_from
 
 __all__ = ["AsyncLock", "AsyncRedlock", "AsyncSemaphore"]
 
@@ -53,6 +54,28 @@ class AsyncLock:
     async def token(self) -> int:
         """The fencing token of this hold (a network round the first time)."""
         return await _run(lambda: self.sync.token)
+
+    async def fenced(self, store: Any, fence_key: Union[str, bytes], *command: Any) -> Any:
+        """Runs ``command`` on ``store`` as ``LOCK.FENCED fence_key <token>
+        *command``, only while this hold's token is current there, and
+        returns the command's reply. ``store`` is an asyncio client with
+        ``execute_command`` (such as ``redis.asyncio.Redis``); a blocking
+        client works too but blocks the event loop for the call. Raises
+        StaleToken when the store has accepted a newer token, NotHeld or
+        LockExpired without a current token (nothing is sent)."""
+        if not command:
+            raise ValueError("fenced() needs the write to run: a command and its arguments")
+        token = await self.token()
+        try:
+            reply = store.execute_command("LOCK.FENCED", fence_key, token, *command)
+            if inspect.isawaitable(reply):
+                reply = await reply
+        except Exception as error:
+            stale = stale_token_from(error)
+            if stale is None:
+                raise
+            raise stale from error
+        return reply
 
     async def start_watchdog(self) -> None:
         await _run(self.sync.start_watchdog)

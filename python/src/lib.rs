@@ -32,6 +32,19 @@ fn raise(py: Python<'_>, class: &str, message: String, attrs: Vec<(&str, PyObjec
     made.unwrap_or_else(|e| e)
 }
 
+/// A store's refusal of a stale fencing token (`STALE …`, whatever
+/// exception class the store's client raised it as) as StaleToken, chained
+/// to the original; any other error as it is.
+fn stale_or(py: Python<'_>, error: PyErr) -> PyErr {
+    let message = error.value(py).to_string();
+    if !redis_lock_client::is_stale_message(&message) {
+        return error;
+    }
+    let stale = raise(py, "StaleToken", message, Vec::new());
+    stale.set_cause(py, Some(error));
+    stale
+}
+
 fn outcomes(py: Python<'_>, outcomes: &[NodeOutcome]) -> PyObject {
     let list: Vec<(String, String)> = outcomes
         .iter()
@@ -986,6 +999,39 @@ impl Lock {
         })
     }
 
+    /// Runs a write on `store` only while this hold's fencing token is
+    /// current there: sends `LOCK.FENCED fence_key <token> *command` through
+    /// `store.execute_command` (any client that has it, e.g. redis-py's
+    /// `Redis`, connected to a server with the module) and returns the
+    /// command's reply. Raises StaleToken when the store's fence has
+    /// accepted a newer token (another holder wrote: stop), NotHeld or
+    /// LockExpired without a current token (nothing is sent).
+    #[pyo3(signature = (store, fence_key, *command))]
+    fn fenced(
+        &self,
+        py: Python<'_>,
+        store: &Bound<'_, PyAny>,
+        fence_key: &Bound<'_, PyAny>,
+        command: &Bound<'_, pyo3::types::PyTuple>,
+    ) -> PyResult<PyObject> {
+        if command.is_empty() {
+            return Err(PyValueError::new_err(
+                "fenced() needs the write to run: a command and its arguments",
+            ));
+        }
+        let token = self.token(py)?;
+        let mut args: Vec<Bound<'_, PyAny>> = Vec::with_capacity(command.len() + 3);
+        args.push("LOCK.FENCED".into_bound_py_any(py)?);
+        args.push(fence_key.clone());
+        args.push(token.into_bound_py_any(py)?);
+        args.extend(command.iter());
+        let args = pyo3::types::PyTuple::new(py, args)?;
+        match store.call_method1("execute_command", args) {
+            Ok(reply) => Ok(reply.unbind()),
+            Err(error) => Err(stale_or(py, error)),
+        }
+    }
+
     /// Seconds in which the lock is certainly held (0.0 when not held).
     #[getter]
     fn validity(&self, py: Python<'_>) -> PyResult<f64> {
@@ -1077,8 +1123,23 @@ impl Lock {
     }
 }
 
+/// For the asyncio front end: the StaleToken a store's exception `error`
+/// stands for (chained to it), or None when it is not a stale-token
+/// refusal.
+#[pyfunction]
+fn stale_token_from(py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<Option<PyObject>> {
+    let message = error.str()?.to_string();
+    if !redis_lock_client::is_stale_message(&message) {
+        return Ok(None);
+    }
+    let stale = raise(py, "StaleToken", message, Vec::new());
+    stale.set_cause(py, Some(PyErr::from_value(error.clone())));
+    Ok(Some(stale.into_value(py).into_any()))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(stale_token_from, m)?)?;
     m.add_class::<Config>()?;
     m.add_class::<Redlock>()?;
     m.add_class::<Semaphore>()?;

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from redislock_native import LockNotAcquired
+from redislock_native import LockNotAcquired, StaleToken
 from redislock_native.aio import AsyncRedlock
 
 
@@ -42,5 +42,26 @@ def test_async_lock_and_release(server):
         p = await sem.acquire()
         assert await sem.try_acquire() is None
         await p.release()
+
+    asyncio.run(main())
+
+
+def test_async_fenced_write(server):
+    import redis.asyncio
+
+    async def main():
+        store = redis.asyncio.Redis(port=server.port)
+        rl = AsyncRedlock(server.url, ttl=10.0)
+        first = await rl.acquire("lock:job")
+        assert await first.fenced(store, "fence:job", "SET", "job", "one") == b"OK"
+        # The lock passes on behind the first holder's back.
+        assert await store.delete("lock:job") == 1
+        second = await rl.acquire("lock:job")
+        assert await second.fenced(store, "fence:job", "SET", "job", "two") == b"OK"
+        with pytest.raises(StaleToken):
+            await first.fenced(store, "fence:job", "SET", "job", "zombie")
+        assert await store.get("job") == b"two"
+        await second.release()
+        await store.aclose()
 
     asyncio.run(main())

@@ -21,6 +21,7 @@ from redislock_native import (
     NotHeld,
     RedisLockError,
     Redlock,
+    StaleToken,
 )
 
 
@@ -104,6 +105,40 @@ def test_fencing_tokens_increase_across_holders(server):
             tokens.append(lock.token)
             assert lock.token == tokens[-1]  # stable within a hold
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
+
+
+def test_fenced_write_refused_for_a_stale_holder(server):
+    import redis
+
+    store = redis.Redis(port=server.port)
+    rl = Redlock(server.url, ttl=10.0)
+    first = rl.acquire("lock:order:7")
+    assert first.fenced(store, "fence:order:7", "HSET", "order:7", "status", "paid") == 1
+    # The first holder's lock passes on (its key deleted, as by a lease end
+    # or a failover), the next holder writes with its newer token.
+    assert command(server.port, "DEL", "lock:order:7") == b":1\r\n"
+    second = rl.acquire("lock:order:7")
+    assert second.token > first.token
+    assert second.fenced(store, "fence:order:7", "HSET", "order:7", "status", "shipped") == 0
+    # The first holder still believes it holds the lock: the store refuses.
+    with pytest.raises(StaleToken) as info:
+        first.fenced(store, "fence:order:7", "HSET", "order:7", "status", "refunded")
+    assert isinstance(info.value, LockLost)
+    assert isinstance(info.value.__cause__, redis.exceptions.ResponseError)
+    assert str(first.token) in str(info.value) and str(second.token) in str(info.value)
+    assert store.hget("order:7", "status") == b"shipped"
+    assert int(store.execute_command("LOCK.FENCEGET", "fence:order:7")) == second.token
+    # Other errors pass through as the store client raised them.
+    with pytest.raises(redis.exceptions.ResponseError) as other:
+        second.fenced(store, "fence:order:7", "GET", "order:7")
+    assert not isinstance(other.value, StaleToken)
+    with pytest.raises(ValueError):
+        second.fenced(store, "fence:order:7")
+    # Without a hold nothing is sent.
+    second.release()
+    with pytest.raises(NotHeld):
+        second.fenced(store, "fence:order:7", "HSET", "order:7", "status", "lost")
+    assert store.hget("order:7", "status") == b"shipped"
 
 
 def test_reentry_adds_holds(server):
