@@ -9,8 +9,11 @@
 //!
 //! - a lock is never on two nodes at once (`EXISTS` on every master);
 //! - the tokens of a key only grow across nodes: a fresh grant, wherever
-//!   the key is served now, is above every token the key had before, on
-//!   any node (a lock's arrival raises the target's counter);
+//!   the key is served now, is above its live holders' tokens and every
+//!   token its holders carried when its slot moved (a lock's arrival
+//!   raises the target's counter; half the
+//!   `LOCK.FENCE` calls raise a holder's token with `ATLEAST` far above
+//!   every token so far, so a node that misses the raise falls behind);
 //! - every waiter is answered (granted, nil after its timeout, `TRYAGAIN`
 //!   or `MOVED` when its slot left, or a mode or `LIMIT` error) within its
 //!   timeout and a bound, never left hanging; a granted waiter's token is
@@ -100,9 +103,8 @@ fn text(value: &Value) -> String {
     }
 }
 
-/// The tokens of the live holders of `key` (`LOCK.HOLDERS`), as (owner,
-/// token).
-fn holders(conn: &mut redis::Connection, key: &str) -> redis::RedisResult<Vec<(String, i64)>> {
+/// The live holders of `key` (`LOCK.HOLDERS`), as (owner, token, pttl).
+fn holders(conn: &mut redis::Connection, key: &str) -> redis::RedisResult<Vec<(String, i64, i64)>> {
     let reply: Value = redis::cmd("LOCK.HOLDERS").arg(key).query(conn)?;
     let Value::Array(items) = reply else {
         panic!("LOCK.HOLDERS: {reply:?}")
@@ -112,10 +114,10 @@ fn holders(conn: &mut redis::Connection, key: &str) -> redis::RedisResult<Vec<(S
         .map(|item| {
             let pairs = info_pairs(item).unwrap();
             let get = |name: &str| pairs.iter().find(|(k, _)| k == name).unwrap().1.clone();
-            let Value::Int(token) = get("token") else {
-                panic!("token: {pairs:?}")
+            let (Value::Int(token), Value::Int(pttl)) = (get("token"), get("pttl")) else {
+                panic!("token, pttl: {pairs:?}")
             };
-            (text(&get("owner")), token)
+            (text(&get("owner")), token, pttl)
         })
         .collect())
 }
@@ -123,7 +125,7 @@ fn holders(conn: &mut redis::Connection, key: &str) -> redis::RedisResult<Vec<(S
 struct Waiter {
     key: String,
     owner: String,
-    /// The highest token its key had when it started waiting.
+    /// The floor of its key's fresh tokens when it started waiting.
     floor: i64,
     deadline: Instant,
     handle: JoinHandle<Result<Option<i64>, String>>,
@@ -137,8 +139,12 @@ struct Fuzz {
     atomic: Atomic,
     /// Which master serves each tag's slot.
     owner: HashMap<i64, usize>,
-    /// The highest token each key has had, on any node.
-    highest: HashMap<String, i64>,
+    /// Per key, the highest token a holder carried when its slot moved
+    /// (with a lease long enough to arrive alive): every later fresh grant
+    /// of the key, on any node, is above it.
+    carried: HashMap<String, i64>,
+    /// The highest token seen anywhere (`ATLEAST` goes above it).
+    top: i64,
     waiters: Vec<Waiter>,
     next_waiter: u64,
     step: u64,
@@ -180,12 +186,18 @@ impl Fuzz {
         format!("{}{}", self.rng.pick(&TAGS), self.rng.pick(&NAMES))
     }
 
-    /// Raises the key's highest token to what its holders carry now.
-    fn seen(&mut self, key: &str, tokens: impl IntoIterator<Item = i64>) {
-        let top = self.highest.entry(key.to_string()).or_insert(0);
+    /// Notes tokens seen.
+    fn seen(&mut self, tokens: impl IntoIterator<Item = i64>) {
         for token in tokens {
-            *top = (*top).max(token);
+            self.top = self.top.max(token);
         }
+    }
+
+    /// What a fresh grant of `key` must be above: every token the key's
+    /// holders carried into this node, and its live holders' tokens.
+    fn floor(&self, key: &str, live: &[(String, i64, i64)]) -> i64 {
+        let carried = self.carried.get(key).copied().unwrap_or(0);
+        live.iter().map(|h| h.1).fold(carried, i64::max)
     }
 
     /// One `LOCK.*` call on the master serving the key.
@@ -201,8 +213,8 @@ impl Fuzz {
                 self.context()
             );
         };
-        self.seen(&key, before.iter().map(|h| h.1));
-        let floor = self.highest[&key];
+        self.seen(before.iter().map(|h| h.1));
+        let floor = self.floor(&key, &before);
         let mut args: Vec<String> = match self.rng.below(6) {
             0..=2 => {
                 let ttl = self.rng.pick(&["300", "1500", "5000"]);
@@ -226,6 +238,19 @@ impl Fuzz {
                 owner.clone(),
                 "2000".into(),
             ],
+            // Half the fences raise the holder's token (and its node's
+            // counter) far above every token so far: a node the key moves
+            // to must raise its own counter above it when the lock arrives.
+            _ if self.rng.chance(2) => {
+                let above = self.top + 1_000_000_000;
+                vec![
+                    "LOCK.FENCE".into(),
+                    key.clone(),
+                    owner.clone(),
+                    "ATLEAST".into(),
+                    above.to_string(),
+                ]
+            }
             _ => vec!["LOCK.FENCE".into(), key.clone(), owner.clone()],
         };
         let mut cmd = redis::cmd(&args[0]);
@@ -246,6 +271,11 @@ impl Fuzz {
                 self.context()
             );
         }
+        if args[0] == "LOCK.FENCE" {
+            if let Ok(Value::Int(token)) = reply {
+                self.seen([token]);
+            }
+        }
         if args[0] == "LOCK.ACQUIRE" {
             if let Ok(Value::Int(token)) = reply {
                 let fresh = !before.iter().any(|h| h.0 == owner);
@@ -253,11 +283,11 @@ impl Fuzz {
                     self.fresh_checked += 1;
                     assert!(
                         token > floor,
-                        "a fresh grant of {key} on node {node} got {token}, not above {floor}, a token the key had before at {}",
+                        "a fresh grant of {key} on node {node} got {token}, not above {floor}, a token its holders carried here or hold (its holders just before: {before:?}) at {}",
                         self.context()
                     );
                 }
-                self.seen(&key, [token]);
+                self.seen([token]);
             }
         }
     }
@@ -269,9 +299,12 @@ impl Fuzz {
         let key = self.key();
         let node = self.owner[&self.slot_of(&key)];
         if let Ok(now) = holders(&mut self.conns[node], &key) {
-            self.seen(&key, now.iter().map(|h| h.1));
+            self.seen(now.iter().map(|h| h.1));
         }
-        let floor = self.highest.get(&key).copied().unwrap_or(0);
+        let floor = match holders(&mut self.conns[node], &key) {
+            Ok(now) => self.floor(&key, &now),
+            Err(_) => self.carried.get(&key).copied().unwrap_or(0),
+        };
         self.next_waiter += 1;
         let owner = format!("w{}", self.next_waiter);
         let timeout_ms = self.rng.pick(&[500u64, 3_000]);
@@ -352,13 +385,13 @@ impl Fuzz {
                     self.waiters_granted += 1;
                     assert!(
                         *token > waiter.floor,
-                        "waiter {} was granted {} with {token}, not above {}, a token the key had before at {}",
+                        "waiter {} was granted {} with {token}, not above {}, a token its holders carried or held when it started waiting at {}",
                         waiter.owner,
                         waiter.key,
                         waiter.floor,
                         self.context()
                     );
-                    self.seen(&waiter.key, [*token]);
+                    self.seen([*token]);
                 }
                 Ok(None) => {}
                 Err(line) if line.starts_with("TRYAGAIN") || line.starts_with("MOVED") => {
@@ -475,6 +508,18 @@ impl Fuzz {
         let from = self.owner[&slot];
         let to = (from + 1 + self.rng.below(2) as usize) % 3;
         let atomic = self.atomic != Atomic::None && self.rng.chance(2);
+        // The tokens that move with the slot: holders whose lease outlasts
+        // the move arrive with it.
+        for name in NAMES {
+            let key = format!("{tag}{name}");
+            if let Ok(now) = holders(&mut self.conns[from], &key) {
+                let carried = now.iter().filter(|h| h.2 > 5_000 / 2).map(|h| h.1).max();
+                if let Some(carried) = carried {
+                    let floor = self.carried.entry(key).or_insert(0);
+                    *floor = (*floor).max(carried);
+                }
+            }
+        }
         self.note(format!(
             "move slot {slot} ({tag}) from node {from} to node {to} ({})",
             if atomic { "atomic" } else { "MIGRATE" }
@@ -650,7 +695,8 @@ fn locks_and_waiters_under_slot_moves() {
         conns,
         atomic,
         owner,
-        highest: HashMap::new(),
+        carried: HashMap::new(),
+        top: 0,
         waiters: Vec::new(),
         next_waiter: 0,
         step: 0,
