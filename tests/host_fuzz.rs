@@ -24,15 +24,18 @@
 //! - fresh tokens only grow;
 //! - every connection is still in the database it selected;
 //! - **the keyspace and the module's books agree**, in one atomic snapshot
-//!   (`MULTI`: per database `SCAN … TYPE redislock`, `LOCK.HOLDERS` and
-//!   `DUMP` of each lock, then `INFO lock`), every 16 steps: no more lock
-//!   keys than `lock_held` (a lazy `FLUSHDB` frees values later), no lock under a name the run never used, no more
-//!   live holders than `lock_holders`, no more lease-index entries than
-//!   holders (nothing indexed is missing from the keyspace), and a lock
-//!   whose every lease has ended is gone within `ENDED_BOUND` (the same
-//!   value, by its `DUMP`, however it was renamed, moved or swapped);
+//!   (`MULTI`: per database `TYPE`, `LOCK.HOLDERS` and `DUMP` of every
+//!   name a lock can have, and `SCAN … TYPE redislock`, which must find
+//!   the same lock keys and no other; then `INFO lock`), every 16 steps
+//!   (the sweep test, whose filler makes a `SCAN` slow, scans at one quiet
+//!   point in 25): no more lock keys than `lock_held` (a lazy `FLUSHDB`
+//!   frees values later), no more live holders than `lock_holders`, no
+//!   more lease-index entries than holders (nothing indexed is missing
+//!   from the keyspace), and a lock whose every lease has ended is gone
+//!   within `ended_bound()` (20 s, 120 s under valgrind; the same value, by
+//!   its `DUMP`, however it was renamed, moved or swapped);
 //! - at quiet points (every 2,000 steps, and after every round of the
-//!   sweep test), with no command running: within `ENDED_BOUND` the
+//!   sweep test), with no command running: within `ended_bound()` the
 //!   snapshot shows every holder indexed (`lock_lease_index` =
 //!   `lock_holders`), as many lock keys as `lock_held`, and no lock whose
 //!   leases all ended;
