@@ -1281,13 +1281,20 @@ impl Fuzz {
         self.finish();
     }
 
-    /// A random lock of the snapshot: its database and name.
+    /// A random lock of the snapshot, mostly one past database 0 (which a
+    /// pass scans first): its database and name.
     fn pick_lock(&mut self, snapshot: &Snapshot) -> Option<(i64, &'static str)> {
-        if snapshot.locks.is_empty() {
+        let later: Vec<_> = snapshot.locks.iter().filter(|l| l.0 > 0).collect();
+        let all: Vec<_> = snapshot.locks.iter().collect();
+        let from = if !later.is_empty() && !self.rng.chance(4) {
+            later
+        } else {
+            all
+        };
+        if from.is_empty() {
             return None;
         }
-        let (db, name, _, _) =
-            &snapshot.locks[self.rng.below(snapshot.locks.len() as u64) as usize];
+        let (db, name, _, _) = from[self.rng.below(from.len() as u64) as usize];
         let key = KEYS.iter().find(|k| *k == name).copied()?;
         Some((*db, key))
     }
@@ -1322,13 +1329,16 @@ impl Fuzz {
         let db = self.clients[c].1;
         let key = self.rng.pick(&KEYS);
         let other = self.rng.pick(&KEYS);
-        // Half the time the database of the lock just moved away from its
-        // index entry (where it landed, for a MOVE).
-        let first = match self.unfiled_db.take() {
-            Some(db) if self.rng.chance(2) => db,
-            _ => self.rng.below(DBS as u64) as i64,
+        // Mostly the database of the lock just moved away from its index
+        // entry (where it landed, for a MOVE), swapped with one the pass
+        // scans before it: the lock may land behind the pass.
+        let (first, second) = match self.unfiled_db.take() {
+            Some(db) if db > 0 && !self.rng.chance(4) => (db, self.rng.below(db as u64) as i64),
+            _ => (
+                self.rng.below(DBS as u64) as i64,
+                self.rng.below(DBS as u64) as i64,
+            ),
         };
-        let second = self.rng.below(DBS as u64) as i64;
         match self.rng.below(10) {
             0..=4 => {
                 let _ = self.client_cmd(c, &["SWAPDB", &first.to_string(), &second.to_string()]);
