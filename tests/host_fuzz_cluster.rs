@@ -5,7 +5,8 @@
 //! --cluster reshard` does it (`SETSLOT … IMPORTING`/`MIGRATING`, `MIGRATE …
 //! KEYS`, `SETSLOT … NODE` on every master), and where the server has it by
 //! atomic slot migration (Valkey 9's `CLUSTER MIGRATESLOTS`, Redis 8.4+'s
-//! `CLUSTER MIGRATION IMPORT`). After every step it checks:
+//! `CLUSTER MIGRATION IMPORT`, during which the other slot's keys are
+//! locked and waited for). After every step it checks:
 //!
 //! - a lock is never on two nodes at once (`EXISTS` on every master);
 //! - the tokens of a key only grow across nodes: a fresh grant, wherever
@@ -153,6 +154,8 @@ struct Fuzz {
     waiters_granted: u64,
     waiters_redirected: u64,
     moves: (u64, u64),
+    /// The slot an atomic migration is moving now.
+    moving: Option<i64>,
     quiet_points: u64,
     recent: VecDeque<String>,
 }
@@ -182,8 +185,13 @@ impl Fuzz {
         self.cluster.key_slot(key)
     }
 
+    /// A key of either slot (of the other one while a slot moves).
     fn key(&mut self) -> String {
-        format!("{}{}", self.rng.pick(&TAGS), self.rng.pick(&NAMES))
+        let mut tag = self.rng.pick(&TAGS);
+        if self.moving == Some(self.slot_of(tag)) {
+            tag = if tag == TAGS[0] { TAGS[1] } else { TAGS[0] };
+        }
+        format!("{tag}{}", self.rng.pick(&NAMES))
     }
 
     /// Notes tokens seen.
@@ -611,7 +619,9 @@ impl Fuzz {
             }
             Atomic::None => unreachable!(),
         }
-        // The waiters keep waiting (and are answered) while the slot moves.
+        // The waiters keep waiting (and are answered) while the slot moves,
+        // and the other slot's keys are locked and waited for meanwhile.
+        self.moving = Some(slot);
         let (source, target) = (self.masters()[from].port(), self.masters()[to].port());
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -625,9 +635,14 @@ impl Fuzz {
                 "the atomic migration of slot {slot} from {source} to {target} never completed at {}",
                 self.context()
             );
-            std::thread::sleep(Duration::from_millis(10));
+            if self.rng.chance(3) {
+                self.spawn_waiter();
+            } else {
+                self.lock_call();
+            }
             self.check_waiters();
         }
+        self.moving = None;
     }
 
     fn run(&mut self, steps: u64) {
@@ -705,6 +720,7 @@ fn locks_and_waiters_under_slot_moves() {
         waiters_granted: 0,
         waiters_redirected: 0,
         moves: (0, 0),
+        moving: None,
         quiet_points: 0,
         recent: VecDeque::new(),
     };
