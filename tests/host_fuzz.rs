@@ -339,6 +339,8 @@ struct Fuzz {
     quiet_points: u64,
     /// Databases checked with `SCAN … TYPE`.
     full_scans: u64,
+    /// Host commands of the sweep test sent while a holder was unindexed.
+    during_passes: u64,
     /// Ended locks seen in the keyspace (by their `DUMP`), since when.
     ended_since: HashMap<Vec<u8>, Instant>,
     /// The most ended locks seen at once, and their longest stay.
@@ -386,6 +388,7 @@ impl Fuzz {
             snapshots: 0,
             quiet_points: 0,
             full_scans: 0,
+            during_passes: 0,
             ended_since: HashMap::new(),
             ended_seen: 0,
             ended_longest: Duration::ZERO,
@@ -1271,6 +1274,12 @@ impl Fuzz {
             }
             let pause = pass.mul_f64(self.rng.below(100) as f64 / 100.0);
             std::thread::sleep(pause);
+            // A holder without an index entry just before the command: the
+            // sweep is still looking for it, the command lands in a pass.
+            let holders = lock_stat(&mut self.probe, "lock_holders");
+            if lock_stat(&mut self.probe, "lock_lease_index") < holders {
+                self.during_passes += 1;
+            }
             self.during_pass(c);
             self.drain();
             // A full SCAN of the filler takes long: one quiet point in 25.
@@ -1518,4 +1527,12 @@ fn sweep_passes_under_host_commands() {
     let started = Instant::now();
     fuzz.run_sweeps(rounds, pass);
     fuzz.report("sweep fuzz", started);
+    println!(
+        "sweep fuzz: {} of {rounds} host commands sent while a holder waited for the sweep",
+        fuzz.during_passes
+    );
+    assert!(
+        fuzz.during_passes > 0,
+        "no host command landed in a sweep pass"
+    );
 }
