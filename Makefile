@@ -68,10 +68,15 @@ test: build
 # memcheck reports any. Then one round of the leak check (below). `make test`
 # runs it.
 SANITIZE_STEPS ?= 10000
+# The host fuzzer's sweep test under memcheck: fewer rounds, smaller filler
+# (a pass still spans many timer firings there).
+SANITIZE_ROUNDS ?= 8
+SANITIZE_FILLER ?= 20000
 sanitize: build
 	@scripts/prereqs.sh valkey >/dev/null
 	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
 		REDIS_LOCK_HOST_FUZZ_STEPS=$(SANITIZE_STEPS) REDIS_LOCK_ROUNDS_SCALE=10 \
+		REDIS_LOCK_HOST_FUZZ_ROUNDS=$(SANITIZE_ROUNDS) REDIS_LOCK_HOST_FUZZ_FILLER=$(SANITIZE_FILLER) \
 		$(CARGO) test --release -p redis-lock --test blocked_clients --test waiting --test host_fuzz
 	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_VALGRIND_LEAKS=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
 		$(CARGO) test --release -p redis-lock --test leaks
