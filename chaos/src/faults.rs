@@ -724,6 +724,21 @@ fn note_done(
     }
 }
 
+/// The file written now: the last `type i` (incremental) file of an AOF
+/// manifest. Its lines are `file NAME` followed by key-value pairs: `seq N
+/// type i|b|h` on Redis 7.0 and Valkey, and `startoffset N` (`endoffset N`)
+/// as well on Redis 7.4+.
+fn newest_incremental_aof(manifest: &str) -> Option<String> {
+    manifest.lines().rev().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (["file", name], pairs) = (fields.get(..2)?, fields.get(2..)?) else {
+            return None;
+        };
+        let incremental = pairs.chunks(2).any(|pair| matches!(pair, ["type", "i"]));
+        incremental.then(|| (*name).to_string())
+    })
+}
+
 /// Cuts up to `bytes` off the newest incremental AOF file (what an
 /// `everysec` node loses in a power cut: writes not yet fsynced). Redis
 /// loads the truncated file (`aof-load-truncated yes`, the default).
@@ -738,15 +753,11 @@ fn cut_aof_tail(dir: &Path, bytes: u64) -> Result<u64, Error> {
         .ok_or_else(|| Error::Fault(format!("no AOF manifest in {}", aof_dir.display())))?;
     let text = std::fs::read_to_string(&manifest)
         .map_err(|e| Error::Fault(format!("{}: {e}", manifest.display())))?;
-    // Lines: `file NAME seq N type i|b|h`; the last `type i` is written now.
-    let Some(name) = text.lines().rev().find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match fields.as_slice() {
-            ["file", name, "seq", _, "type", "i"] => Some(name.to_string()),
-            _ => None,
-        }
-    }) else {
-        return Ok(0);
+    let Some(name) = newest_incremental_aof(&text) else {
+        return Err(Error::Fault(format!(
+            "no incremental AOF file in {}:\n{text}",
+            manifest.display()
+        )));
     };
     let path = aof_dir.join(name);
     let file = std::fs::OpenOptions::new()
@@ -761,4 +772,26 @@ fn cut_aof_tail(dir: &Path, bytes: u64) -> Result<u64, Error> {
     file.set_len(len - cut)
         .map_err(|e| Error::Fault(format!("{}: {e}", path.display())))?;
     Ok(cut)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_incremental_aof_is_found_in_every_manifest_format() {
+        let redis7 = "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i\n";
+        assert_eq!(
+            newest_incremental_aof(redis7).as_deref(),
+            Some("appendonly.aof.1.incr.aof")
+        );
+        // Redis 7.4+ adds offsets (Redis 8.6.3's own manifest).
+        let redis8 = "file appendonly.aof.1.base.rdb seq 1 type b\nfile appendonly.aof.1.incr.aof seq 1 type i startoffset 0\nfile appendonly.aof.2.incr.aof seq 2 type i startoffset 1843 endoffset 2000\n";
+        assert_eq!(
+            newest_incremental_aof(redis8).as_deref(),
+            Some("appendonly.aof.2.incr.aof")
+        );
+        assert_eq!(newest_incremental_aof("file a.rdb seq 1 type b\n"), None);
+        assert_eq!(newest_incremental_aof(""), None);
+    }
 }
