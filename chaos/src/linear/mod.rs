@@ -55,6 +55,8 @@ pub struct Report {
     pub pipelined: u64,
     pub transactions: u64,
     pub kills: u64,
+    /// Leases the node ended.
+    pub lease_ends: u64,
     pub check_time: std::time::Duration,
     /// The key whose history was corrupted on purpose (two grants' tokens
     /// swapped), and whether the checker rejected it.
@@ -73,8 +75,8 @@ impl std::fmt::Display for Report {
         let v = &self.verdict;
         writeln!(
             f,
-            "history     {} steps on {} keys ({} grants; {} without a reply), {} sent in pipelines, {} MULTI blocks, {} kill -9 + restarts",
-            v.steps, v.keys, self.grants, v.unknown, self.pipelined, self.transactions, self.kills
+            "history     {} steps on {} keys ({} grants, {} lease ends; {} without a reply), {} sent in pipelines, {} MULTI blocks, {} kill -9 + restarts",
+            v.steps, v.keys, self.grants, self.lease_ends, v.unknown, self.pipelined, self.transactions, self.kills
         )?;
         writeln!(
             f,
@@ -107,7 +109,9 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
         let grants = entries
             .iter()
             .flat_map(|e| &e.step)
-            .filter(|(cmd, reply)| matches!((cmd, reply), (Cmd::Acquire(_), Some(Reply::Int(_)))))
+            .filter(|(cmd, reply)| {
+                matches!((cmd, reply), (Cmd::Acquire { .. }, Some(Reply::Int(_))))
+            })
             .count();
         // The other keys' histories are unchanged: only the corrupted
         // key's is checked again.
@@ -121,6 +125,7 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
             pipelined: run.pipelined,
             transactions: run.transactions,
             kills: run.kills,
+            lease_ends: run.lease_ends,
             check_time,
             corrupted,
         }
@@ -135,7 +140,7 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
 /// if no key has two such grants.
 pub fn swap_tokens(entries: &mut [Entry]) -> Option<usize> {
     let grant = |entry: &Entry| match entry.step.as_slice() {
-        [(Cmd::Acquire(_), Some(Reply::Int(token)))] => entry.returned.map(|at| (*token, at)),
+        [(Cmd::Acquire { .. }, Some(Reply::Int(token)))] => entry.returned.map(|at| (*token, at)),
         _ => None,
     };
     let mut pair = None;
@@ -193,6 +198,23 @@ mod tests {
     const A: u8 = 0;
     const B: u8 = 1;
 
+    /// Leases far longer than these histories (stamps of a few ns).
+    const HOUR_MS: u64 = 3_600_000;
+
+    fn acquire(owner: u8) -> Cmd {
+        Cmd::Acquire {
+            owner,
+            ttl_ms: HOUR_MS,
+        }
+    }
+
+    fn extend(owner: u8) -> Cmd {
+        Cmd::Extend {
+            owner,
+            ttl_ms: HOUR_MS,
+        }
+    }
+
     fn release(owner: u8) -> Cmd {
         Cmd::Release { owner, all: false }
     }
@@ -212,11 +234,11 @@ mod tests {
     #[test]
     fn a_sequential_history_of_the_lock_is_linearizable() {
         let steps = [
-            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
-            (one(Cmd::Acquire(B), Reply::Nil), 2, Some(3)),
-            (one(Cmd::Acquire(A), Reply::Int(10)), 4, Some(5)),
+            (one(acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(acquire(B), Reply::Nil), 2, Some(3)),
+            (one(acquire(A), Reply::Int(10)), 4, Some(5)),
             (one(Cmd::Info, held(A, 2, 10)), 6, Some(7)),
-            (one(Cmd::Extend(B), Reply::Int(0)), 8, Some(9)),
+            (one(extend(B), Reply::Int(0)), 8, Some(9)),
             (one(fence(A, Some(50)), Reply::Int(50)), 10, Some(11)),
             (
                 one(
@@ -229,7 +251,7 @@ mod tests {
                 12,
                 Some(13),
             ),
-            (one(Cmd::Acquire(B), Reply::Int(51)), 14, Some(15)),
+            (one(acquire(B), Reply::Int(51)), 14, Some(15)),
         ];
         assert!(linearizable(&steps, &[]));
     }
@@ -237,14 +259,14 @@ mod tests {
     #[test]
     fn two_holders_at_once_are_not() {
         let steps = [
-            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
-            (one(Cmd::Acquire(B), Reply::Int(11)), 2, Some(3)),
+            (one(acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(acquire(B), Reply::Int(11)), 2, Some(3)),
         ];
         assert!(!linearizable(&steps, &[]));
         // Concurrent with A's release, B's grant can come after it.
         let steps = [
-            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
-            (one(Cmd::Acquire(B), Reply::Int(11)), 2, Some(5)),
+            (one(acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(acquire(B), Reply::Int(11)), 2, Some(5)),
             (one(release(A), Reply::Int(0)), 3, Some(4)),
         ];
         assert!(linearizable(&steps, &[]));
@@ -253,44 +275,44 @@ mod tests {
     #[test]
     fn a_new_lock_needs_a_token_above_every_earlier_one() {
         let steps = [
-            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(acquire(A), Reply::Int(10)), 0, Some(1)),
             (one(release(A), Reply::Int(0)), 2, Some(3)),
-            (one(Cmd::Acquire(B), Reply::Int(10)), 4, Some(5)),
+            (one(acquire(B), Reply::Int(10)), 4, Some(5)),
         ];
         assert!(!linearizable(&steps, &[]));
         // Raised by ATLEAST: the next lock's token is above the floor.
         let steps = [
-            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(acquire(A), Reply::Int(10)), 0, Some(1)),
             (one(fence(A, Some(90)), Reply::Int(90)), 2, Some(3)),
             (one(release(A), Reply::Int(0)), 4, Some(5)),
-            (one(Cmd::Acquire(B), Reply::Int(60)), 6, Some(7)),
+            (one(acquire(B), Reply::Int(60)), 6, Some(7)),
         ];
         assert!(!linearizable(&steps, &[]));
     }
 
     #[test]
     fn a_step_without_a_reply_may_have_run_before_the_kill_or_not_at_all() {
-        let lost_acquire = vec![(Cmd::Acquire(A), None)];
+        let lost_acquire = vec![(acquire(A), None)];
         // It ran: A holds the lock, with a token only seen later.
         let ran = [
             (lost_acquire.clone(), 0, None),
-            (one(Cmd::Acquire(B), Reply::Nil), 3, Some(4)),
+            (one(acquire(B), Reply::Nil), 3, Some(4)),
             (one(fence(A, None), Reply::Int(7)), 5, Some(6)),
         ];
         assert!(linearizable(&ran, &[2]));
         // It did not run.
         let not = [
             (lost_acquire.clone(), 0, None),
-            (one(Cmd::Acquire(B), Reply::Int(7)), 3, Some(4)),
+            (one(acquire(B), Reply::Int(7)), 3, Some(4)),
         ];
         assert!(linearizable(&not, &[2]));
         // It cannot have run after the kill: B's grant came after it, and
         // A's lock is not there.
         let late = [
             (lost_acquire, 0, None),
-            (one(Cmd::Acquire(B), Reply::Int(7)), 3, Some(4)),
+            (one(acquire(B), Reply::Int(7)), 3, Some(4)),
             (one(release(B), Reply::Int(0)), 5, Some(6)),
-            (one(Cmd::Extend(A), Reply::Int(1)), 7, Some(8)),
+            (one(extend(A), Reply::Int(1)), 7, Some(8)),
         ];
         assert!(!linearizable(&late, &[2]));
         // Without the kill it could have run last.
@@ -304,11 +326,11 @@ mod tests {
         // be (the model once left the bound at 10 and accepted it).
         let steps = |b_token| {
             [
-                (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+                (one(acquire(A), Reply::Int(10)), 0, Some(1)),
                 (one(release(A), Reply::Int(0)), 2, Some(3)),
-                (vec![(Cmd::Acquire(A), None)], 4, None),
+                (vec![(acquire(A), None)], 4, None),
                 (one(release(A), Reply::Int(0)), 6, Some(7)),
-                (one(Cmd::Acquire(B), Reply::Int(b_token)), 8, Some(9)),
+                (one(acquire(B), Reply::Int(b_token)), 8, Some(9)),
             ]
         };
         assert!(!linearizable(&steps(11), &[5]));
@@ -319,7 +341,7 @@ mod tests {
     fn a_transaction_applies_at_once() {
         // B sees neither half of A's MULTI (acquire, release) ... or both.
         let multi = vec![
-            (Cmd::Acquire(A), Some(Reply::Int(10))),
+            (acquire(A), Some(Reply::Int(10))),
             (release(A), Some(Reply::Int(0))),
         ];
         let steps = [
@@ -329,7 +351,7 @@ mod tests {
         assert!(!linearizable(&steps, &[]));
         let steps = [
             (multi, 0, Some(5)),
-            (one(Cmd::Acquire(B), Reply::Int(11)), 1, Some(2)),
+            (one(acquire(B), Reply::Int(11)), 1, Some(2)),
         ];
         assert!(linearizable(&steps, &[]));
     }
@@ -337,12 +359,127 @@ mod tests {
     #[test]
     fn swapping_two_grants_tokens_breaks_the_history() {
         let mut steps = entries(&[
-            (one(Cmd::Acquire(A), Reply::Int(10)), 0, Some(1)),
+            (one(acquire(A), Reply::Int(10)), 0, Some(1)),
             (one(release(A), Reply::Int(0)), 2, Some(3)),
-            (one(Cmd::Acquire(B), Reply::Int(12)), 4, Some(5)),
+            (one(acquire(B), Reply::Int(12)), 4, Some(5)),
         ]);
         assert!(check(&steps, &[]).failed.is_empty());
         assert_eq!(swap_tokens(&mut steps), Some(0));
         assert_eq!(check(&steps, &[]).failed, vec![0]);
+    }
+
+    /// Milliseconds on the history's clock (nanoseconds).
+    const fn ms(ms: u64) -> u64 {
+        ms * 1_000_000
+    }
+
+    fn acquire_for(owner: u8, ttl_ms: u64) -> Cmd {
+        Cmd::Acquire { owner, ttl_ms }
+    }
+
+    fn extend_for(owner: u8, ttl_ms: u64) -> Cmd {
+        Cmd::Extend { owner, ttl_ms }
+    }
+
+    /// A's lease of 100 ms, granted in `[0, 1 ms]`, then B's acquisition
+    /// (or `step`) in `[at, at + 1 ms]`.
+    fn after_a_lease(step: Step, at: u64) -> bool {
+        let steps = [
+            (one(acquire_for(A, 100), Reply::Int(10)), 0, Some(ms(1))),
+            (step, ms(at), Some(ms(at + 1))),
+        ];
+        linearizable(&steps, &[])
+    }
+
+    #[test]
+    fn a_lease_cannot_end_before_its_ttl_less_the_allowance() {
+        let b_granted = || one(acquire_for(B, 100), Reply::Int(11));
+        // 100 ms after the grant was sent, less 0.1 ms (1000 ppm) and 5 ms.
+        assert!(!after_a_lease(b_granted(), 50));
+        assert!(!after_a_lease(b_granted(), 93));
+        assert!(after_a_lease(b_granted(), 95));
+        assert!(after_a_lease(b_granted(), 500));
+        // Nor can it seem to end early to LOCK.INFO.
+        assert!(!after_a_lease(one(Cmd::Info, Reply::Nil), 50));
+        assert!(after_a_lease(one(Cmd::Info, Reply::Nil), 500));
+    }
+
+    #[test]
+    fn a_lease_must_have_ended_by_its_ttl_plus_the_allowance() {
+        // 100 ms after the grant's reply came, plus 0.1 ms and 20 ms.
+        let b_refused = || one(acquire_for(B, 100), Reply::Nil);
+        assert!(after_a_lease(b_refused(), 50));
+        assert!(after_a_lease(b_refused(), 120));
+        assert!(!after_a_lease(b_refused(), 122));
+        assert!(!after_a_lease(one(Cmd::Info, held(A, 1, 10)), 500));
+        assert!(!after_a_lease(one(extend_for(A, 100), Reply::Int(1)), 500));
+        assert!(after_a_lease(one(extend_for(A, 100), Reply::Int(0)), 500));
+        // A re-entry renews the lease; a release ends it at once.
+        let steps = |second: Cmd, reply: Reply| {
+            [
+                (one(acquire_for(A, 100), Reply::Int(10)), 0, Some(ms(1))),
+                (one(second, reply), ms(80), Some(ms(81))),
+                (one(Cmd::Info, Reply::Nil), ms(150), Some(ms(151))),
+            ]
+        };
+        assert!(!linearizable(
+            &steps(acquire_for(A, 100), Reply::Int(10)),
+            &[]
+        ));
+        assert!(linearizable(
+            &steps(acquire_for(A, 10), Reply::Int(10)),
+            &[]
+        ));
+        assert!(linearizable(&steps(release(A), Reply::Int(0)), &[]));
+    }
+
+    #[test]
+    fn an_extension_shortens_or_lengthens_the_lease() {
+        let steps = |ttl_ms: u64, reply: Reply| {
+            [
+                (one(acquire_for(A, 1_000), Reply::Int(10)), 0, Some(ms(1))),
+                (
+                    one(extend_for(A, ttl_ms), Reply::Int(1)),
+                    ms(10),
+                    Some(ms(11)),
+                ),
+                (one(Cmd::Info, reply), ms(300), Some(ms(301))),
+            ]
+        };
+        // Shortened to 100 ms: over by 300 ms; without the extension, live.
+        assert!(linearizable(&steps(100, Reply::Nil), &[]));
+        assert!(!linearizable(&steps(100, held(A, 1, 10)), &[]));
+        assert!(!linearizable(&steps(1_000, Reply::Nil), &[]));
+        // Lengthened: live past the first lease's end.
+        let steps = [
+            (one(acquire_for(A, 100), Reply::Int(10)), 0, Some(ms(1))),
+            (
+                one(extend_for(A, 1_000), Reply::Int(1)),
+                ms(50),
+                Some(ms(51)),
+            ),
+            (
+                one(acquire_for(B, 100), Reply::Int(11)),
+                ms(300),
+                Some(ms(301)),
+            ),
+        ];
+        assert!(!linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn a_lease_of_a_lost_grant_ends_within_the_same_bounds() {
+        // A's grant was sent at 0 and its reply lost to a kill at 5 ms: if it
+        // ran, its lease ends from 95 ms (sent + 100 ms - 5.1 ms) to
+        // 125.1 ms (the kill + 100 ms + 20.1 ms).
+        let steps = |at: u64, reply: Reply| {
+            [
+                (vec![(acquire_for(A, 100), None)], 0, None),
+                (one(Cmd::Info, reply), ms(at), Some(ms(at + 1))),
+            ]
+        };
+        assert!(linearizable(&steps(50, held(A, 1, 10)), &[ms(5)]));
+        assert!(linearizable(&steps(50, Reply::Nil), &[ms(5)]));
+        assert!(!linearizable(&steps(130, held(A, 1, 10)), &[ms(5)]));
     }
 }

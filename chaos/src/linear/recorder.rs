@@ -1,7 +1,9 @@
 //! The recorded workload: many connections to one node (`appendfsync
 //! always`, no recovery window) send single commands, pipelines and
 //! `MULTI` blocks on a few keys for a few owners, while the node is killed
-//! with `kill -9` and restarted on the same data.
+//! with `kill -9` and restarted on the same data. Leases are short (hundreds
+//! of milliseconds, drawn per command) so that many end during the
+//! history, and `LOCK.EXTEND` shortens as often as it lengthens.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,6 +32,14 @@ pub struct Settings {
     /// `appendfsync always` (the default); `false` runs the node without
     /// persistence: a negative control, whose restarts forget every lock.
     pub persistence: bool,
+    /// The leases of `LOCK.ACQUIRE` and `LOCK.EXTEND` (drawn per command).
+    pub ttl_ms: std::ops::RangeInclusive<u64>,
+    /// 0 (the default); otherwise a negative control: the node's lease
+    /// clock runs this many parts per million fast (`LOCK.DEBUG
+    /// MONOTONIC-RATE`, set once at the start: a restarted node runs at the
+    /// real rate again, so the control is run without kills), and leases
+    /// end early by the recorder's clock.
+    pub lease_clock_ppm: i64,
 }
 
 impl Default for Settings {
@@ -42,6 +52,22 @@ impl Default for Settings {
             kill_every_ms: 500..=1_500,
             seed: 20_261_124,
             persistence: true,
+            ttl_ms: 100..=800,
+            lease_clock_ppm: 0,
+        }
+    }
+}
+
+impl Settings {
+    /// The negative control of early lease ends: the node's lease clock
+    /// runs `ppm` parts per million fast, and it is never killed (a
+    /// restarted node's clock runs at the real rate).
+    pub fn fast_lease_clock(self, ppm: i64) -> Settings {
+        Settings {
+            lease_clock_ppm: ppm,
+            // Kills further apart than any run.
+            kill_every_ms: 86_400_000..=86_400_000,
+            ..self
         }
     }
 }
@@ -50,13 +76,13 @@ impl Default for Settings {
 pub struct Run {
     pub recorder: Recorder,
     pub kills: u64,
+    /// Leases the node ended (`lock_expired` of `INFO lock`, read before
+    /// each kill and at the end: a count of what the history exercised).
+    pub lease_ends: u64,
     /// Steps sent in a pipeline of several, or in a `MULTI`.
     pub pipelined: u64,
     pub transactions: u64,
 }
-
-/// Leases outlive any run: nothing expires while the history is recorded.
-const TTL_MS: u64 = 3_600_000;
 
 /// Records a history; an error is a reply the specification has no word
 /// for (a module error, a reply of the wrong shape).
@@ -73,6 +99,13 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
         .await
         .map_err(|e| format!("starting the node: {e}"))?;
     let url = server.url();
+    if settings.lease_clock_ppm != 0 {
+        let ppm = settings.lease_clock_ppm;
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || lease_clock_rate(&url, ppm))
+            .await
+            .map_err(|e| format!("setting the lease clock: {e}"))??;
+    }
     let recorder = Arc::new(Recorder::default());
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
@@ -108,7 +141,7 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
             Err(e) => failure = failure.or(Some(format!("a connection's task failed: {e}"))),
         }
     }
-    let kills = tokio::task::spawn_blocking(move || killer.join())
+    let (kills, lease_ends) = tokio::task::spawn_blocking(move || killer.join())
         .await
         .map_err(|e| format!("joining the killer: {e}"))?
         .map_err(|_| "the killer panicked".to_string())?;
@@ -119,9 +152,37 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
     Ok(Run {
         recorder,
         kills,
+        lease_ends,
         pipelined: counts.pipelined.load(Ordering::Relaxed),
         transactions: counts.transactions.load(Ordering::Relaxed),
     })
+}
+
+/// `lock_expired` of the node's `INFO lock` (0 if it cannot be read).
+fn expired(url: &str) -> u64 {
+    let info = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .and_then(|mut con| redis::cmd("INFO").arg("lock").query::<String>(&mut con));
+    info.ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("lock_expired:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Makes the node's lease clock run `ppm` fast (`LOCK.DEBUG
+/// MONOTONIC-RATE`, the module loaded with `debug yes` as testkit does).
+fn lease_clock_rate(url: &str, ppm: i64) -> Result<(), String> {
+    let mut con = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .map_err(|e| format!("connecting to set the lease clock: {e}"))?;
+    redis::cmd("LOCK.DEBUG")
+        .arg("MONOTONIC-RATE")
+        .arg(ppm)
+        .query::<()>(&mut con)
+        .map_err(|e| format!("LOCK.DEBUG MONOTONIC-RATE {ppm}: {e}"))
 }
 
 #[derive(Default)]
@@ -133,30 +194,38 @@ struct Counts {
 }
 
 /// Kills the node with `kill -9` at random moments and starts it again on
-/// its data until `stop`; returns how many kills.
+/// its data until `stop`; returns how many kills, and how many leases the
+/// node ended.
 fn kill_loop(
     mut server: RedisServer,
     recorder: &Recorder,
     stop: &AtomicBool,
     every_ms: std::ops::RangeInclusive<u64>,
     seed: u64,
-) -> u64 {
+) -> (u64, u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut kills = 0;
+    let mut lease_ends = 0;
     loop {
         let until = Instant::now() + Duration::from_millis(rng.random_range(every_ms.clone()));
         while Instant::now() < until {
             if stop.load(Ordering::SeqCst) {
-                return kills;
+                return (kills, lease_ends + expired(&server.url()));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        lease_ends += expired(&server.url());
         server.kill9();
         recorder.killed();
         kills += 1;
         server.restart();
     }
 }
+
+/// Owners that take a lock and leave it to its lease: each seldom comes
+/// back, so their leases end (the workload's regular owners re-enter and
+/// extend too often for theirs to).
+const PASSERS_BY: std::ops::RangeInclusive<Owner> = 100..=199;
 
 struct Client {
     url: String,
@@ -194,6 +263,29 @@ impl Client {
                 _ => Shape::Multi,
             };
             let commands: Vec<(usize, Cmd)> = match shape {
+                // A passer-by takes the lock for a long lease and at once
+                // shortens it (in one MULTI, or pipelined), then leaves it
+                // to end.
+                Shape::Pipeline | Shape::Multi if rng.random_bool(0.08) => {
+                    let key = rng.random_range(0..self.settings.keys);
+                    let owner = rng.random_range(PASSERS_BY);
+                    vec![
+                        (
+                            key,
+                            Cmd::Acquire {
+                                owner,
+                                ttl_ms: rng.random_range(5_000..=10_000),
+                            },
+                        ),
+                        (
+                            key,
+                            Cmd::Extend {
+                                owner,
+                                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+                            },
+                        ),
+                    ]
+                }
                 Shape::Single => vec![self.command(&mut rng)],
                 Shape::Pipeline => (0..rng.random_range(2..=4))
                     .map(|_| self.command(&mut rng))
@@ -234,13 +326,29 @@ impl Client {
     fn command(&self, rng: &mut StdRng) -> (usize, Cmd) {
         let key = rng.random_range(0..self.settings.keys);
         let owner: Owner = rng.random_range(0..self.settings.owners);
-        let cmd = match rng.random_range(0..100) {
-            0..=29 => Cmd::Acquire(owner),
+        let cmd = match rng.random_range(0..105) {
+            // A passer-by: its lease ends, unless it released first (one
+            // of many: it seldom comes back to re-enter or release).
+            100..=103 => Cmd::Acquire {
+                owner: rng.random_range(PASSERS_BY),
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+            },
+            104 => Cmd::Release {
+                owner: rng.random_range(PASSERS_BY),
+                all: false,
+            },
+            0..=29 => Cmd::Acquire {
+                owner,
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+            },
             30..=54 => Cmd::Release {
                 owner,
                 all: rng.random_bool(0.2),
             },
-            55..=64 => Cmd::Extend(owner),
+            55..=64 => Cmd::Extend {
+                owner,
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+            },
             65..=79 => Cmd::Fence {
                 owner,
                 at_least: rng.random_bool(0.3).then(|| {
@@ -394,10 +502,10 @@ fn owner_name(owner: Owner) -> String {
 fn request(key: usize, cmd: Cmd) -> redis::Cmd {
     let key = key_name(key);
     match cmd {
-        Cmd::Acquire(owner) => redis::cmd("LOCK.ACQUIRE")
+        Cmd::Acquire { owner, ttl_ms } => redis::cmd("LOCK.ACQUIRE")
             .arg(key)
             .arg(owner_name(owner))
-            .arg(TTL_MS)
+            .arg(ttl_ms)
             .to_owned(),
         Cmd::Release { owner, all } => {
             let mut cmd = redis::cmd("LOCK.RELEASE");
@@ -407,10 +515,10 @@ fn request(key: usize, cmd: Cmd) -> redis::Cmd {
             }
             cmd
         }
-        Cmd::Extend(owner) => redis::cmd("LOCK.EXTEND")
+        Cmd::Extend { owner, ttl_ms } => redis::cmd("LOCK.EXTEND")
             .arg(key)
             .arg(owner_name(owner))
-            .arg(TTL_MS)
+            .arg(ttl_ms)
             .to_owned(),
         Cmd::Fence { owner, at_least } => {
             let mut cmd = redis::cmd("LOCK.FENCE");
@@ -431,7 +539,7 @@ fn reply(cmd: Cmd, value: &Value) -> Result<Reply, String> {
         other => Err(format!("not an integer: {other:?}")),
     };
     match (cmd, value) {
-        (_, Value::Nil) if !matches!(cmd, Cmd::Extend(_)) => Ok(Reply::Nil),
+        (_, Value::Nil) if !matches!(cmd, Cmd::Extend { .. }) => Ok(Reply::Nil),
         (Cmd::Info, Value::Array(fields)) => {
             let field = |name: &str| {
                 fields

@@ -1,17 +1,28 @@
 //! The sequential specification of one lock key: an exclusive, re-entrant
-//! lock with fencing tokens, as `LOCK.ACQUIRE`, `LOCK.RELEASE [ALL]`,
-//! `LOCK.EXTEND`, `LOCK.FENCE [ATLEAST n]` and `LOCK.INFO` define it, with
-//! leases long enough never to end during a history (so time plays no
-//! part).
+//! lock with fencing tokens and leases, as `LOCK.ACQUIRE`, `LOCK.RELEASE
+//! [ALL]`, `LOCK.EXTEND`, `LOCK.FENCE [ATLEAST n]` and `LOCK.INFO` define
+//! it.
+//!
+//! **Time.** Each step carries the real-time stamps of its call and its
+//! return (nanoseconds on the recorder's monotonic clock), and takes effect
+//! at one moment between them, never before a step linearized earlier (a
+//! timed model, as Jepsen's and Porcupine's). A lease granted or renewed
+//! with `ttl` ms by a step linearized at `t` (at least `now`, the earliest
+//! moment the state allows, at most the step's return `r`) ends at a moment
+//! `E` only known to lie in `[t + ttl − early(ttl), r + ttl + late(ttl)]`
+//! ([`early_ns`], [`late_ns`]): before every step the lease may have ended
+//! if that interval starts before the step's return, and must have ended
+//! if it ends before the earliest moment the step can take effect. A lease
+//! end is a step of its own that nobody sent: the key is free from it on.
 //!
 //! A step whose reply never came (the node was killed first) may or may not
 //! have taken effect, and a grant's token is then unknown: the
 //! specification is nondeterministic. It is made deterministic the usual
 //! way, for `todc_utils`'s checker: the state is the set of every state the
-//! key may be in ([`Keys`]), and a step is valid when at least one of them
-//! allows it.
+//! key may be in ([`Keys`]), each with the earliest moment it allows for the
+//! next step, and a step is valid when at least one of them allows it.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use todc_utils::specifications::Specification;
 
@@ -21,10 +32,25 @@ pub type Owner = u8;
 /// A command on the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cmd {
-    Acquire(Owner),
-    Release { owner: Owner, all: bool },
-    Extend(Owner),
-    Fence { owner: Owner, at_least: Option<u64> },
+    /// `LOCK.ACQUIRE key owner ttl`.
+    Acquire {
+        owner: Owner,
+        ttl_ms: u64,
+    },
+    Release {
+        owner: Owner,
+        all: bool,
+    },
+    /// `LOCK.EXTEND key owner ttl`: the lease ends `ttl` from now, shorter or
+    /// longer than before.
+    Extend {
+        owner: Owner,
+        ttl_ms: u64,
+    },
+    Fence {
+        owner: Owner,
+        at_least: Option<u64>,
+    },
     Info,
 }
 
@@ -45,6 +71,67 @@ pub enum Reply {
 /// What a client did: one command, or the commands of one `MULTI` (all on
 /// the key, applied at once), each with its reply (`None`: never came).
 pub type Step = Vec<(Cmd, Option<Reply>)>;
+
+/// A step with the moments it was sent and its reply came (nanoseconds on
+/// the recorder's monotonic clock; `returned` is the kill that cut a lost
+/// reply, or `u64::MAX`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Timed {
+    pub step: Step,
+    pub called: u64,
+    pub returned: u64,
+}
+
+/// How far the node's lease clock may run fast or slow against the
+/// recorder's, parts per million. Both read the machine's `CLOCK_MONOTONIC`
+/// (a lease is a deadline on it), so they run at one rate; a lease that
+/// crossed a `kill -9` and restart went through the wall clock (saved as
+/// its absolute wall-clock end), which NTP may slew by up to 500 ppm.
+pub const RATE_ALLOWANCE_PPM: u64 = 1_000;
+
+/// The fixed part of the early allowance: the lease clock counts whole
+/// milliseconds, and a lease that crosses a restart is converted to the
+/// wall clock and back (each a millisecond of rounding at most). Nothing in
+/// it depends on load: the node reads its clock while it runs the step,
+/// between the step's stamps.
+pub const EARLY_FIXED_NS: u64 = 5_000_000;
+
+/// The fixed part of the late allowance: a lease lives through the
+/// millisecond of its deadline, plus the same rounding as above, with room.
+pub const LATE_FIXED_NS: u64 = 20_000_000;
+
+/// How much earlier than `ttl` after its grant a lease may end.
+pub fn early_ns(ttl_ms: u64) -> u64 {
+    ttl_ms
+        .saturating_mul(RATE_ALLOWANCE_PPM)
+        .saturating_add(EARLY_FIXED_NS)
+}
+
+/// How much later than `ttl` after its grant's reply a lease may end.
+pub fn late_ns(ttl_ms: u64) -> u64 {
+    ttl_ms
+        .saturating_mul(RATE_ALLOWANCE_PPM)
+        .saturating_add(LATE_FIXED_NS)
+}
+
+/// The moments between which a lease ends (nanoseconds): it is live at a
+/// moment before `from`, over at one from `by` on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Ends {
+    from: u64,
+    by: u64,
+}
+
+impl Ends {
+    /// A lease of `ttl_ms` granted or renewed at a moment in `[at, returned]`.
+    fn after(at: u64, returned: u64, ttl_ms: u64) -> Ends {
+        let ttl = ttl_ms.saturating_mul(1_000_000);
+        Ends {
+            from: at.saturating_add(ttl).saturating_sub(early_ns(ttl_ms)),
+            by: returned.saturating_add(ttl).saturating_add(late_ns(ttl_ms)),
+        }
+    }
+}
 
 /// A holder's token: known, or (its grant's reply was lost) only known to
 /// be above a bound.
@@ -77,6 +164,7 @@ struct Held {
     owner: Owner,
     holds: u32,
     token: Token,
+    ends: Ends,
 }
 
 /// One state of the key.
@@ -91,9 +179,33 @@ pub struct Key {
 }
 
 impl Key {
+    /// Time passes until the step `[called, returned]` takes effect, from a
+    /// state whose next step takes effect at `now` at the earliest: the
+    /// states it may take effect in, each with the earliest moment it
+    /// can. The lease may still be live (if it can end after that moment),
+    /// or have ended (if it can end before the step's return), or both.
+    fn advance(self, now: u64, called: u64, returned: u64) -> Vec<(Key, u64)> {
+        let at = now.max(called);
+        if at > returned {
+            return Vec::new();
+        }
+        let Some(held) = self.held else {
+            return vec![(self, at)];
+        };
+        let mut states = Vec::with_capacity(2);
+        if held.ends.by > at {
+            states.push((self, at));
+        }
+        if held.ends.from <= returned {
+            states.push((Key { held: None, ..self }, at.max(held.ends.from)));
+        }
+        states
+    }
+
     /// The states `cmd` can lead to when it replied `reply` (any reply when
-    /// `None`, including having had no effect); none if it cannot have.
-    fn next(self, cmd: Cmd, reply: Option<Reply>) -> Vec<Key> {
+    /// `None`, including having had no effect), taking effect at a moment
+    /// in `[at, returned]`; none if it cannot have.
+    fn next(self, cmd: Cmd, reply: Option<Reply>, at: u64, returned: u64) -> Vec<Key> {
         let mine = |owner: Owner| self.held.filter(|held| held.owner == owner);
         // A command that does not change the key and replies `expected`.
         let read = |expected: Reply| match reply {
@@ -102,17 +214,21 @@ impl Key {
             Some(_) => Vec::new(),
         };
         match cmd {
-            Cmd::Acquire(owner) => {
+            Cmd::Acquire { owner, ttl_ms } => {
+                let ends = Ends::after(at, returned, ttl_ms);
                 let held = match (self.held, mine(owner)) {
                     // A new lock: a token above every earlier one.
                     (None, _) => Held {
                         owner,
                         holds: 1,
                         token: Token::Above(self.issued),
+                        ends,
                     },
-                    // A re-entry: one more hold, the same token.
+                    // A re-entry: one more hold, the same token, the lease
+                    // renewed.
                     (Some(_), Some(held)) => Held {
                         holds: held.holds.saturating_add(1),
+                        ends,
                         ..held
                     },
                     (Some(_), None) => return read(Reply::Nil),
@@ -160,8 +276,23 @@ impl Key {
                     Some(_) => Vec::new(),
                 }
             }
-            // Leases are not modelled: an extension changes nothing here.
-            Cmd::Extend(owner) => read(Reply::Int(u64::from(mine(owner).is_some()))),
+            Cmd::Extend { owner, ttl_ms } => {
+                let Some(held) = mine(owner) else {
+                    return read(Reply::Int(0));
+                };
+                let after = Key {
+                    held: Some(Held {
+                        ends: Ends::after(at, returned, ttl_ms),
+                        ..held
+                    }),
+                    ..self
+                };
+                match reply {
+                    None => vec![self, after],
+                    Some(Reply::Int(1)) => vec![after],
+                    Some(_) => Vec::new(),
+                }
+            }
             Cmd::Fence { owner, at_least } => {
                 let Some(held) = mine(owner) else {
                     return read(Reply::Nil);
@@ -205,14 +336,29 @@ impl Key {
     }
 }
 
-/// Every state the key may be in.
-pub type Keys = BTreeSet<Key>;
+/// Every state the key may be in, each with the earliest moment its next
+/// step can take effect. Of two states that differ only in that moment the
+/// earlier allows all the later does (every bound that moment sets, a
+/// lease's earliest end included, only moves later with it): only the
+/// earliest is kept.
+pub type Keys = BTreeMap<Key, u64>;
 
-/// Applies `step` to every state in `keys`: the states it may lead to.
-pub fn apply(step: &Step, keys: &Keys) -> Keys {
+/// Applies `timed` to every state in `keys`: the states it may lead to. The
+/// commands of a `MULTI` take effect in order within the step's interval
+/// (each reads the lease clock: a lease may end between two of them).
+pub fn apply(timed: &Timed, keys: &Keys) -> Keys {
     let mut now = keys.clone();
-    for &(cmd, reply) in step {
-        now = now.iter().flat_map(|key| key.next(cmd, reply)).collect();
+    for &(cmd, reply) in &timed.step {
+        let mut next = Keys::new();
+        for (&key, &at) in &now {
+            for (key, at) in key.advance(at, timed.called, timed.returned) {
+                for key in key.next(cmd, reply, at, timed.returned) {
+                    let earliest = next.entry(key).or_insert(at);
+                    *earliest = (*earliest).min(at);
+                }
+            }
+        }
+        now = next;
     }
     now
 }
@@ -222,14 +368,14 @@ pub struct LockSpec;
 
 impl Specification for LockSpec {
     type State = Keys;
-    type Operation = Step;
+    type Operation = Timed;
 
     fn init() -> Keys {
-        BTreeSet::from([Key::default()])
+        BTreeMap::from([(Key::default(), 0)])
     }
 
-    fn apply(step: &Step, keys: &Keys) -> (bool, Keys) {
-        let next = apply(step, keys);
+    fn apply(timed: &Timed, keys: &Keys) -> (bool, Keys) {
+        let next = apply(timed, keys);
         if next.is_empty() {
             return (false, keys.clone());
         }
