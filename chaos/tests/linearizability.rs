@@ -2,9 +2,10 @@
 //! connections, pipelines, `MULTI`, `appendfsync always`) must be
 //! linearizable to `todc-utils`' Wing–Gong–Lowe checker under the lock's
 //! timed sequential specification (leases end within their bounds), and
-//! the same history with two grants' tokens swapped must not be; nor may
-//! the history of a node that forgets its locks on restart, or whose leases
-//! end early or late.
+//! the same history with two grants' tokens swapped must not be, nor with
+//! two waiters' places in the `WAIT` queue swapped; nor may the history of
+//! a node that forgets its locks on restart, or whose leases end early or
+//! late.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use chaos::linear::{self, recorder};
@@ -37,6 +38,14 @@ async fn histories_under_kill_9_are_linearizable_and_a_corrupted_one_is_not() {
         "too few kills or lost replies:\n{report}"
     );
     assert!(report.lease_ends >= 10, "too few lease ends:\n{report}");
+    assert!(
+        report.handed_off >= 10 && report.timed_out >= 3,
+        "too few WAIT hand-offs or timeouts:\n{report}"
+    );
+    assert!(
+        matches!(report.skipped, Some((_, true))),
+        "the history with a waiter served out of turn must be rejected:\n{report}"
+    );
 }
 
 /// The negative controls of time: the node's lease clock runs 20% fast
@@ -76,6 +85,9 @@ async fn a_node_that_forgets_its_locks_on_restart_is_not_linearizable() {
     let settings = recorder::Settings {
         duration: std::time::Duration::from_secs(4),
         persistence: false,
+        // Not linearizable: the checker searches every order, which
+        // waiters make slow.
+        waiters: 0,
         ..recorder::Settings::default()
     };
     let report = linear::run(&settings).await.unwrap();

@@ -3,7 +3,7 @@
 //! `chaos::linear`).
 //!
 //! ```text
-//! lincheck [--seconds N] [--seed N] [--connections N] [--keys N]
+//! lincheck [--seconds N] [--seed N] [--connections N] [--keys N] [--waiters N]
 //!          [--negative-control | --fast-lease-clock PPM]
 //! ```
 //!
@@ -29,6 +29,8 @@ specification (leases of 100 to 800 ms end within their bounds).
   --connections N   connections (default 8)
   --keys N          lock keys (default 12; the checker's time grows with
                     the square of the steps per key)
+  --waiters N       clients that take locks with WAIT (default 3, at most 6;
+                    0 in the negative controls, given after them to change)
   --negative-control  the node without persistence (restarts forget every
                     lock): the history must NOT be linearizable
   --fast-lease-clock PPM  a negative control: the node's lease clock runs PPM
@@ -53,7 +55,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             "--seed" => settings.seed = number(&arg, args.next())?,
             "--connections" => settings.connections = number(&arg, args.next())?,
             "--keys" => settings.keys = number(&arg, args.next())?,
-            "--negative-control" => settings.persistence = false,
+            "--waiters" => settings.waiters = number(&arg, args.next())?,
+            "--negative-control" => {
+                settings.persistence = false;
+                settings.waiters = 0;
+            }
             "--fast-lease-clock" => {
                 settings = settings.fast_lease_clock(number(&arg, args.next())?);
             }
@@ -63,6 +69,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
     }
     if settings.keys == 0 || settings.connections == 0 {
         return Err("--keys and --connections must be at least 1".into());
+    }
+    if settings.waiters > 6 {
+        return Err("--waiters: at most 6 (the model's queue)".into());
     }
     Ok(settings)
 }

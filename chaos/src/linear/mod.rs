@@ -61,12 +61,24 @@ pub struct Report {
     /// The key whose history was corrupted on purpose (two grants' tokens
     /// swapped), and whether the checker rejected it.
     pub corrupted: Option<(usize, bool)>,
+    /// `WAIT`s: handed the lock when it was released or its lease ended,
+    /// timed out, granted at once.
+    pub handed_off: u64,
+    pub timed_out: u64,
+    pub at_once: u64,
+    /// With waiters: the key whose history was corrupted on purpose (two
+    /// waiters' places in the queue swapped: the node served the later one
+    /// first), and whether the checker rejected it.
+    pub skipped: Option<(usize, bool)>,
 }
 
 impl Report {
-    /// The history is linearizable and its corrupted copy is not.
+    /// The history is linearizable and its corrupted copies are not.
     pub fn passed(&self) -> bool {
-        self.verdict.failed.is_empty() && matches!(self.corrupted, Some((_, true)))
+        let waits = self.handed_off + self.timed_out + self.at_once;
+        self.verdict.failed.is_empty()
+            && matches!(self.corrupted, Some((_, true)))
+            && (waits == 0 || matches!(self.skipped, Some((_, true))))
     }
 }
 
@@ -92,12 +104,25 @@ impl std::fmt::Display for Report {
             Some((key, true)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: rejected, as it must be"),
             Some((key, false)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: ACCEPTED (the checker proves nothing)"),
             None => write!(f, "corrupted   no key had two grants to swap"),
+        }?;
+        if self.handed_off + self.timed_out + self.at_once > 0 {
+            write!(
+                f,
+                "\nwaits       {} handed the lock at a release or lease end, {} timed out, {} granted at once",
+                self.handed_off, self.timed_out, self.at_once
+            )?;
+            match self.skipped {
+                Some((key, true)) => write!(f, "\nskipped     key {key}, two waiters' places swapped (the head skipped): rejected, as it must be"),
+                Some((key, false)) => write!(f, "\nskipped     key {key}, two waiters' places swapped (the head skipped): ACCEPTED (FIFO is not checked)"),
+                None => write!(f, "\nskipped     no key had two waiters in a known order"),
+            }?;
         }
+        Ok(())
     }
 }
 
-/// Records a history ([`recorder::record`]), checks it, then checks a copy
-/// corrupted on purpose ([`swap_tokens`]).
+/// Records a history ([`recorder::record`]), checks it, then checks copies
+/// corrupted on purpose ([`swap_tokens`], [`swap_places`]).
 pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
     let run = recorder::record(settings).await?;
     let mut entries = run.recorder.entries();
@@ -115,6 +140,11 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
             .count();
         // The other keys' histories are unchanged: only the corrupted
         // key's is checked again.
+        let mut waits = entries.clone();
+        let skipped = swap_places(&mut waits).map(|key| {
+            waits.retain(|e| e.key == key);
+            (key, check(&waits, &kills).failed == vec![key])
+        });
         let corrupted = swap_tokens(&mut entries).map(|key| {
             entries.retain(|e| e.key == key);
             (key, check(&entries, &kills).failed == vec![key])
@@ -128,6 +158,10 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
             lease_ends: run.lease_ends,
             check_time,
             corrupted,
+            handed_off: run.handed_off,
+            timed_out: run.timed_out,
+            at_once: run.at_once,
+            skipped,
         }
     })
     .await
@@ -167,6 +201,55 @@ pub fn swap_tokens(entries: &mut [Entry]) -> Option<usize> {
     set(entries.get_mut(i)?, high);
     set(entries.get_mut(j)?, low);
     entries.get(i).map(|e| e.key)
+}
+
+/// Corrupts the history on purpose: two waiters on one key, both seen
+/// blocked (the first before the second was sent) and both granted later,
+/// swap their places in the queue (their [`Cmd::Enqueue`] steps' stamps):
+/// the node then served the later one first, skipping the queue's head.
+/// Returns the key, or `None` if no key has two such waiters.
+pub fn swap_places(entries: &mut [Entry]) -> Option<usize> {
+    // Each WAIT's enqueue (index, called, seen blocked) and whether it was
+    // handed the lock after it was seen blocked.
+    let mut answered = std::collections::BTreeMap::new();
+    for entry in entries.iter() {
+        if let [(Cmd::Answer(wait), Some(Reply::Int(_)))] = entry.step.as_slice() {
+            answered.insert(wait.id, entry.returned);
+        }
+    }
+    let waited: Vec<(usize, usize, u64, u64, u64)> = entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, entry)| match entry.step.as_slice() {
+            [(Cmd::Enqueue { wait, .. }, Some(Reply::Nil))] => {
+                let blocked = entry.returned?;
+                let answer = (*answered.get(&wait.id)?)?;
+                (blocked < answer).then_some((i, entry.key, entry.called, blocked, answer))
+            }
+            _ => None,
+        })
+        .collect();
+    // The second was sent after the first was seen blocked, and seen
+    // blocked before the first was answered: both waited together.
+    let (first, second) = waited.iter().find_map(|&(i, key, _, blocked, answer)| {
+        waited
+            .iter()
+            .find(|&&(j, other, called, seen, _)| {
+                j != i && other == key && called > blocked && seen < answer
+            })
+            .map(|&(j, ..)| (i, j))
+    })?;
+    let stamps = |entries: &[Entry], i: usize| entries.get(i).map(|e| (e.called, e.returned));
+    let (a, b) = (stamps(entries, first)?, stamps(entries, second)?);
+    let set = |entry: Option<&mut Entry>, (called, returned): (u64, Option<u64>)| {
+        if let Some(entry) = entry {
+            entry.called = called;
+            entry.returned = returned;
+        }
+    };
+    set(entries.get_mut(first), b);
+    set(entries.get_mut(second), a);
+    entries.get(first).map(|e| e.key)
 }
 
 #[cfg(test)]
@@ -481,5 +564,126 @@ mod tests {
         assert!(linearizable(&steps(50, held(A, 1, 10)), &[ms(5)]));
         assert!(linearizable(&steps(50, Reply::Nil), &[ms(5)]));
         assert!(!linearizable(&steps(130, held(A, 1, 10)), &[ms(5)]));
+    }
+
+    fn wait(id: u32, owner: u8, timeout_ms: u64) -> spec::Wait {
+        spec::Wait {
+            id,
+            owner,
+            ttl_ms: HOUR_MS,
+            timeout_ms,
+        }
+    }
+
+    /// A `WAIT` sent at `called`, seen blocked at `blocked`, answered
+    /// `reply` at `returned`: its two steps.
+    fn waited(
+        wait: spec::Wait,
+        called: u64,
+        blocked: u64,
+        reply: Reply,
+        returned: u64,
+    ) -> [(Step, u64, Option<u64>); 2] {
+        [
+            (
+                one(
+                    Cmd::Enqueue {
+                        wait,
+                        answer_by: returned,
+                    },
+                    Reply::Nil,
+                ),
+                called,
+                Some(blocked),
+            ),
+            (one(Cmd::Answer(wait), reply), called, Some(returned)),
+        ]
+    }
+
+    const C: u8 = 2;
+
+    #[test]
+    fn waiters_are_served_in_their_order() {
+        // A holds; B then C queue (C sent after B was seen blocked); A
+        // releases: B first, then (B releases) C.
+        let history = |b_token: u64, c_token: u64| {
+            let mut steps = vec![(one(acquire(A), Reply::Int(10)), 0, Some(1))];
+            steps.extend(waited(wait(1, B, HOUR_MS), 2, 3, Reply::Int(b_token), 30));
+            steps.extend(waited(wait(2, C, HOUR_MS), 4, 5, Reply::Int(c_token), 40));
+            steps.push((one(release(A), Reply::Int(0)), 6, Some(7)));
+            steps.push((one(release(B), Reply::Int(0)), 31, Some(32)));
+            steps.push((one(release(C), Reply::Int(0)), 41, Some(42)));
+            steps
+        };
+        assert!(linearizable(&history(11, 12), &[]));
+        // C served before B, who was ahead of it: the head skipped.
+        assert!(!linearizable(&history(12, 11), &[]));
+        // C served first, then B: wrong when B was seen blocked before C
+        // was sent; either order would do had their places been unknown
+        // (C sent before B was seen blocked).
+        let c_first = |b_blocked: u64, c_called: u64| {
+            let mut steps = vec![(one(acquire(A), Reply::Int(10)), 0, Some(1))];
+            steps.extend(waited(
+                wait(1, B, HOUR_MS),
+                2,
+                b_blocked,
+                Reply::Int(12),
+                40,
+            ));
+            steps.extend(waited(wait(2, C, HOUR_MS), c_called, 5, Reply::Int(11), 30));
+            steps.push((one(release(A), Reply::Int(0)), 6, Some(7)));
+            steps.push((one(release(C), Reply::Int(0)), 31, Some(32)));
+            steps.push((one(release(B), Reply::Int(0)), 41, Some(42)));
+            steps
+        };
+        assert!(!linearizable(&c_first(3, 4), &[]));
+        assert!(linearizable(&c_first(5, 4), &[]));
+    }
+
+    #[test]
+    fn a_newcomer_does_not_overtake_a_waiter() {
+        let history = |newcomer: Reply| {
+            let mut steps = vec![(one(acquire(A), Reply::Int(10)), 0, Some(1))];
+            steps.extend(waited(wait(1, B, HOUR_MS), 2, 3, Reply::Int(11), 100));
+            steps.push((one(release(A), Reply::Int(0)), 4, Some(5)));
+            steps.push((one(acquire(C), newcomer), 6, Some(7)));
+            steps
+        };
+        assert!(linearizable(&history(Reply::Nil), &[]));
+        assert!(!linearizable(&history(Reply::Int(11)), &[]));
+    }
+
+    #[test]
+    fn a_waiter_times_out_no_earlier_than_its_timeout() {
+        let history = |answered_at: u64| {
+            let mut steps = vec![(one(acquire(A), Reply::Int(10)), 0, Some(ms(1)))];
+            steps.extend(waited(
+                wait(1, B, 100),
+                ms(2),
+                ms(3),
+                Reply::Nil,
+                ms(answered_at),
+            ));
+            steps
+        };
+        assert!(!linearizable(&history(50), &[]));
+        assert!(linearizable(&history(150), &[]));
+    }
+
+    #[test]
+    fn a_lease_end_hands_the_lock_to_the_head_no_earlier_than_it_ends() {
+        let history = |answered_at: u64| {
+            let mut steps = vec![(one(acquire_for(A, 100), Reply::Int(10)), 0, Some(ms(1)))];
+            steps.extend(waited(
+                wait(1, B, HOUR_MS),
+                ms(2),
+                ms(3),
+                Reply::Int(11),
+                ms(answered_at),
+            ));
+            steps
+        };
+        assert!(!linearizable(&history(50), &[]));
+        assert!(linearizable(&history(130), &[]));
     }
 }

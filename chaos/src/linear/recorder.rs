@@ -16,7 +16,7 @@ use redis::Value;
 use testkit::{RedisServer, ServerOptions};
 
 use super::history::{Entry, Recorder};
-use super::spec::{Cmd, Owner, Reply, Step};
+use super::spec::{Cmd, Owner, Reply, Step, Wait};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -40,6 +40,11 @@ pub struct Settings {
     /// real rate again, so the control is run without kills), and leases
     /// end early by the recorder's clock.
     pub lease_clock_ppm: i64,
+    /// Clients that take locks with `LOCK.ACQUIRE … WAIT` (owners 200 and
+    /// up, one each), one at a time per key: each waits until the node has
+    /// it blocked (`CLIENT LIST`) before the next may send its own, so the
+    /// queue's order is known.
+    pub waiters: usize,
 }
 
 impl Default for Settings {
@@ -54,19 +59,24 @@ impl Default for Settings {
             persistence: true,
             ttl_ms: 100..=800,
             lease_clock_ppm: 0,
+            waiters: 3,
         }
     }
 }
 
 impl Settings {
-    /// The negative control of early lease ends: the node's lease clock
-    /// runs `ppm` parts per million fast, and it is never killed (a
-    /// restarted node's clock runs at the real rate).
+    /// The negative control of early (or late) lease ends: the node's lease
+    /// clock runs `ppm` parts per million fast (slow when negative), and it
+    /// is never killed (a restarted node's clock runs at the real rate).
     pub fn fast_lease_clock(self, ppm: i64) -> Settings {
         Settings {
             lease_clock_ppm: ppm,
             // Kills further apart than any run.
             kill_every_ms: 86_400_000..=86_400_000,
+            // A history that is not linearizable makes the checker search
+            // every order: waiters make that slow, and are not what this
+            // control is about.
+            waiters: 0,
             ..self
         }
     }
@@ -82,6 +92,11 @@ pub struct Run {
     /// Steps sent in a pipeline of several, or in a `MULTI`.
     pub pipelined: u64,
     pub transactions: u64,
+    /// `WAIT`s answered with a token after the node had them blocked (a
+    /// hand-off), answered nil (timed out), and answered at once.
+    pub handed_off: u64,
+    pub timed_out: u64,
+    pub at_once: u64,
 }
 
 /// Records a history; an error is a reply the specification has no word
@@ -118,7 +133,12 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
         let seed = settings.seed;
         std::thread::spawn(move || kill_loop(server, &recorder, &stop, range, seed))
     };
-    let tasks: Vec<_> = (0..settings.connections)
+    let gates: Arc<Vec<tokio::sync::Mutex<()>>> = Arc::new(
+        (0..settings.keys)
+            .map(|_| tokio::sync::Mutex::new(()))
+            .collect(),
+    );
+    let tasks: Vec<_> = (0..settings.connections + settings.waiters)
         .map(|connection| {
             let client = Client {
                 url: url.clone(),
@@ -128,7 +148,14 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
                 counts: counts.clone(),
             };
             let seed = settings.seed.wrapping_add(1 + connection as u64);
-            tokio::spawn(async move { client.run(StdRng::seed_from_u64(seed)).await })
+            let rng = StdRng::seed_from_u64(seed);
+            match connection.checked_sub(settings.connections) {
+                None => tokio::spawn(async move { client.run(rng).await }),
+                Some(waiter) => {
+                    let gates = gates.clone();
+                    tokio::spawn(async move { client.wait_loop(waiter, &gates, rng).await })
+                }
+            }
         })
         .collect();
     tokio::time::sleep(settings.duration).await;
@@ -155,6 +182,9 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
         lease_ends,
         pipelined: counts.pipelined.load(Ordering::Relaxed),
         transactions: counts.transactions.load(Ordering::Relaxed),
+        handed_off: counts.handed_off.load(Ordering::Relaxed),
+        timed_out: counts.timed_out.load(Ordering::Relaxed),
+        at_once: counts.at_once.load(Ordering::Relaxed),
     })
 }
 
@@ -187,6 +217,10 @@ fn lease_clock_rate(url: &str, ppm: i64) -> Result<(), String> {
 
 #[derive(Default)]
 struct Counts {
+    handed_off: AtomicU64,
+    timed_out: AtomicU64,
+    at_once: AtomicU64,
+    wait_ids: std::sync::atomic::AtomicU32,
     pipelined: AtomicU64,
     transactions: AtomicU64,
     /// The highest token seen, for `ATLEAST` floors that matter.
@@ -469,6 +503,130 @@ impl Client {
         Ok(true)
     }
 
+    /// A waiting client: `LOCK.ACQUIRE … WAIT` on a random key, then (if
+    /// granted) a release after a moment, or nothing (the lease ends).
+    async fn wait_loop(
+        &self,
+        index: usize,
+        gates: &[tokio::sync::Mutex<()>],
+        mut rng: StdRng,
+    ) -> Result<(), String> {
+        let owner = Owner::try_from(200 + index).map_err(|_| "too many waiters")?;
+        let mut connections = None;
+        while !self.stop.load(Ordering::SeqCst) {
+            let (waiting, control, id) = match connections.as_mut() {
+                Some(connections) => connections,
+                None => {
+                    let (Some(mut waiting), Some(control)) =
+                        (self.connect().await, self.connect().await)
+                    else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    match redis::cmd("CLIENT")
+                        .arg("ID")
+                        .query_async::<u64>(&mut waiting)
+                        .await
+                    {
+                        Ok(id) => connections.insert((waiting, control, id)),
+                        Err(_) => continue,
+                    }
+                }
+            };
+            let key = rng.random_range(0..self.settings.keys);
+            let wait = Wait {
+                id: self.counts.wait_ids.fetch_add(1, Ordering::Relaxed),
+                owner,
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+                timeout_ms: rng.random_range(100..=1_000),
+            };
+            let Some(gate) = gates.get(key) else {
+                return Err(format!("no gate for key {key}"));
+            };
+            let gate = gate.lock().await;
+            let called = self.recorder.now();
+            let command = request(key, Cmd::Answer(wait));
+            let answer = {
+                let mut waiting = waiting.clone();
+                let limit = Duration::from_millis(wait.timeout_ms + 5_000);
+                tokio::spawn(async move {
+                    tokio::time::timeout(limit, waiting.req_packed_command(&command)).await
+                })
+            };
+            // Seen blocked: it ran, and holds its place in the queue.
+            let mut blocked = None;
+            while !answer.is_finished() {
+                let list = redis::cmd("CLIENT")
+                    .arg("LIST")
+                    .arg("ID")
+                    .arg(*id)
+                    .query_async::<String>(control)
+                    .await;
+                match list {
+                    Ok(list) if flags(&list).is_some_and(|flags| flags.contains('b')) => {
+                        blocked = Some(self.recorder.now());
+                        break;
+                    }
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                    Err(_) => break,
+                }
+            }
+            drop(gate);
+            let answer = answer
+                .await
+                .map_err(|e| format!("a waiter's task failed: {e}"))?;
+            let returned = self.recorder.now();
+            let reply = match answer {
+                Ok(Ok(value)) if is_loading_value(&value) => continue,
+                Ok(Ok(value)) => Some(reply(Cmd::Answer(wait), &value)?),
+                Ok(Err(error)) if is_loading(&error) => continue,
+                Ok(Err(error)) if !is_unknown(&error) => {
+                    return Err(format!("{wait:?} on key {key}: {error}"));
+                }
+                _ => None,
+            };
+            let answer_by = if reply.is_some() { returned } else { u64::MAX };
+            let ran = if reply.is_some() || blocked.is_some() {
+                Some(Reply::Nil)
+            } else {
+                None
+            };
+            self.recorder.record(Entry {
+                key,
+                step: vec![(Cmd::Enqueue { wait, answer_by }, ran)],
+                called,
+                returned: blocked.or(reply.map(|_| returned)),
+            });
+            self.recorder.record(Entry {
+                key,
+                step: vec![(Cmd::Answer(wait), reply)],
+                called,
+                returned: reply.map(|_| returned),
+            });
+            let counter = match (reply, blocked) {
+                (None, _) => {
+                    connections = None;
+                    continue;
+                }
+                (Some(Reply::Nil), _) => &self.counts.timed_out,
+                (Some(_), Some(_)) => &self.counts.handed_off,
+                (Some(_), None) => &self.counts.at_once,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            if matches!(reply, Some(Reply::Int(_))) && rng.random_bool(0.5) {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..=50))).await;
+                let Some((_, control, _)) = connections.as_mut() else {
+                    continue;
+                };
+                let release = [(key, Cmd::Release { owner, all: true })];
+                if !self.send(control, Shape::Single, &release).await? {
+                    connections = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn record_unknown(&self, shape: Shape, commands: &[(usize, Cmd)], called: u64) {
         let steps: Vec<(usize, Step)> = match shape {
             Shape::Multi => vec![(
@@ -489,6 +647,12 @@ impl Client {
             });
         }
     }
+}
+
+/// The `flags=` field of a `CLIENT LIST` line.
+fn flags(list: &str) -> Option<&str> {
+    list.split_whitespace()
+        .find_map(|field| field.strip_prefix("flags="))
 }
 
 fn key_name(key: usize) -> String {
@@ -529,6 +693,13 @@ fn request(key: usize, cmd: Cmd) -> redis::Cmd {
             cmd
         }
         Cmd::Info => redis::cmd("LOCK.INFO").arg(key).to_owned(),
+        Cmd::Enqueue { wait, .. } | Cmd::Answer(wait) => redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(owner_name(wait.owner))
+            .arg(wait.ttl_ms)
+            .arg("WAIT")
+            .arg(wait.timeout_ms)
+            .to_owned(),
     }
 }
 

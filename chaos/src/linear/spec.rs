@@ -1,7 +1,8 @@
 //! The sequential specification of one lock key: an exclusive, re-entrant
-//! lock with fencing tokens and leases, as `LOCK.ACQUIRE`, `LOCK.RELEASE
-//! [ALL]`, `LOCK.EXTEND`, `LOCK.FENCE [ATLEAST n]` and `LOCK.INFO` define
-//! it.
+//! lock with fencing tokens and leases, and its FIFO queue of waiters, as
+//! `LOCK.ACQUIRE [WAIT]`, `LOCK.RELEASE [ALL]`, `LOCK.EXTEND`, `LOCK.FENCE
+//! [ATLEAST n]` and `LOCK.INFO` define it. (Shared locks and semaphores
+//! are not modelled.)
 //!
 //! **Time.** Each step carries the real-time stamps of its call and its
 //! return (nanoseconds on the recorder's monotonic clock), and takes effect
@@ -14,6 +15,8 @@
 //! if that interval starts before the step's return, and must have ended
 //! if it ends before the earliest moment the step can take effect. A lease
 //! end is a step of its own that nobody sent: the key is free from it on.
+//! So are a `WAIT`'s grant (to the head of the queue, whenever the lock is
+//! free) and its timeout (no earlier than its timeout after it queued).
 //!
 //! A step whose reply never came (the node was killed first) may or may not
 //! have taken effect, and a grant's token is then unknown: the
@@ -52,6 +55,31 @@ pub enum Cmd {
         at_least: Option<u64>,
     },
     Info,
+    /// A `LOCK.ACQUIRE … WAIT` runs: a grant at once (a free lock nobody
+    /// waits for, or a re-entry), or a place at the end of the queue. Its
+    /// reply is `Nil` (it ran: known once its answer came, or once the
+    /// recorder saw its client blocked), or `None` (its connection broke:
+    /// it may never have run). `answer_by`: the moment its answer came
+    /// (`u64::MAX`: never), which bounds its grant's lease and its timeout.
+    Enqueue {
+        wait: Wait,
+        answer_by: u64,
+    },
+    /// The answer of that `WAIT`: its token, or nil (timed out).
+    Answer(Wait),
+}
+
+/// One `LOCK.ACQUIRE key owner ttl WAIT timeout`: its two moments (it
+/// runs, it is answered) are two steps of the history ([`Cmd::Enqueue`],
+/// [`Cmd::Answer`]), and what happens between them (a hand-off when the
+/// lock is released or its lease ends, a timeout) happens on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Wait {
+    /// Unique in the history.
+    pub id: u32,
+    pub owner: Owner,
+    pub ttl_ms: u64,
+    pub timeout_ms: u64,
 }
 
 /// A reply, as far as the specification looks at it.
@@ -167,6 +195,22 @@ struct Held {
     ends: Ends,
 }
 
+/// A client in the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Waiter {
+    wait: Wait,
+    /// When it times out (its lower bound; the answer bounds it above).
+    timeout: Ends,
+    answer_by: u64,
+}
+
+/// What a waiter was given, not yet answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Outcome {
+    Granted(Token),
+    TimedOut,
+}
+
 /// One state of the key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
@@ -176,30 +220,159 @@ pub struct Key {
     /// raises it by one: its token is above the old value). A new lock's
     /// token is above it.
     issued: u64,
+    /// The waiters in order, then `None`s: at most 6 (the workload has
+    /// fewer waiting clients). (With a named constant for the length,
+    /// rustc 1.95 fails with an internal error on the struct updates.)
+    queue: [Option<Waiter>; 6],
+    /// Waits granted or timed out and not yet answered (sorted).
+    outcomes: [Option<(u32, Outcome)>; 6],
 }
 
 impl Key {
     /// Time passes until the step `[called, returned]` takes effect, from a
     /// state whose next step takes effect at `now` at the earliest: the
-    /// states it may take effect in, each with the earliest moment it
-    /// can. The lease may still be live (if it can end after that moment),
-    /// or have ended (if it can end before the step's return), or both.
+    /// states it may take effect in, each with the earliest moment it can.
+    /// Meanwhile things may happen that no step of the history sent
+    /// ([`Key::events`]), in any number: the lease may end (if it can end
+    /// before the step's return), the head of the queue be granted, a
+    /// waiter time out. A state whose lease must have ended by its moment is
+    /// left out.
     fn advance(self, now: u64, called: u64, returned: u64) -> Vec<(Key, u64)> {
         let at = now.max(called);
         if at > returned {
             return Vec::new();
         }
-        let Some(held) = self.held else {
-            return vec![(self, at)];
+        let mut seen: BTreeMap<Key, u64> = BTreeMap::from([(self, at)]);
+        let mut todo = vec![(self, at)];
+        while let Some((key, at)) = todo.pop() {
+            for (next, next_at) in key.events(at, returned) {
+                if next_at > returned {
+                    continue;
+                }
+                let earliest = seen.entry(next).or_insert(u64::MAX);
+                if next_at < *earliest {
+                    *earliest = next_at;
+                    todo.push((next, next_at));
+                }
+            }
+        }
+        seen.into_iter()
+            .filter(|(key, at)| key.held.map_or(true, |held| held.ends.by > *at))
+            .collect()
+    }
+
+    /// What may happen on its own from `at` on, before `returned`: each
+    /// with the moment it happens at the earliest.
+    fn events(self, at: u64, returned: u64) -> Vec<(Key, u64)> {
+        let mut events = Vec::new();
+        if let Some(held) = self.held {
+            if held.ends.from <= returned {
+                events.push((Key { held: None, ..self }, at.max(held.ends.from)));
+            }
+        }
+        if let Some(head) = self.waiter(0) {
+            // The lock is free (or the head's owner holds it: a re-entry):
+            // the head is served.
+            if let Some(granted) = self.without(0).grant(head.wait, at, head.answer_by) {
+                events.push((granted, at));
+            }
+        }
+        for (i, waiter) in self.queue.iter().enumerate() {
+            let Some(waiter) = waiter else { break };
+            if waiter.timeout.from <= returned {
+                if let Some(key) = self
+                    .without(i)
+                    .with_outcome(waiter.wait.id, Outcome::TimedOut)
+                {
+                    events.push((key, at.max(waiter.timeout.from)));
+                }
+            }
+            // Its client is gone (the node was killed): it left the queue.
+            if waiter.answer_by == u64::MAX {
+                events.push((self.without(i), at));
+            }
+        }
+        events
+    }
+
+    fn waiter(&self, i: usize) -> Option<Waiter> {
+        self.queue.get(i).copied().flatten()
+    }
+
+    /// The key without waiter `i` (the others keep their order).
+    fn without(mut self, i: usize) -> Key {
+        if let Some(rest) = self.queue.get_mut(i..) {
+            rest.rotate_left(1);
+            if let Some(last) = rest.last_mut() {
+                *last = None;
+            }
+        }
+        self
+    }
+
+    /// The key with `waiter` at the end of the queue (`None`: full).
+    fn with_waiter(mut self, waiter: Waiter) -> Option<Key> {
+        *self.queue.iter_mut().find(|slot| slot.is_none())? = Some(waiter);
+        Some(self)
+    }
+
+    fn with_outcome(mut self, id: u32, outcome: Outcome) -> Option<Key> {
+        *self.outcomes.iter_mut().find(|slot| slot.is_none())? = Some((id, outcome));
+        self.outcomes.sort_unstable();
+        Some(self)
+    }
+
+    fn take_outcome(mut self, id: u32) -> Option<(Key, Outcome)> {
+        let slot = self
+            .outcomes
+            .iter_mut()
+            .find(|slot| matches!(slot, Some((got, _)) if *got == id))?;
+        let (_, outcome) = slot.take()?;
+        self.outcomes.sort_unstable();
+        Some((self, outcome))
+    }
+
+    /// `wait` joins the end of the queue at a moment in `[at, answer_by]`.
+    fn queued(self, wait: Wait, at: u64, answer_by: u64) -> Option<Key> {
+        self.with_waiter(Waiter {
+            wait,
+            timeout: Ends::after(at, answer_by, wait.timeout_ms),
+            answer_by,
+        })
+    }
+
+    /// `wait` is granted at a moment in `[at, answer_by]`: a new lock if it
+    /// is free, a re-entry if its owner holds it; `None` otherwise (or if
+    /// the outcome has no room).
+    fn grant(self, wait: Wait, at: u64, answer_by: u64) -> Option<Key> {
+        let ends = Ends::after(at, answer_by, wait.ttl_ms);
+        let (held, token, issued) = match self.held {
+            None => {
+                let token = Token::Above(self.issued);
+                let held = Held {
+                    owner: wait.owner,
+                    holds: 1,
+                    token,
+                    ends,
+                };
+                (held, token, self.issued.saturating_add(1))
+            }
+            Some(held) if held.owner == wait.owner => {
+                let held = Held {
+                    holds: held.holds.saturating_add(1),
+                    ends,
+                    ..held
+                };
+                (held, held.token, self.issued)
+            }
+            Some(_) => return None,
         };
-        let mut states = Vec::with_capacity(2);
-        if held.ends.by > at {
-            states.push((self, at));
+        Key {
+            held: Some(held),
+            issued,
+            ..self
         }
-        if held.ends.from <= returned {
-            states.push((Key { held: None, ..self }, at.max(held.ends.from)));
-        }
-        states
+        .with_outcome(wait.id, Outcome::Granted(token))
     }
 
     /// The states `cmd` can lead to when it replied `reply` (any reply when
@@ -217,6 +390,9 @@ impl Key {
             Cmd::Acquire { owner, ttl_ms } => {
                 let ends = Ends::after(at, returned, ttl_ms);
                 let held = match (self.held, mine(owner)) {
+                    // A free lock with waiters goes to the first of them,
+                    // never to a newcomer.
+                    (None, _) if self.waiter(0).is_some() => return read(Reply::Nil),
                     // A new lock: a token above every earlier one.
                     (None, _) => Held {
                         owner,
@@ -246,6 +422,7 @@ impl Key {
                         Key {
                             held: Some(held),
                             issued,
+                            ..self
                         },
                     ],
                     Some(Reply::Int(token)) if held.token.matches(token) => vec![Key {
@@ -254,6 +431,7 @@ impl Key {
                             ..held
                         }),
                         issued: self.issued.max(token),
+                        ..self
                     }],
                     Some(_) => Vec::new(),
                 }
@@ -302,6 +480,7 @@ impl Key {
                 let raised = |token: Token, issued: u64| Key {
                     held: Some(Held { token, ..held }),
                     issued: issued.max(floor),
+                    ..self
                 };
                 match reply {
                     None => vec![self, raised(token, self.issued)],
@@ -309,6 +488,53 @@ impl Key {
                         vec![raised(Token::Is(got), self.issued.max(got))]
                     }
                     Some(_) => Vec::new(),
+                }
+            }
+            Cmd::Enqueue { wait, answer_by } => {
+                let ran = if self.held.is_none() && self.waiter(0).is_some() {
+                    // Behind the others, even for a free lock.
+                    self.queued(wait, at, answer_by)
+                } else {
+                    self.grant(wait, at, answer_by)
+                        .or_else(|| self.queued(wait, at, answer_by))
+                };
+                match reply {
+                    None => std::iter::once(self).chain(ran).collect(),
+                    Some(Reply::Nil) => ran.into_iter().collect(),
+                    Some(_) => Vec::new(),
+                }
+            }
+            Cmd::Answer(wait) => {
+                let Some((after, outcome)) = self.take_outcome(wait.id) else {
+                    return if reply.is_none() {
+                        vec![self]
+                    } else {
+                        Vec::new()
+                    };
+                };
+                match (outcome, reply) {
+                    (_, None) => vec![self, after],
+                    (Outcome::TimedOut, Some(Reply::Nil)) => vec![after],
+                    (Outcome::Granted(token), Some(Reply::Int(got))) if token.matches(got) => {
+                        // The holder's token is that one if the grant still
+                        // holds the lock.
+                        let held = after.held.map(|held| {
+                            if held.owner == wait.owner && held.token == token {
+                                Held {
+                                    token: Token::Is(got),
+                                    ..held
+                                }
+                            } else {
+                                held
+                            }
+                        });
+                        vec![Key {
+                            held,
+                            issued: after.issued.max(got),
+                            ..after
+                        }]
+                    }
+                    _ => Vec::new(),
                 }
             }
             Cmd::Info => match (self.held, reply) {
@@ -328,6 +554,7 @@ impl Key {
                             ..held
                         }),
                         issued: self.issued.max(token),
+                        ..self
                     }]
                 }
                 _ => Vec::new(),
