@@ -529,7 +529,11 @@ impl Client {
                         .await
                     {
                         Ok(id) => connections.insert((waiting, control, id)),
-                        Err(_) => continue,
+                        // Loading after a restart: try again shortly.
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
                     }
                 }
             };
