@@ -122,9 +122,12 @@ chaos-negative: build
 # The outside checker: LINCHECK_SECONDS (default 30) of one node under
 # kill -9 and restarts (appendfsync always), 8 connections sending single
 # commands, pipelines and MULTI blocks on 12 keys; each key's history is
-# checked for linearizability by todc-utils' Wing-Gong-Lowe checker, and a
-# copy with two grants' tokens swapped must be rejected. `make test` runs an
-# 8 s version on each server.
+# checked for linearizability by todc-utils' Wing-Gong-Lowe checker under a
+# timed model (leases of 100-800 ms end within their bounds; WAIT's FIFO
+# hand-offs and timeouts), and copies with two grants' tokens swapped, or
+# two waiters' places swapped, must be rejected. `make test` runs an 8 s
+# version on each server, and 4 s negative controls (no persistence; a lease
+# clock 20% fast, 20% slow: `--fast-lease-clock PPM`).
 LINCHECK_SECONDS ?= 30
 lincheck: build
 	$(CARGO) run --release -p chaos --bin lincheck -- --seconds $(LINCHECK_SECONDS)

@@ -1,8 +1,11 @@
 //! The outside checker: a history of one node under `kill -9` (many
 //! connections, pipelines, `MULTI`, `appendfsync always`) must be
 //! linearizable to `todc-utils`' Wing–Gong–Lowe checker under the lock's
-//! sequential specification, and the same history with two grants' tokens
-//! swapped must not be.
+//! timed sequential specification (leases end within their bounds), and
+//! the same history with two grants' tokens swapped must not be, nor with
+//! two waiters' places in the `WAIT` queue swapped; nor may the history of
+//! a node that forgets its locks on restart, or whose leases end early or
+//! late.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use chaos::linear::{self, recorder};
@@ -34,6 +37,44 @@ async fn histories_under_kill_9_are_linearizable_and_a_corrupted_one_is_not() {
         report.kills >= 4 && verdict.unknown >= 4,
         "too few kills or lost replies:\n{report}"
     );
+    assert!(report.lease_ends >= 10, "too few lease ends:\n{report}");
+    assert!(
+        report.handed_off >= 10 && report.timed_out >= 3,
+        "too few WAIT hand-offs or timeouts:\n{report}"
+    );
+    assert!(
+        matches!(report.skipped, Some((_, true))),
+        "the history with a waiter served out of turn must be rejected:\n{report}"
+    );
+}
+
+/// The negative controls of time: the node's lease clock runs 20% fast
+/// (leases end early by the recorder's clock, which the model allows by
+/// 0.1% and 5 ms), or 20% slow (they end late: the model allows 0.1% and
+/// 20 ms).
+async fn a_skewed_lease_clock_is_not_linearizable(ppm: i64) {
+    let settings = recorder::Settings {
+        duration: std::time::Duration::from_secs(4),
+        ..recorder::Settings::default()
+    }
+    .fast_lease_clock(ppm);
+    let report = linear::run(&settings).await.unwrap();
+    println!("{report}");
+    assert!(report.lease_ends >= 5, "too few lease ends:\n{report}");
+    assert!(
+        !report.verdict.failed.is_empty(),
+        "a lease clock {ppm} ppm off must break the history:\n{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_whose_leases_end_early_is_not_linearizable() {
+    a_skewed_lease_clock_is_not_linearizable(200_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_whose_leases_end_late_is_not_linearizable() {
+    a_skewed_lease_clock_is_not_linearizable(-200_000).await;
 }
 
 /// The negative control: the same workload on a node without persistence,
@@ -44,6 +85,9 @@ async fn a_node_that_forgets_its_locks_on_restart_is_not_linearizable() {
     let settings = recorder::Settings {
         duration: std::time::Duration::from_secs(4),
         persistence: false,
+        // Not linearizable: the checker searches every order, which
+        // waiters make slow.
+        waiters: 0,
         ..recorder::Settings::default()
     };
     let report = linear::run(&settings).await.unwrap();

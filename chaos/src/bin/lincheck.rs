@@ -3,11 +3,12 @@
 //! `chaos::linear`).
 //!
 //! ```text
-//! lincheck [--seconds N] [--seed N] [--connections N] [--keys N] [--negative-control]
+//! lincheck [--seconds N] [--seed N] [--connections N] [--keys N] [--waiters N]
+//!          [--negative-control | --fast-lease-clock PPM]
 //! ```
 //!
 //! Exit status: 0 when the history is linearizable and its corrupted copy
-//! is not (the negative control: when the history is not linearizable), 1
+//! is not (a negative control: when the history is not linearizable), 1
 //! otherwise, 2 on a usage or setup error.
 
 use std::process::ExitCode;
@@ -15,20 +16,27 @@ use std::time::Duration;
 
 use chaos::linear::{self, recorder::Settings};
 
-const USAGE: &str =
-    "usage: lincheck [--seconds N] [--seed N] [--connections N] [--keys N] [--negative-control]
+const USAGE: &str = "usage: lincheck [--seconds N] [--seed N] [--connections N] [--keys N]
+                [--negative-control | --fast-lease-clock PPM]
 
 Records single-node histories (many connections, pipelines, MULTI, kill -9 and
 restarts with appendfsync always) and checks each key's history for
-linearizability against the re-entrant lock's sequential specification.
+linearizability against the re-entrant lock's timed sequential
+specification (leases of 100 to 800 ms end within their bounds).
 
   --seconds N       recording length (default: $LINCHECK_SECONDS or 30)
   --seed N          seed of the commands and the kills (default 20261124)
   --connections N   connections (default 8)
   --keys N          lock keys (default 12; the checker's time grows with
                     the square of the steps per key)
+  --waiters N       clients that take locks with WAIT (default 3, at most 6;
+                    0 in the negative controls, given after them to change)
   --negative-control  the node without persistence (restarts forget every
-                    lock): the history must NOT be linearizable";
+                    lock): the history must NOT be linearizable
+  --fast-lease-clock PPM  a negative control: the node's lease clock runs PPM
+                    parts per million fast (LOCK.DEBUG MONOTONIC-RATE), no
+                    kills: leases end early, the history must NOT be
+                    linearizable";
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
     let mut settings = Settings {
@@ -47,13 +55,23 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             "--seed" => settings.seed = number(&arg, args.next())?,
             "--connections" => settings.connections = number(&arg, args.next())?,
             "--keys" => settings.keys = number(&arg, args.next())?,
-            "--negative-control" => settings.persistence = false,
+            "--waiters" => settings.waiters = number(&arg, args.next())?,
+            "--negative-control" => {
+                settings.persistence = false;
+                settings.waiters = 0;
+            }
+            "--fast-lease-clock" => {
+                settings = settings.fast_lease_clock(number(&arg, args.next())?);
+            }
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     if settings.keys == 0 || settings.connections == 0 {
         return Err("--keys and --connections must be at least 1".into());
+    }
+    if settings.waiters > 6 {
+        return Err("--waiters: at most 6 (the model's queue)".into());
     }
     Ok(settings)
 }
@@ -98,7 +116,7 @@ fn main() -> ExitCode {
     match runtime.block_on(linear::run(&settings)) {
         Ok(report) => {
             println!("{report}");
-            let passed = if settings.persistence {
+            let passed = if settings.persistence && settings.lease_clock_ppm == 0 {
                 report.passed()
             } else {
                 !report.verdict.failed.is_empty()

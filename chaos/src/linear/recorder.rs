@@ -1,7 +1,9 @@
 //! The recorded workload: many connections to one node (`appendfsync
 //! always`, no recovery window) send single commands, pipelines and
 //! `MULTI` blocks on a few keys for a few owners, while the node is killed
-//! with `kill -9` and restarted on the same data.
+//! with `kill -9` and restarted on the same data. Leases are short (hundreds
+//! of milliseconds, drawn per command) so that many end during the
+//! history, and `LOCK.EXTEND` shortens as often as it lengthens.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use redis::Value;
 use testkit::{RedisServer, ServerOptions};
 
 use super::history::{Entry, Recorder};
-use super::spec::{Cmd, Owner, Reply, Step};
+use super::spec::{Cmd, Owner, Reply, Step, Wait};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -30,6 +32,19 @@ pub struct Settings {
     /// `appendfsync always` (the default); `false` runs the node without
     /// persistence: a negative control, whose restarts forget every lock.
     pub persistence: bool,
+    /// The leases of `LOCK.ACQUIRE` and `LOCK.EXTEND` (drawn per command).
+    pub ttl_ms: std::ops::RangeInclusive<u64>,
+    /// 0 (the default); otherwise a negative control: the node's lease
+    /// clock runs this many parts per million fast (`LOCK.DEBUG
+    /// MONOTONIC-RATE`, set once at the start: a restarted node runs at the
+    /// real rate again, so the control is run without kills), and leases
+    /// end early by the recorder's clock.
+    pub lease_clock_ppm: i64,
+    /// Clients that take locks with `LOCK.ACQUIRE … WAIT` (owners 200 and
+    /// up, one each), one at a time per key: each waits until the node has
+    /// it blocked (`CLIENT LIST`) before the next may send its own, so the
+    /// queue's order is known.
+    pub waiters: usize,
 }
 
 impl Default for Settings {
@@ -42,6 +57,27 @@ impl Default for Settings {
             kill_every_ms: 500..=1_500,
             seed: 20_261_124,
             persistence: true,
+            ttl_ms: 100..=800,
+            lease_clock_ppm: 0,
+            waiters: 3,
+        }
+    }
+}
+
+impl Settings {
+    /// The negative control of early (or late) lease ends: the node's lease
+    /// clock runs `ppm` parts per million fast (slow when negative), and it
+    /// is never killed (a restarted node's clock runs at the real rate).
+    pub fn fast_lease_clock(self, ppm: i64) -> Settings {
+        Settings {
+            lease_clock_ppm: ppm,
+            // Kills further apart than any run.
+            kill_every_ms: 86_400_000..=86_400_000,
+            // A history that is not linearizable makes the checker search
+            // every order: waiters make that slow, and are not what this
+            // control is about.
+            waiters: 0,
+            ..self
         }
     }
 }
@@ -50,13 +86,18 @@ impl Default for Settings {
 pub struct Run {
     pub recorder: Recorder,
     pub kills: u64,
+    /// Leases the node ended (`lock_expired` of `INFO lock`, read before
+    /// each kill and at the end: a count of what the history exercised).
+    pub lease_ends: u64,
     /// Steps sent in a pipeline of several, or in a `MULTI`.
     pub pipelined: u64,
     pub transactions: u64,
+    /// `WAIT`s answered with a token after the node had them blocked (a
+    /// hand-off), answered nil (timed out), and answered at once.
+    pub handed_off: u64,
+    pub timed_out: u64,
+    pub at_once: u64,
 }
-
-/// Leases outlive any run: nothing expires while the history is recorded.
-const TTL_MS: u64 = 3_600_000;
 
 /// Records a history; an error is a reply the specification has no word
 /// for (a module error, a reply of the wrong shape).
@@ -73,6 +114,13 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
         .await
         .map_err(|e| format!("starting the node: {e}"))?;
     let url = server.url();
+    if settings.lease_clock_ppm != 0 {
+        let ppm = settings.lease_clock_ppm;
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || lease_clock_rate(&url, ppm))
+            .await
+            .map_err(|e| format!("setting the lease clock: {e}"))??;
+    }
     let recorder = Arc::new(Recorder::default());
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
@@ -85,7 +133,12 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
         let seed = settings.seed;
         std::thread::spawn(move || kill_loop(server, &recorder, &stop, range, seed))
     };
-    let tasks: Vec<_> = (0..settings.connections)
+    let gates: Arc<Vec<tokio::sync::Mutex<()>>> = Arc::new(
+        (0..settings.keys)
+            .map(|_| tokio::sync::Mutex::new(()))
+            .collect(),
+    );
+    let tasks: Vec<_> = (0..settings.connections + settings.waiters)
         .map(|connection| {
             let client = Client {
                 url: url.clone(),
@@ -95,7 +148,14 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
                 counts: counts.clone(),
             };
             let seed = settings.seed.wrapping_add(1 + connection as u64);
-            tokio::spawn(async move { client.run(StdRng::seed_from_u64(seed)).await })
+            let rng = StdRng::seed_from_u64(seed);
+            match connection.checked_sub(settings.connections) {
+                None => tokio::spawn(async move { client.run(rng).await }),
+                Some(waiter) => {
+                    let gates = gates.clone();
+                    tokio::spawn(async move { client.wait_loop(waiter, &gates, rng).await })
+                }
+            }
         })
         .collect();
     tokio::time::sleep(settings.duration).await;
@@ -108,7 +168,7 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
             Err(e) => failure = failure.or(Some(format!("a connection's task failed: {e}"))),
         }
     }
-    let kills = tokio::task::spawn_blocking(move || killer.join())
+    let (kills, lease_ends) = tokio::task::spawn_blocking(move || killer.join())
         .await
         .map_err(|e| format!("joining the killer: {e}"))?
         .map_err(|_| "the killer panicked".to_string())?;
@@ -119,13 +179,48 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
     Ok(Run {
         recorder,
         kills,
+        lease_ends,
         pipelined: counts.pipelined.load(Ordering::Relaxed),
         transactions: counts.transactions.load(Ordering::Relaxed),
+        handed_off: counts.handed_off.load(Ordering::Relaxed),
+        timed_out: counts.timed_out.load(Ordering::Relaxed),
+        at_once: counts.at_once.load(Ordering::Relaxed),
     })
+}
+
+/// `lock_expired` of the node's `INFO lock` (0 if it cannot be read).
+fn expired(url: &str) -> u64 {
+    let info = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .and_then(|mut con| redis::cmd("INFO").arg("lock").query::<String>(&mut con));
+    info.ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|line| line.strip_prefix("lock_expired:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Makes the node's lease clock run `ppm` fast (`LOCK.DEBUG
+/// MONOTONIC-RATE`, the module loaded with `debug yes` as testkit does).
+fn lease_clock_rate(url: &str, ppm: i64) -> Result<(), String> {
+    let mut con = redis::Client::open(url)
+        .and_then(|client| client.get_connection())
+        .map_err(|e| format!("connecting to set the lease clock: {e}"))?;
+    redis::cmd("LOCK.DEBUG")
+        .arg("MONOTONIC-RATE")
+        .arg(ppm)
+        .query::<()>(&mut con)
+        .map_err(|e| format!("LOCK.DEBUG MONOTONIC-RATE {ppm}: {e}"))
 }
 
 #[derive(Default)]
 struct Counts {
+    handed_off: AtomicU64,
+    timed_out: AtomicU64,
+    at_once: AtomicU64,
+    wait_ids: std::sync::atomic::AtomicU32,
     pipelined: AtomicU64,
     transactions: AtomicU64,
     /// The highest token seen, for `ATLEAST` floors that matter.
@@ -133,30 +228,38 @@ struct Counts {
 }
 
 /// Kills the node with `kill -9` at random moments and starts it again on
-/// its data until `stop`; returns how many kills.
+/// its data until `stop`; returns how many kills, and how many leases the
+/// node ended.
 fn kill_loop(
     mut server: RedisServer,
     recorder: &Recorder,
     stop: &AtomicBool,
     every_ms: std::ops::RangeInclusive<u64>,
     seed: u64,
-) -> u64 {
+) -> (u64, u64) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut kills = 0;
+    let mut lease_ends = 0;
     loop {
         let until = Instant::now() + Duration::from_millis(rng.random_range(every_ms.clone()));
         while Instant::now() < until {
             if stop.load(Ordering::SeqCst) {
-                return kills;
+                return (kills, lease_ends + expired(&server.url()));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        lease_ends += expired(&server.url());
         server.kill9();
         recorder.killed();
         kills += 1;
         server.restart();
     }
 }
+
+/// Owners that take a lock and leave it to its lease: each seldom comes
+/// back, so their leases end (the workload's regular owners re-enter and
+/// extend too often for theirs to).
+const PASSERS_BY: std::ops::RangeInclusive<Owner> = 100..=199;
 
 struct Client {
     url: String,
@@ -194,6 +297,29 @@ impl Client {
                 _ => Shape::Multi,
             };
             let commands: Vec<(usize, Cmd)> = match shape {
+                // A passer-by takes the lock for a long lease and at once
+                // shortens it (in one MULTI, or pipelined), then leaves it
+                // to end.
+                Shape::Pipeline | Shape::Multi if rng.random_bool(0.08) => {
+                    let key = rng.random_range(0..self.settings.keys);
+                    let owner = rng.random_range(PASSERS_BY);
+                    vec![
+                        (
+                            key,
+                            Cmd::Acquire {
+                                owner,
+                                ttl_ms: rng.random_range(5_000..=10_000),
+                            },
+                        ),
+                        (
+                            key,
+                            Cmd::Extend {
+                                owner,
+                                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+                            },
+                        ),
+                    ]
+                }
                 Shape::Single => vec![self.command(&mut rng)],
                 Shape::Pipeline => (0..rng.random_range(2..=4))
                     .map(|_| self.command(&mut rng))
@@ -234,13 +360,29 @@ impl Client {
     fn command(&self, rng: &mut StdRng) -> (usize, Cmd) {
         let key = rng.random_range(0..self.settings.keys);
         let owner: Owner = rng.random_range(0..self.settings.owners);
-        let cmd = match rng.random_range(0..100) {
-            0..=29 => Cmd::Acquire(owner),
+        let cmd = match rng.random_range(0..105) {
+            // A passer-by: its lease ends, unless it released first (one
+            // of many: it seldom comes back to re-enter or release).
+            100..=103 => Cmd::Acquire {
+                owner: rng.random_range(PASSERS_BY),
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+            },
+            104 => Cmd::Release {
+                owner: rng.random_range(PASSERS_BY),
+                all: false,
+            },
+            0..=29 => Cmd::Acquire {
+                owner,
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+            },
             30..=54 => Cmd::Release {
                 owner,
                 all: rng.random_bool(0.2),
             },
-            55..=64 => Cmd::Extend(owner),
+            55..=64 => Cmd::Extend {
+                owner,
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+            },
             65..=79 => Cmd::Fence {
                 owner,
                 at_least: rng.random_bool(0.3).then(|| {
@@ -361,6 +503,134 @@ impl Client {
         Ok(true)
     }
 
+    /// A waiting client: `LOCK.ACQUIRE … WAIT` on a random key, then (if
+    /// granted) a release after a moment, or nothing (the lease ends).
+    async fn wait_loop(
+        &self,
+        index: usize,
+        gates: &[tokio::sync::Mutex<()>],
+        mut rng: StdRng,
+    ) -> Result<(), String> {
+        let owner = Owner::try_from(200 + index).map_err(|_| "too many waiters")?;
+        let mut connections = None;
+        while !self.stop.load(Ordering::SeqCst) {
+            let (waiting, control, id) = match connections.as_mut() {
+                Some(connections) => connections,
+                None => {
+                    let (Some(mut waiting), Some(control)) =
+                        (self.connect().await, self.connect().await)
+                    else {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    };
+                    match redis::cmd("CLIENT")
+                        .arg("ID")
+                        .query_async::<u64>(&mut waiting)
+                        .await
+                    {
+                        Ok(id) => connections.insert((waiting, control, id)),
+                        // Loading after a restart: try again shortly.
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    }
+                }
+            };
+            let key = rng.random_range(0..self.settings.keys);
+            let wait = Wait {
+                id: self.counts.wait_ids.fetch_add(1, Ordering::Relaxed),
+                owner,
+                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+                timeout_ms: rng.random_range(100..=1_000),
+            };
+            let Some(gate) = gates.get(key) else {
+                return Err(format!("no gate for key {key}"));
+            };
+            let gate = gate.lock().await;
+            let called = self.recorder.now();
+            let command = request(key, Cmd::Answer(wait));
+            let answer = {
+                let mut waiting = waiting.clone();
+                let limit = Duration::from_millis(wait.timeout_ms + 5_000);
+                tokio::spawn(async move {
+                    tokio::time::timeout(limit, waiting.req_packed_command(&command)).await
+                })
+            };
+            // Seen blocked: it ran, and holds its place in the queue.
+            let mut blocked = None;
+            while !answer.is_finished() {
+                let list = redis::cmd("CLIENT")
+                    .arg("LIST")
+                    .arg("ID")
+                    .arg(*id)
+                    .query_async::<String>(control)
+                    .await;
+                match list {
+                    Ok(list) if flags(&list).is_some_and(|flags| flags.contains('b')) => {
+                        blocked = Some(self.recorder.now());
+                        break;
+                    }
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                    Err(_) => break,
+                }
+            }
+            drop(gate);
+            let answer = answer
+                .await
+                .map_err(|e| format!("a waiter's task failed: {e}"))?;
+            let returned = self.recorder.now();
+            let reply = match answer {
+                Ok(Ok(value)) if is_loading_value(&value) => continue,
+                Ok(Ok(value)) => Some(reply(Cmd::Answer(wait), &value)?),
+                Ok(Err(error)) if is_loading(&error) => continue,
+                Ok(Err(error)) if !is_unknown(&error) => {
+                    return Err(format!("{wait:?} on key {key}: {error}"));
+                }
+                _ => None,
+            };
+            let answer_by = if reply.is_some() { returned } else { u64::MAX };
+            let ran = if reply.is_some() || blocked.is_some() {
+                Some(Reply::Nil)
+            } else {
+                None
+            };
+            self.recorder.record(Entry {
+                key,
+                step: vec![(Cmd::Enqueue { wait, answer_by }, ran)],
+                called,
+                returned: blocked.or(reply.map(|_| returned)),
+            });
+            self.recorder.record(Entry {
+                key,
+                step: vec![(Cmd::Answer(wait), reply)],
+                called,
+                returned: reply.map(|_| returned),
+            });
+            let counter = match (reply, blocked) {
+                (None, _) => {
+                    connections = None;
+                    continue;
+                }
+                (Some(Reply::Nil), _) => &self.counts.timed_out,
+                (Some(_), Some(_)) => &self.counts.handed_off,
+                (Some(_), None) => &self.counts.at_once,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            if matches!(reply, Some(Reply::Int(_))) && rng.random_bool(0.5) {
+                tokio::time::sleep(Duration::from_millis(rng.random_range(0..=50))).await;
+                let Some((_, control, _)) = connections.as_mut() else {
+                    continue;
+                };
+                let release = [(key, Cmd::Release { owner, all: true })];
+                if !self.send(control, Shape::Single, &release).await? {
+                    connections = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn record_unknown(&self, shape: Shape, commands: &[(usize, Cmd)], called: u64) {
         let steps: Vec<(usize, Step)> = match shape {
             Shape::Multi => vec![(
@@ -383,6 +653,12 @@ impl Client {
     }
 }
 
+/// The `flags=` field of a `CLIENT LIST` line.
+fn flags(list: &str) -> Option<&str> {
+    list.split_whitespace()
+        .find_map(|field| field.strip_prefix("flags="))
+}
+
 fn key_name(key: usize) -> String {
     format!("lin:{key}")
 }
@@ -394,10 +670,10 @@ fn owner_name(owner: Owner) -> String {
 fn request(key: usize, cmd: Cmd) -> redis::Cmd {
     let key = key_name(key);
     match cmd {
-        Cmd::Acquire(owner) => redis::cmd("LOCK.ACQUIRE")
+        Cmd::Acquire { owner, ttl_ms } => redis::cmd("LOCK.ACQUIRE")
             .arg(key)
             .arg(owner_name(owner))
-            .arg(TTL_MS)
+            .arg(ttl_ms)
             .to_owned(),
         Cmd::Release { owner, all } => {
             let mut cmd = redis::cmd("LOCK.RELEASE");
@@ -407,10 +683,10 @@ fn request(key: usize, cmd: Cmd) -> redis::Cmd {
             }
             cmd
         }
-        Cmd::Extend(owner) => redis::cmd("LOCK.EXTEND")
+        Cmd::Extend { owner, ttl_ms } => redis::cmd("LOCK.EXTEND")
             .arg(key)
             .arg(owner_name(owner))
-            .arg(TTL_MS)
+            .arg(ttl_ms)
             .to_owned(),
         Cmd::Fence { owner, at_least } => {
             let mut cmd = redis::cmd("LOCK.FENCE");
@@ -421,6 +697,13 @@ fn request(key: usize, cmd: Cmd) -> redis::Cmd {
             cmd
         }
         Cmd::Info => redis::cmd("LOCK.INFO").arg(key).to_owned(),
+        Cmd::Enqueue { wait, .. } | Cmd::Answer(wait) => redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(owner_name(wait.owner))
+            .arg(wait.ttl_ms)
+            .arg("WAIT")
+            .arg(wait.timeout_ms)
+            .to_owned(),
     }
 }
 
@@ -431,7 +714,7 @@ fn reply(cmd: Cmd, value: &Value) -> Result<Reply, String> {
         other => Err(format!("not an integer: {other:?}")),
     };
     match (cmd, value) {
-        (_, Value::Nil) if !matches!(cmd, Cmd::Extend(_)) => Ok(Reply::Nil),
+        (_, Value::Nil) if !matches!(cmd, Cmd::Extend { .. }) => Ok(Reply::Nil),
         (Cmd::Info, Value::Array(fields)) => {
             let field = |name: &str| {
                 fields
