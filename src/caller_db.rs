@@ -14,6 +14,13 @@
 //! by then, following its queued SELECTs), and the database is put back
 //! after each `loaded` event of that client. On Redis, whose filter cannot
 //! name the client, nothing is noted.
+//!
+//! A command filter sees every command of the server, and on Redis 8 its
+//! mere presence makes the server extract each command's keys twice: it is
+//! registered only where it is needed ([`needed`]): on Valkey before 9.1.1
+//! (which restores the client's database itself, valkey-io/valkey#4024), and
+//! only when `DEBUG` can run (`enable-debug-command` is not `no`, its
+//! default; the setting cannot change while the server runs).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -96,6 +103,41 @@ pub fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx, name: &[u8]) {
     });
 }
 
+/// Whether the command filter must be registered on this server: Valkey
+/// before 9.1.1 with `DEBUG` enabled. When the setting cannot be read, the
+/// filter is registered (the safe side).
+pub fn needed(ctx: Ctx) -> bool {
+    let Some(version) = ffi::server_info_field(ctx, c"server", c"valkey_version") else {
+        // Redis: its keyspace callbacks run on a client of its own.
+        return false;
+    };
+    if restores_db_itself(&version) {
+        return false;
+    }
+    debug_allowed(ffi::call::config_value(ctx, c"enable-debug-command").as_deref())
+}
+
+/// `enable-debug-command`'s value allows `DEBUG` (or could not be read).
+fn debug_allowed(setting: Option<&[u8]>) -> bool {
+    setting.map_or(true, |value| !value.eq_ignore_ascii_case(b"no"))
+}
+
+/// Valkey 9.1.1 and later put the executing client back in its database
+/// after a keyspace notification.
+fn restores_db_itself(version: &[u8]) -> bool {
+    let mut parts = version.split(|b| *b == b'.').map(|part| {
+        std::str::from_utf8(part)
+            .ok()
+            .and_then(|p| p.parse::<u32>().ok())
+    });
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    (major, minor, patch) >= (9, 1, 1)
+}
+
 /// `DEBUG` subcommands that load the dataset again.
 fn reloads(sub: &[u8]) -> bool {
     sub.eq_ignore_ascii_case(b"reload") || sub.eq_ignore_ascii_case(b"loadaof")
@@ -137,7 +179,7 @@ pub fn after_loaded(ctx: Ctx) {
 
 #[cfg(test)]
 mod tests {
-    use super::reloads;
+    use super::{debug_allowed, reloads, restores_db_itself};
 
     #[test]
     fn reload_subcommands() {
@@ -147,5 +189,33 @@ mod tests {
         for sub in ["SLEEP", "OBJECT", ""] {
             assert!(!reloads(sub.as_bytes()), "{sub}");
         }
+    }
+
+    #[test]
+    fn valkey_restores_the_database_from_9_1_1() {
+        for version in ["9.1.1", "9.1.2", "9.2.0", "10.0.0", "9.1.10"] {
+            assert!(restores_db_itself(version.as_bytes()), "{version}");
+        }
+        for version in [
+            "8.1.4",
+            "9.0.3",
+            "9.1.0",
+            "8.0.1",
+            "",
+            "9.1",
+            "x.y.z",
+            "9.1.0-rc1",
+        ] {
+            assert!(!restores_db_itself(version.as_bytes()), "{version}");
+        }
+    }
+
+    #[test]
+    fn debug_setting() {
+        assert!(debug_allowed(None));
+        assert!(debug_allowed(Some(b"yes")));
+        assert!(debug_allowed(Some(b"local")));
+        assert!(!debug_allowed(Some(b"no")));
+        assert!(!debug_allowed(Some(b"NO")));
     }
 }

@@ -45,9 +45,16 @@ mod module {
     use crate::fence_type::FENCE_TYPE;
     use crate::ffi::{self, Ctx};
     use crate::{
-        async_load, config, counter_record, events, eviction, expiry, guard, info, propagation,
+        async_load, caller_db, config, events, eviction, expiry, guard, info, propagation,
         recovery, table, timer,
     };
+
+    /// The command filter, where registered (`caller_db::needed`).
+    extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+        guard::callback(std::ptr::null_mut(), "command filter", (), || {
+            ffi::with_filter_arg(fctx, 0, |name| caller_db::on_command(fctx, name));
+        });
+    }
 
     /// `CONFIG SET lock.recovery-ms`: the window counts from now. Waiters
     /// it keeps are served when it ends, which may be sooner than the timer
@@ -123,13 +130,12 @@ mod module {
             return fail(ctx, "could not subscribe to keyspace and server events");
         }
         if !propagation::init(ctx) {
-            return fail(
-                ctx,
-                "could not register the command filter and replication events",
-            );
+            return fail(ctx, "could not subscribe to fork and replication events");
         }
-        if !counter_record::init(ctx) {
-            return fail(ctx, "could not subscribe to fork events");
+        // Plain commands must not pay for the module: the one command
+        // filter is registered only where `caller_db` needs it.
+        if caller_db::needed(ctx) && !ffi::register_command_filter(ctx, on_command) {
+            return fail(ctx, "could not register the command filter");
         }
         if !async_load::init(ctx) {
             return fail(ctx, "could not subscribe to replica loading events");
