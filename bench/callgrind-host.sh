@@ -8,9 +8,12 @@
 # DEL; the script for EVALSHA), zeroes the counters (`callgrind_control
 # -z`), sends OPS pipelined commands through `redis-cli --pipe`, and dumps
 # the counters (`callgrind_control -d`): instructions per command = the
-# whole server's instructions / OPS (a MULTI/EXEC op is `MULTI`, `SET`,
-# `EXEC`). Rounds interleave the two servers (with, without; then without,
-# with), and each figure is the median of the rounds. Instruction counts do
+# instructions of the command path (`processInputBuffer` and everything it
+# calls) / OPS, and the whole server's beside them (a MULTI/EXEC op is
+# `MULTI`, `SET`, `EXEC`). Rounds interleave the two servers (with, without; then without,
+# with), each round on two fresh servers (a server seeds its hash tables
+# at random, which moves counts by up to ~3% from one process to the
+# next), and each figure is the median of the rounds. Instruction counts do
 # not depend on the machine's load. Then the same payloads (TIME_OPS
 # commands) run on the servers without valgrind, interleaved the same way,
 # and the median time per command of `redis-cli --pipe` is put beside them
@@ -22,8 +25,11 @@
 #   QUICK=1 bench/callgrind-host.sh     1 round, 2000 ops, 20000 timed ops
 #
 # Prints a Markdown table; --tsv also writes one line per server and command:
-# server version command ir_with ir_without ratio ns_with ns_without
-# (ir_* are instructions per command, ns_* nanoseconds per command).
+# server version command ir_with ir_without ratio ns_with ns_without ns_ratio
+# all_with all_without all_ratio (ir_*: instructions per command on the
+# command path, processInputBuffer and all it calls; all_*: the whole
+# server's, which also counts the cron, whose work grows with the time a
+# phase takes under valgrind; ns_*: nanoseconds per command).
 # Every server this starts is stopped on exit (by its PID).
 set -euo pipefail
 
@@ -115,7 +121,7 @@ start() {
     mkdir -p "$dir"
     local -a argv cmd
     mapfile -d '' argv < <(server_argv "$binary")
-    cmd=("${argv[@]}" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir")
+    cmd=("${argv[@]}" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --activerehashing no --dir "$dir")
     [ "$loaded" = 1 ] && cmd+=(--loadmodule "$MODULE")
     if [ "$under" = 1 ]; then
         cmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "${cmd[@]}")
@@ -212,7 +218,15 @@ measure_ir() {
         [ -n "$dump" ] && grep -q '^totals:' "$dump" && break
         sleep 0.1
     done
-    awk '/^totals:/ { print $2; exit }' "$dump"
+    # The whole server, and the command path: processInputBuffer with
+    # everything it calls (parsing, the command, keyspace events, filters,
+    # propagation; not the cron, whose work grows with the wall time a
+    # phase takes under valgrind on a loaded machine).
+    local total path
+    total="$(awk '/^totals:/ { print $2; exit }' "$dump")"
+    path="$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
+        awk '/:processInputBuffer / && !found { gsub(",", "", $1); print $1; found = 1 }')"
+    echo "${path:-0} $total"
 }
 
 # Nanoseconds of one timed phase on a native server.
@@ -237,40 +251,45 @@ echo "instructions per command (callgrind, whole server, $OPS pipelined commands
     "median of $ROUNDS interleaved rounds) and time per command (redis-cli --pipe, $TIME_OPS" \
     "commands, median of $ROUNDS), with the module loaded vs without"
 echo
-echo "| server | command | instr./cmd with | without | ratio | ns/cmd with | without | ratio |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|"
+echo "| server | command | command path, instr./cmd with | without | ratio | whole server, instr./cmd with | without | ratio | ns/cmd with | without | ratio |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 [ -n "$TSV" ] && : >"$TSV"
 
 IFS=, read -r -a names <<<"$SERVERS"
 for name in "${names[@]}"; do
     binary="$(server_binary "$name" || true)"
     if [ -z "$binary" ] || [ ! -x "$binary" ]; then
-        echo "| $name | (not available: skipped) | | | | | | |"
+        echo "| $name | (not available: skipped) | | | | | | | | | |"
         continue
     fi
-    start "$name-with" "$binary" 1 1
-    wpid="$SPID" wport="$SPORT"
-    start "$name-without" "$binary" 0 1
-    opid="$SPID" oport="$SPORT"
-    version="$(redis-cli -p "$wport" info server | tr -d '\r' | sed -n "s/^valkey_version://p; s/^redis_version://p" | tail -1)"
-    declare -A ir_with=() ir_without=() ns_with=() ns_without=()
+    declare -A ir_with=() ir_without=() all_with=() all_without=() ns_with=() ns_without=()
     for round in $(seq "$ROUNDS"); do
+        # Fresh servers each round: a server seeds its hash tables at
+        # random when it starts, and how keys collide moves a command's
+        # instructions by up to ~3% from one process to the next.
+        start "$name-with-$round" "$binary" 1 1
+        wpid="$SPID" wport="$SPORT"
+        start "$name-without-$round" "$binary" 0 1
+        opid="$SPID" oport="$SPORT"
+        version="$(redis-cli -p "$wport" info server | tr -d '\r' | sed -n "s/^valkey_version://p; s/^redis_version://p" | tail -1)"
         for command in "${COMMANDS[@]}"; do
             file="$WORK/ir/${command//\//_}"
             if [ $((round % 2)) = 1 ]; then order="with without"; else order="without with"; fi
             for which in $order; do
                 if [ "$which" = with ]; then
-                    ir="$(measure_ir "$wpid" "$wport" "$file" "$WORK/$name-with")"
+                    read -r ir all < <(measure_ir "$wpid" "$wport" "$file" "$WORK/$name-with-$round")
                     ir_with[$command]+="$ir "
+                    all_with[$command]+="$all "
                 else
-                    ir="$(measure_ir "$opid" "$oport" "$file" "$WORK/$name-without")"
+                    read -r ir all < <(measure_ir "$opid" "$oport" "$file" "$WORK/$name-without-$round")
                     ir_without[$command]+="$ir "
+                    all_without[$command]+="$all "
                 fi
             done
         done
+        stop "$wpid" "$wport"
+        stop "$opid" "$oport"
     done
-    stop "$wpid" "$wport"
-    stop "$opid" "$oport"
     start "$name-with-native" "$binary" 1 0
     wpid="$SPID" wport="$SPORT"
     start "$name-without-native" "$binary" 0 0
@@ -295,11 +314,13 @@ for name in "${names[@]}"; do
         io="$(tr ' ' '\n' <<<"${ir_without[$command]}" | grep . | median)"
         nw="$(tr ' ' '\n' <<<"${ns_with[$command]}" | grep . | median)"
         no="$(tr ' ' '\n' <<<"${ns_without[$command]}" | grep . | median)"
-        line="$(awk -v iw="$iw" -v io="$io" -v nw="$nw" -v no="$no" -v n="$OPS" -v t="$TIME_OPS" \
-            'BEGIN { printf "%.1f\t%.1f\t%.4f\t%.1f\t%.1f\t%.3f", iw / n, io / n, iw / io, nw / t, no / t, nw / no }')"
-        IFS=$'\t' read -r a b r c d s <<<"$line"
-        printf '| %s %s | %s | %s | %s | **%.3f×** | %s | %s | %s× |\n' "$name" "$version" "$command" "$a" "$b" "$r" "$c" "$d" "$s"
+        aw="$(tr ' ' '\n' <<<"${all_with[$command]}" | grep . | median)"
+        ao="$(tr ' ' '\n' <<<"${all_without[$command]}" | grep . | median)"
+        line="$(awk -v iw="$iw" -v io="$io" -v nw="$nw" -v no="$no" -v aw="$aw" -v ao="$ao" -v n="$OPS" -v t="$TIME_OPS" \
+            'BEGIN { printf "%.1f\t%.1f\t%.4f\t%.1f\t%.1f\t%.3f\t%.1f\t%.1f\t%.4f", iw / n, io / n, iw / io, nw / t, no / t, nw / no, aw / n, ao / n, aw / ao }')"
+        IFS=$'\t' read -r a b r c d s e f g <<<"$line"
+        printf '| %s %s | %s | %s | %s | **%.3f×** | %s | %s | %.3f× | %s | %s | %s× |\n' "$name" "$version" "$command" "$a" "$b" "$r" "$e" "$f" "$g" "$c" "$d" "$s"
         [ -n "$TSV" ] && printf '%s\t%s\t%s\t%s\n' "$name" "$version" "$command" "$line" >>"$TSV"
     done
-    unset ir_with ir_without ns_with ns_without
+    unset ir_with ir_without all_with all_without ns_with ns_without
 done

@@ -10,7 +10,6 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod async_load;
-mod caller_db;
 mod commands;
 mod config;
 mod counter_record;
@@ -45,16 +44,9 @@ mod module {
     use crate::fence_type::FENCE_TYPE;
     use crate::ffi::{self, Ctx};
     use crate::{
-        async_load, caller_db, config, events, eviction, expiry, guard, info, propagation,
-        recovery, table, timer,
+        async_load, config, events, eviction, expiry, guard, info, propagation, recovery, table,
+        timer,
     };
-
-    /// The command filter, where registered (`caller_db::needed`).
-    extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-        guard::callback(std::ptr::null_mut(), "command filter", (), || {
-            ffi::with_filter_arg(fctx, 0, |name| caller_db::on_command(fctx, name));
-        });
-    }
 
     /// `CONFIG SET lock.recovery-ms`: the window counts from now. Waiters
     /// it keeps are served when it ends, which may be sooner than the timer
@@ -131,11 +123,6 @@ mod module {
         }
         if !propagation::init(ctx) {
             return fail(ctx, "could not subscribe to fork and replication events");
-        }
-        // Plain commands must not pay for the module: the one command
-        // filter is registered only where `caller_db` needs it.
-        if caller_db::needed(ctx) && !ffi::register_command_filter(ctx, on_command) {
-            return fail(ctx, "could not register the command filter");
         }
         if !async_load::init(ctx) {
             return fail(ctx, "could not subscribe to replica loading events");

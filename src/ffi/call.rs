@@ -2,7 +2,7 @@
 //! server which arguments are keys (`getkeys-api`): what `LOCK.FENCED`
 //! needs. The reply of a call is freed on drop.
 
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 
 use redis_module::raw;
 
@@ -231,25 +231,4 @@ pub fn command_keys(ctx: Ctx, args: &[RString]) -> Result<Vec<(usize, u32)>, Cal
         rm!(RedisModule_Free(flags.cast::<c_void>()));
     }
     Ok(keys)
-}
-
-/// One configuration value (`CONFIG GET name`, the reply's second
-/// element); `None` if the server cannot be asked or does not know it.
-pub fn config_value(ctx: Ctx, name: &CStr) -> Option<Vec<u8>> {
-    let reply = rm!(RedisModule_Call(
-        ctx,
-        c"CONFIG".as_ptr(),
-        c"cc".as_ptr(),
-        c"GET".as_ptr().cast::<c_char>(),
-        name.as_ptr()
-    ))
-    .unwrap_or(std::ptr::null_mut());
-    if reply.is_null() {
-        return None;
-    }
-    let reply = CallReply(reply);
-    if reply_type(reply.0) != raw::REDISMODULE_REPLY_ARRAY as c_int || length(reply.0) < 2 {
-        return None;
-    }
-    reply_bytes(element(reply.0, 1))
 }
