@@ -79,6 +79,7 @@ cleanup() {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM HUP PIPE
 
 # The server binary of each name; the newest ones through their wrappers.
 server_binary() {
