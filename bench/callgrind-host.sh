@@ -22,7 +22,9 @@
 #   bench/callgrind-host.sh [--servers redis7,valkey8,redis8,valkey9]
 #                           [--rounds N] [--ops N] [--time-ops N]
 #                           [--module PATH] [--tsv FILE]
-#   QUICK=1 bench/callgrind-host.sh     1 round, 2000 ops, 20000 timed ops
+#   QUICK=1 bench/callgrind-host.sh     1 round, 2000 ops, 20000 timed ops: a
+#                                       smoke check (one pair of processes: their
+#                                       hash seeds move counts by a few %)
 #
 # Prints a Markdown table; --tsv also writes one line per server and command:
 # server version command ir_with ir_without ratio ns_with ns_without ns_ratio
