@@ -34,7 +34,7 @@ extern "C" fn on_async_load(ctx: Ctx, _event: raw::RedisModuleEvent, sub: u64, _
 }
 
 /// Rebuilds the lease index from every lock in every database.
-fn reindex(ctx: Ctx) {
+pub fn reindex(ctx: Ctx) {
     let selected = ffi::selected_db(ctx);
     with_state(|state| state.deadlines = DeadlineIndex::default());
     let mut db = 0;

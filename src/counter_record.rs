@@ -11,28 +11,22 @@
 //! `FAILOVER`), writing would trip the server's assertion: the record waits
 //! for the next cron tick that may write.
 
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
 use crate::ffi::{self, Ctx};
-use crate::guard;
 use crate::state::with_state;
 
 /// A rewrite started and its record is not written yet.
 static OWED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_fork(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
-    guard::callback(ctx, "fork event", (), || {
-        if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN
-            && ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_AOF)
-            && rewriting_aof(ctx)
-        {
-            OWED.store(true, Ordering::Relaxed);
-            write_if_owed(ctx);
-        }
-    });
+/// From `propagation`'s fork event (`FORK_CHILD_BORN`, in the parent).
+pub fn on_fork_born(ctx: Ctx) {
+    if ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_AOF) && rewriting_aof(ctx) {
+        OWED.store(true, Ordering::Relaxed);
+        write_if_owed(ctx);
+    }
 }
 
 /// The fork is the AOF rewrite's (not a `BGSAVE` or a full sync's).
@@ -53,10 +47,4 @@ pub fn write_if_owed(ctx: Ctx) {
         ffi::replicate_counter(ctx, last);
     }
     OWED.store(false, Ordering::Relaxed);
-}
-
-/// Subscribes to forks at load (the cron tick that retries is
-/// `propagation`'s: a module has one callback per event).
-pub fn init(ctx: Ctx) -> bool {
-    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, on_fork)
 }

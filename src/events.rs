@@ -8,15 +8,10 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use redis_lock_core::filing::{self, Arrival};
 use redis_lock_core::slot::SlotRanges;
-use redis_lock_core::Slot;
 use redis_module::raw;
 
 use crate::async_load;
-use crate::caller_db;
-use crate::eviction;
-use crate::ffi::key::LockKey;
 use crate::ffi::{self, Ctx, RString};
 use crate::guard;
 use crate::state::{with_state, KeyId};
@@ -33,19 +28,26 @@ pub fn subscribe(ctx: Ctx) -> bool {
     // missing.) Its snapshot's locks arrive through `rdb_load` (the counter
     // raised as each is read) and are filed by the sweep once the import
     // completes (`on_slot_migration`).
+    //
+    // A keyspace subscription of any class makes every keyspace event of
+    // the server (two per `SET` of a new key) pass through the module
+    // machinery (~50 instructions each on Redis 8.6): `key_trimmed`, where
+    // it is needed at all, is listened to only in cluster mode, the only
+    // place slots migrate, and no other class is (loaded keys are indexed
+    // when the load ends, `on_loading`; evictions are counted where a policy
+    // can evict locks, `eviction.rs`).
     let redis_migration = ffi::has_redis_slot_migration();
     let trim = if redis_migration {
         ffi::trim_by_notification()
     } else {
         None
     };
-    let trimmed = if trim == Some(true) {
-        ffi::NOTIFY_KEY_TRIMMED
+    let keyspace = if trim == Some(true) && ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_CLUSTER) {
+        ffi::subscribe_keyspace_events(ctx, ffi::NOTIFY_KEY_TRIMMED, on_keyspace_event)
     } else {
-        0
+        true
     };
-    let classes = raw::REDISMODULE_NOTIFY_LOADED | eviction::EVENT_CLASS | trimmed;
-    let keyspace = ffi::subscribe_keyspace_events(ctx, classes, on_keyspace_event);
+    let loading = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_LOADING, on_loading);
     let flush = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
     let swap = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
     // Each slot migration event only where the server has it (Valkey 9's,
@@ -62,54 +64,39 @@ pub fn subscribe(ctx: Ctx) -> bool {
     } else {
         true
     };
-    keyspace && flush && swap && migration && trim
+    keyspace && loading && flush && swap && migration && trim
 }
 
+/// `key_trimmed` (Redis 8.4+ in cluster mode): nothing to do here, the
+/// deletion goes through `unlink2`.
 extern "C" fn on_keyspace_event(
     ctx: Ctx,
     _class: c_int,
-    event: *const c_char,
-    key: RString,
+    _event: *const c_char,
+    _key: RString,
 ) -> c_int {
-    guard::callback(ctx, "keyspace event", raw::REDISMODULE_OK as c_int, || {
-        let (loaded, evicted) =
-            ffi::with_event_name(event, |name| (name == b"loaded", name == b"evicted"));
-        if loaded {
-            // Keys loaded in the background are indexed when the load ends.
-            if !async_load::in_progress(ctx) {
-                index_arrival(ctx, key);
-            }
-        } else if evicted {
-            ffi::with_bytes(key, |name| eviction::evicted(ffi::selected_db(ctx), name));
-        }
-        if loaded {
-            caller_db::after_loaded(ctx);
-        }
-        raw::REDISMODULE_OK as c_int
-    })
+    let ok = raw::REDISMODULE_OK as c_int;
+    guard::callback(ctx, "keyspace event", ok, || ok)
 }
 
-/// Indexes the lease of a lock loaded under `key` in the context's
-/// database. (Notification callbacks may read keys, not write them.) The
-/// key is opened without touching its LRU/LFU: most keys are not locks.
-fn index_arrival(ctx: Ctx, key: RString) {
-    // The name of a `loaded` key lives on Redis's stack and must not be
-    // retained, which opening it would do: open a copy.
-    let key_id = ffi::with_bytes(key, |name| KeyId::new(ffi::selected_db(ctx), name));
-    let Some(name) = ffi::OwnedString::new(ctx, key_id.name()) else {
-        return;
-    };
-    let Ok(mut lock_key) = LockKey::open_untouched(ctx, name.as_ptr(), false) else {
-        return;
-    };
-    let Some(lock) = lock_key.lock() else {
-        return;
-    };
-    with_state(|state| {
-        // Every later token here exceeds the ones that arrived.
-        let (tokens, index) = (&mut state.node.tokens, &mut state.deadlines);
-        filing::on_arrival(tokens, index, lock, &key_id, Arrival::All);
-        timer::arm(state);
+/// A load ended (at startup, a replica's full sync, `DEBUG RELOAD`,
+/// `DEBUG LOADAOF`): the lease index is rebuilt from the loaded locks, and
+/// the token counter raised above them, in one pass over the keyspace. (A
+/// `loaded` keyspace subscription did it key by key, but made every
+/// keyspace event of the server pay for the module, and on Valkey before
+/// 9.1.1 it left the caller of `DEBUG RELOAD` in the last key's database.)
+/// A background load (`repl-diskless-load swapdb`) is indexed when its data
+/// is swapped in (`async_load`).
+extern "C" fn on_loading(
+    ctx: Ctx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback(ctx, "loading event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED && !async_load::in_progress(ctx) {
+            async_load::reindex(ctx);
+        }
     });
 }
 

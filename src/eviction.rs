@@ -2,14 +2,17 @@
 //! policy evicts it, and an evicted lock is a lock its holder no longer has.
 //! The module says so: a warning in the log at load and whenever the policy
 //! becomes evicting, `lock_evictable` and `lock_evicted` in `INFO lock`.
+//! It listens to `evicted` keyspace events only from the first time the
+//! policy can evict locks: a keyspace subscription makes every keyspace
+//! event of the server pass through the module machinery.
 
 use std::cell::RefCell;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis_module::raw;
 
-use crate::ffi::{self, Ctx};
+use crate::ffi::{self, Ctx, RString};
 use crate::guard;
 use crate::state::KeyId;
 
@@ -17,6 +20,9 @@ use crate::state::KeyId;
 pub static EVICTABLE: AtomicBool = AtomicBool::new(false);
 /// Locks evicted since the module loaded.
 pub static EVICTED: AtomicU64 = AtomicU64::new(0);
+/// The module listens to `evicted` events (from the first evicting policy
+/// on; a subscription cannot be taken back on every server).
+static LISTENING: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// The lock whose key left the keyspace last, while eviction is
@@ -47,6 +53,12 @@ pub fn check_policy(ctx: Ctx) {
             ),
         );
     }
+    if evictable
+        && !LISTENING.load(Ordering::Relaxed)
+        && ffi::subscribe_keyspace_events(ctx, raw::REDISMODULE_NOTIFY_EVICTED, on_evicted)
+    {
+        LISTENING.store(true, Ordering::Relaxed);
+    }
 }
 
 /// From `unlink2`: a lock key is leaving the keyspace.
@@ -58,7 +70,7 @@ pub fn lock_unlinked(key: impl FnOnce() -> Option<KeyId>) {
 }
 
 /// From the `evicted` keyspace event.
-pub fn evicted(db: i32, name: &[u8]) {
+fn evicted(db: i32, name: &[u8]) {
     let was_lock = LAST_UNLINKED.with(|last| {
         let mut last = last.borrow_mut();
         let matches = last
@@ -74,6 +86,16 @@ pub fn evicted(db: i32, name: &[u8]) {
     }
 }
 
+extern "C" fn on_evicted(ctx: Ctx, _class: c_int, event: *const c_char, key: RString) -> c_int {
+    let ok = raw::REDISMODULE_OK as c_int;
+    guard::callback(ctx, "eviction event", ok, || {
+        if ffi::with_event_name(event, |name| name == b"evicted") {
+            ffi::with_bytes(key, |name| evicted(ffi::selected_db(ctx), name));
+        }
+        ok
+    })
+}
+
 extern "C" fn on_config(ctx: Ctx, _event: raw::RedisModuleEvent, _sub: u64, _data: *mut c_void) {
     guard::callback(ctx, "config event", (), || check_policy(ctx));
 }
@@ -83,9 +105,6 @@ pub fn init(ctx: Ctx) -> bool {
     check_policy(ctx);
     ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CONFIG, on_config)
 }
-
-/// The keyspace-event class to subscribe to for [`evicted`].
-pub const EVENT_CLASS: c_int = raw::REDISMODULE_NOTIFY_EVICTED;
 
 #[cfg(test)]
 mod tests {

@@ -10,7 +10,6 @@
 #![cfg_attr(test, allow(dead_code))]
 
 mod async_load;
-mod caller_db;
 mod commands;
 mod config;
 mod counter_record;
@@ -45,8 +44,8 @@ mod module {
     use crate::fence_type::FENCE_TYPE;
     use crate::ffi::{self, Ctx};
     use crate::{
-        async_load, config, counter_record, events, eviction, expiry, guard, info, propagation,
-        recovery, table, timer,
+        async_load, config, events, eviction, expiry, guard, info, propagation, recovery, table,
+        timer,
     };
 
     /// `CONFIG SET lock.recovery-ms`: the window counts from now. Waiters
@@ -123,13 +122,7 @@ mod module {
             return fail(ctx, "could not subscribe to keyspace and server events");
         }
         if !propagation::init(ctx) {
-            return fail(
-                ctx,
-                "could not register the command filter and replication events",
-            );
-        }
-        if !counter_record::init(ctx) {
-            return fail(ctx, "could not subscribe to fork events");
+            return fail(ctx, "could not subscribe to fork and replication events");
         }
         if !async_load::init(ctx) {
             return fail(ctx, "could not subscribe to replica loading events");

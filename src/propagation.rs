@@ -10,11 +10,29 @@
 //! side of the truth:
 //!
 //! - it starts as "a backlog may exist";
-//! - it turns back to that the moment a `SYNC`/`PSYNC` reaches the server
-//!   (a command filter sees it before Redis creates the backlog for it) or
-//!   the node's role changes (a promoted replica keeps its backlog);
+//! - it turns back to that the moment the server forks (`FORK_CHILD_BORN`,
+//!   fired in the parent right after `fork()`, before any other command
+//!   runs) or the node's role changes (a promoted replica keeps its
+//!   backlog);
 //! - it becomes "no backlog" only when `INFO replication` says there is
 //!   neither a backlog nor a replica, checked on Redis's cron.
+//!
+//! Why a fork is early enough (read in Redis 7.0.15 and 8.6.3 and Valkey
+//! 8.0.1 and 9.1.2, `replication.c`, `rdb.c`, `server.c`): once the cron
+//! has seen no backlog, a replica's stream can begin only with a full sync
+//! (a partial one needs a backlog; the backlog that `SYNC`/`PSYNC`, the rdb
+//! channel of Redis 8 or Valkey's dual channel create is created with a new
+//! replication id, so no replica holds an offset inside it from before).
+//! Every full sync's snapshot is a fork, on disk or diskless, with or
+//! without `repl-diskless-sync-delay`, and a replica that joins a `BGSAVE`
+//! already running for another replica shares that replica's start (its
+//! fork already set the answer, and the cron keeps it while that replica or
+//! the backlog exists). The replica's stream starts at the replication
+//! offset of its fork: every write before it is in the snapshot (the keys
+//! themselves), every write after it finds the answer set. Replacing a
+//! command filter that saw `SYNC`/`PSYNC`: a filter runs for every command
+//! of the server (and on Redis 8 makes it extract every command's keys a
+//! second time).
 //!
 //! A skipped effect still counts as a change (`server.dirty`, which drives
 //! `save` points and `rdb_changes_since_last_save`): with nothing to
@@ -50,20 +68,12 @@ pub fn propagating_to_replicas() -> bool {
     BACKLOG_MAY_EXIST.load(Ordering::Relaxed)
 }
 
-/// The two commands with which a replica starts to sync: Redis creates the
-/// backlog inside them.
-fn starts_a_sync(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"psync") || name.eq_ignore_ascii_case(b"sync")
-}
-
-extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    guard::callback(std::ptr::null_mut(), "command filter", (), || {
-        ffi::with_filter_arg(fctx, 0, |name| {
-            if starts_a_sync(name) {
-                BACKLOG_MAY_EXIST.store(true, Ordering::Relaxed);
-            }
-            crate::caller_db::on_command(fctx, name);
-        });
+extern "C" fn on_fork(ctx: Ctx, _event: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
+    guard::callback(ctx, "fork event", (), || {
+        if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+            BACKLOG_MAY_EXIST.store(true, Ordering::Relaxed);
+            crate::counter_record::on_fork_born(ctx);
+        }
     });
 }
 
@@ -97,28 +107,14 @@ fn backlog_or_replicas(ctx: Ctx) -> bool {
     backlog.unwrap_or(1) != 0 || replicas.unwrap_or(1) != 0
 }
 
-/// Registers the filter and the events at load.
+/// Subscribes to the events at load (a module has one callback per event:
+/// the fork event also serves `counter_record`).
 pub fn init(ctx: Ctx) -> bool {
-    ffi::register_command_filter(ctx, on_command)
+    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, on_fork)
         && ffi::subscribe_server_event(
             ctx,
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             on_role_change,
         )
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CRON_LOOP, on_cron)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::starts_a_sync;
-
-    #[test]
-    fn both_sync_commands_in_any_case_and_nothing_else() {
-        for name in [&b"PSYNC"[..], b"psync", b"Sync", b"SYNC"] {
-            assert!(starts_a_sync(name));
-        }
-        for name in [&b"PSYNCX"[..], b"REPLCONF", b"", b"SYN"] {
-            assert!(!starts_a_sync(name));
-        }
-    }
 }

@@ -131,6 +131,44 @@ fn debug_reload_keeps_locks_digest_counter_and_leases() {
 }
 
 #[test]
+fn loaded_leases_are_indexed_when_the_load_ends() {
+    // The module indexes a load's locks when the load ends (not one
+    // `loaded` keyspace event at a time, which made every keyspace event of
+    // the server pay for the module). Inside MULTI no timer runs between
+    // the reload and INFO: only the indexing at the load's end can have
+    // filed the leases by then (the sweep comes later, on the timer).
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    for i in 0..20 {
+        acquire(&mut c, &format!("loaded:{i}"), "owner", LONG).unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg("plain")
+        .arg("value")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(lock_stat(&mut c, "lock_lease_index"), 20);
+    let (reload, info): (String, String) = redis::pipe()
+        .atomic()
+        .cmd("DEBUG")
+        .arg("RELOAD")
+        .cmd("INFO")
+        .arg("lock")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(reload, "OK");
+    let index = info
+        .lines()
+        .find_map(|line| line.strip_prefix("lock_lease_index:"))
+        .map(|v| v.trim().to_string());
+    assert_eq!(
+        index.as_deref(),
+        Some("20"),
+        "the leases of the loaded locks were not indexed when DEBUG RELOAD ended"
+    );
+}
+
+#[test]
 fn an_rdb_restart_keeps_locks_counter_and_remaining_leases() {
     let mut server = RedisServer::start();
     let mut c = server.conn();

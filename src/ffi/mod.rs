@@ -284,52 +284,6 @@ pub fn server_info_field(ctx: Ctx, section: &CStr, field: &CStr) -> Option<Vec<u
     value
 }
 
-/// The id of the context's client (0 if it has none).
-pub fn client_id(ctx: Ctx) -> u64 {
-    rm!(RedisModule_GetClientId(ctx)).unwrap_or(0)
-}
-
-/// The id of the client whose command a command filter sees; `None` on
-/// servers without the API (Redis 7.0).
-pub fn filter_client_id(fctx: *mut raw::RedisModuleCommandFilterCtx) -> Option<u64> {
-    rm!(RedisModule_CommandFilterGetClientId(fctx))
-}
-
-/// Runs `f` with the arguments of the command being filtered; they cannot
-/// outlive `f`.
-pub fn with_filter_args<R>(
-    fctx: *mut raw::RedisModuleCommandFilterCtx,
-    f: impl FnOnce(&[&[u8]]) -> R,
-) -> R {
-    let count = rm!(RedisModule_CommandFilterArgsCount(fctx)).unwrap_or(0);
-    let args: Vec<&[u8]> = (0..count)
-        .map(|i| {
-            bytes(rm!(RedisModule_CommandFilterArgGet(fctx, i)).unwrap_or(std::ptr::null_mut()))
-        })
-        .collect();
-    f(&args)
-}
-
-/// A client's selected database and whether it is inside MULTI.
-pub fn client_db(id: u64) -> Option<(i32, bool)> {
-    let mut info = raw::RedisModuleClientInfo {
-        version: u64::from(raw::REDISMODULE_CLIENTINFO_VERSION),
-        flags: 0,
-        id: 0,
-        addr: [0; 46],
-        port: 0,
-        db: 0,
-    };
-    let status = rm!(RedisModule_GetClientInfoById(
-        (&mut info as *mut raw::RedisModuleClientInfo).cast::<c_void>(),
-        id
-    ))?;
-    (status == raw::REDISMODULE_OK as c_int).then_some((
-        i32::from(info.db),
-        info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0,
-    ))
-}
-
 pub fn selected_db(ctx: Ctx) -> i32 {
     rm!(RedisModule_GetSelectedDb(ctx)).unwrap_or(0)
 }
@@ -512,32 +466,6 @@ pub fn subscribe_keyspace_events(ctx: Ctx, classes: c_int, callback: KeyspaceCal
         classes,
         Some(callback)
     )) == Some(raw::REDISMODULE_OK as c_int)
-}
-
-/// A command filter callback.
-pub type FilterCallback = extern "C" fn(*mut raw::RedisModuleCommandFilterCtx);
-
-/// Registers a command filter that does not see the module's own calls.
-pub fn register_command_filter(ctx: Ctx, callback: FilterCallback) -> bool {
-    let filter = rm!(RedisModule_RegisterCommandFilter(
-        ctx,
-        Some(callback),
-        raw::REDISMODULE_CMDFILTER_NOSELF as c_int
-    ))
-    .unwrap_or(std::ptr::null_mut());
-    !filter.is_null()
-}
-
-/// Runs `f` with the `index`-th argument of the command being filtered (the
-/// command name is 0); the bytes cannot outlive `f`.
-pub fn with_filter_arg<R>(
-    fctx: *mut raw::RedisModuleCommandFilterCtx,
-    index: c_int,
-    f: impl FnOnce(&[u8]) -> R,
-) -> R {
-    f(bytes(
-        rm!(RedisModule_CommandFilterArgGet(fctx, index)).unwrap_or(std::ptr::null_mut()),
-    ))
 }
 
 /// Runs `f` with the event name a keyspace notification hands over (empty
@@ -842,17 +770,12 @@ pub fn missing_api() -> Option<&'static str> {
         RedisModule_SelectDb,
         RedisModule_EmitAOF,
         RedisModule_ReplicateVerbatim,
-        RedisModule_RegisterCommandFilter,
-        RedisModule_CommandFilterArgGet,
         RedisModule_GetServerInfo,
         RedisModule_ServerInfoGetFieldSigned,
         RedisModule_FreeServerInfo,
         RedisModule_AvoidReplicaTraffic,
         RedisModule_SetModuleOptions,
         RedisModule_ServerInfoGetFieldC,
-        RedisModule_GetClientId,
-        RedisModule_GetClientInfoById,
-        RedisModule_CommandFilterArgsCount,
         RedisModule_IsIOError,
     );
     None
