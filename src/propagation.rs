@@ -15,7 +15,9 @@
 //!   runs) or the node's role changes (a promoted replica keeps its
 //!   backlog);
 //! - it becomes "no backlog" only when `INFO replication` says there is
-//!   neither a backlog nor a replica, checked on Redis's cron.
+//!   neither a backlog nor a replica, checked on Redis's cron (which also
+//!   turns it back on when either appears, by any path);
+//! - in a cluster, effects are always built (see `redis_propagates`).
 //!
 //! Why a fork is early enough (read in Redis 7.0.15 and 8.6.3 and Valkey
 //! 8.0.1 and 9.1.2, `replication.c`, `rdb.c`, `server.c`): once the cron
@@ -54,7 +56,14 @@ static BACKLOG_MAY_EXIST: AtomicBool = AtomicBool::new(true);
 /// Whether Redis would propagate an effect replicated now, in a context
 /// with these flags.
 pub fn redis_propagates(flags: c_int) -> bool {
-    if flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0 {
+    // In a cluster, a slot being migrated atomically (Redis 8.4+'s
+    // `CLUSTER MIGRATION`, Valkey 9's `MIGRATESLOTS`) streams the source's
+    // writes of that slot to the target whatever its replicas, its backlog
+    // or its AOF: a skipped effect would be lost on the target (and a
+    // command replicated verbatim in its place would run again there).
+    // Cluster nodes always build their effects.
+    let always = raw::REDISMODULE_CTX_FLAGS_AOF | raw::REDISMODULE_CTX_FLAGS_CLUSTER;
+    if flags & always as c_int != 0 {
         return true;
     }
     // A replica never forwards its own effects (its replicas read its
@@ -90,9 +99,9 @@ extern "C" fn on_role_change(
 
 extern "C" fn on_cron(ctx: Ctx, _event: raw::RedisModuleEvent, _subevent: u64, _data: *mut c_void) {
     guard::callback(ctx, "cron event", (), || {
-        if BACKLOG_MAY_EXIST.load(Ordering::Relaxed) && !backlog_or_replicas(ctx) {
-            BACKLOG_MAY_EXIST.store(false, Ordering::Relaxed);
-        }
+        // Both ways: a backlog or a replica that appeared by a path not
+        // foreseen above switches effects back on within a cron tick.
+        BACKLOG_MAY_EXIST.store(backlog_or_replicas(ctx), Ordering::Relaxed);
         crate::counter_record::write_if_owed(ctx);
     });
 }

@@ -1113,3 +1113,112 @@ fn valkey_cli_reshard_by_atomic_slot_migration_keeps_the_lock_and_redirects_its_
     let granted = answered(retried, "the retried waiter").unwrap().unwrap();
     assert!(granted > token, "{granted} is not above {token}");
 }
+
+/// The writes a source makes to a slot while it migrates (locks taken,
+/// re-entered, fences raised or not) are streamed to the target whatever
+/// the source's replicas, backlog or AOF: the module must build their
+/// effects there too. It skipped them on a primary with no replica (an
+/// acknowledged fenced write was lost on the target), and the verbatim
+/// `LOCK.FENCED` it replicated in their place crashed Redis 8.6's source
+/// (its migration stream asked the command for its keys, which
+/// propagated the same pending command again, without end).
+fn writes_during_a_migration_reach_the_target(
+    cluster: &RedisCluster,
+    hold: impl FnOnce(&RedisServer, &RedisServer, i64),
+    release: impl FnOnce(&RedisServer, &RedisServer, i64),
+) {
+    let (source, target, slot) = source_and_target(cluster, "{job}");
+    let mut s = source.conn();
+    // A lone primary: after a cron tick the module knows it has no replica.
+    assert!(
+        wait_until(SOON, || lock_stat(&mut s, "lock_effects_for_replicas") == 0),
+        "a primary without replicas kept building effects for them"
+    );
+    acquire(&mut s, "{job}pre", "early", 60_000).unwrap();
+    run(
+        &mut s,
+        &["LOCK.FENCED", "{job}f", "5", "HSET", "{job}h", "a", "1"],
+    )
+    .unwrap();
+    hold(source, target, slot);
+    // The slot's snapshot is on the target; what follows is streamed.
+    let mut t = target.conn();
+    assert!(
+        wait_until(SOON, || lock_stat(&mut t, "lock_held") == 1),
+        "the snapshot's lock never reached the target"
+    );
+    // An equal token (no raise), a raise, a fresh lock and a re-entry.
+    let same = run(
+        &mut s,
+        &["LOCK.FENCED", "{job}f", "5", "HSET", "{job}h", "b", "2"],
+    );
+    assert_eq!(same.unwrap(), Value::Int(1));
+    let raised = run(
+        &mut s,
+        &["LOCK.FENCED", "{job}f", "6", "HSET", "{job}h", "c", "3"],
+    );
+    assert_eq!(
+        raised.unwrap(),
+        Value::Int(1),
+        "the source answered the raise"
+    );
+    let token = acquire(&mut s, "{job}ex", "holder", 60_000).unwrap();
+    assert_eq!(acquire(&mut s, "{job}ex", "holder", 60_000), Some(token));
+    release(source, target, slot);
+    // On the target: every write, the fence at 6, the holder with its
+    // token and both holds.
+    let all: Value = redis::cmd("HGETALL").arg("{job}h").query(&mut t).unwrap();
+    let mut fields = Vec::new();
+    strings(&all, &mut fields);
+    assert_eq!(fields, ["a", "1", "b", "2", "c", "3"], "the target's data");
+    assert_eq!(
+        run(&mut t, &["LOCK.FENCEGET", "{job}f"]).unwrap(),
+        Value::Int(6)
+    );
+    let arrived = holders(&mut t, "{job}ex");
+    assert_eq!(arrived.len(), 1, "{arrived:?}");
+    let (owner, holds, arrived_token, _) = &arrived[0];
+    assert_eq!(
+        (owner.as_str(), *holds, *arrived_token),
+        ("holder", 2, token)
+    );
+}
+
+#[test]
+fn writes_during_a_redis_migration_reach_the_target() {
+    let Some(cluster) = redis_cluster_or_skip("writes_during_a_redis_migration") else {
+        return;
+    };
+    let id = std::cell::RefCell::new(String::new());
+    writes_during_a_migration_reach_the_target(
+        &cluster,
+        |source, target, slot| {
+            asm_failpoint(source, "migrate-main-channel", "handoff-prep");
+            *id.borrow_mut() = redis_import(target, slot);
+        },
+        |source, target, slot| {
+            asm_failpoint(source, "", "");
+            wait_task(target, &id.borrow(), &["completed"]);
+            wait_owner(source, target, slot, target);
+        },
+    );
+}
+
+#[test]
+fn writes_during_a_valkey_migration_reach_the_target() {
+    let Some(cluster) = cluster_or_skip("writes_during_a_valkey_migration") else {
+        return;
+    };
+    writes_during_a_migration_reach_the_target(
+        &cluster,
+        |source, target, slot| {
+            debug_slot_migration(source, "PREVENT-PAUSE", true);
+            start_migration(source, target, slot);
+            wait_job_state(source, "waiting-to-pause");
+        },
+        |source, target, slot| {
+            debug_slot_migration(source, "PREVENT-PAUSE", false);
+            wait_migrated(source, target, slot);
+        },
+    );
+}

@@ -278,6 +278,9 @@ struct Inner {
     highest: HashMap<String, (u64, usize)>,
     writes: WriteCounts,
     fenced_out: Vec<Violation>,
+    /// Resources a store write failed for: their end values prove nothing
+    /// (the failure itself fails the run).
+    store_failed: std::collections::HashSet<String>,
 }
 
 /// The store and the record of holders.
@@ -410,6 +413,7 @@ impl Checker {
                 Ok(StoreWrite::Accepted) => !expected_refusal,
                 Err(_) => {
                     inner.writes.store_errors += 1;
+                    inner.store_failed.insert(holder.resource.clone());
                     true
                 }
             };
@@ -523,6 +527,9 @@ impl Checker {
         let mut resources: Vec<_> = inner.highest.iter().collect();
         resources.sort();
         for (resource, &(highest, by)) in resources {
+            if inner.store_failed.contains(resource) {
+                continue;
+            }
             let Ok(values) = store.values(resource) else {
                 writes.store_errors += 1;
                 continue;
