@@ -119,6 +119,12 @@ pub struct WriteCounts {
     /// older write than the highest token accepted: what the fence
     /// prevented.
     pub unfenced_stale: u64,
+    /// Times a holder was asked whether it holds the lock (`is_held()`,
+    /// a watchdog's `status()`), and of those, the times it was asked
+    /// after its validity had ended by the checker's clock (where a yes
+    /// is a violation).
+    pub held_asked: u64,
+    pub held_asked_after: u64,
 }
 
 impl WriteCounts {
@@ -136,6 +142,8 @@ impl WriteCounts {
         self.store_refused += other.store_refused;
         self.store_errors += other.store_errors;
         self.unfenced_stale += other.unfenced_stale;
+        self.held_asked += other.held_asked;
+        self.held_asked_after += other.held_asked_after;
     }
 }
 
@@ -147,16 +155,18 @@ pub enum ViolationKind {
     FencedOutWhileValid,
     ReadSawNewerWrite,
     StoreDisagreed,
+    HeldAfterValidity,
 }
 
 impl ViolationKind {
-    pub const ALL: [ViolationKind; 6] = [
+    pub const ALL: [ViolationKind; 7] = [
         ViolationKind::Overlap,
         ViolationKind::TooManyPermits,
         ViolationKind::TokenOrder,
         ViolationKind::FencedOutWhileValid,
         ViolationKind::ReadSawNewerWrite,
         ViolationKind::StoreDisagreed,
+        ViolationKind::HeldAfterValidity,
     ];
 
     pub fn name(self) -> &'static str {
@@ -169,6 +179,7 @@ impl ViolationKind {
             ViolationKind::StoreDisagreed => {
                 "the store's fence disagreed with the token order (LOCK.FENCED)"
             }
+            ViolationKind::HeldAfterValidity => "said held after its validity ended",
         }
     }
 }
@@ -205,6 +216,7 @@ impl Violation {
                 ("accepted", "written ")
             }
             ViolationKind::ReadSawNewerWrite => ("written ", "reader  "),
+            ViolationKind::HeldAfterValidity => ("holder  ", "holder  "),
             ViolationKind::Overlap | ViolationKind::TooManyPermits | ViolationKind::TokenOrder => {
                 ("earlier ", "later   ")
             }
@@ -219,6 +231,7 @@ impl Violation {
         if let Some(at) = self.at {
             let what = match self.kind {
                 ViolationKind::ReadSawNewerWrite => "read",
+                ViolationKind::HeldAfterValidity => "said held",
                 _ => "rejected write",
             };
             text.push_str(&format!("\n    {what} at {}", ms_since(origin, at)));
@@ -265,7 +278,12 @@ impl Findings {
     pub fn reader_writer(&self) -> usize {
         self.violations
             .iter()
-            .filter(|v| v.kind != ViolationKind::TooManyPermits)
+            .filter(|v| {
+                !matches!(
+                    v.kind,
+                    ViolationKind::TooManyPermits | ViolationKind::HeldAfterValidity
+                )
+            })
             .filter(|v| v.earlier.kind == HoldKind::Shared || v.later.kind == HoldKind::Shared)
             .count()
     }
@@ -281,6 +299,10 @@ struct Inner {
     /// Resources a store write failed for: their end values prove nothing
     /// (the failure itself fails the run).
     store_failed: std::collections::HashSet<String>,
+    /// Per holder: when the validity it last reported ends (taken after
+    /// the report, so never before the client's own end). Unlike the
+    /// window it is not cut short by the start of a release.
+    validity_end: HashMap<usize, Instant>,
 }
 
 /// The store and the record of holders.
@@ -329,6 +351,8 @@ impl Checker {
         granted_by: Vec<usize>,
     ) -> HolderId {
         let mut inner = self.inner();
+        let index = inner.holders.len();
+        inner.validity_end.insert(index, window_start + validity);
         inner.holders.push(Holder {
             resource: resource.to_string(),
             client,
@@ -463,11 +487,47 @@ impl Checker {
     /// the window ends now if it has not already.
     pub fn renew_window(&self, id: HolderId, validity: Option<Duration>) {
         let now = Instant::now();
-        if let Some(holder) = self.inner().holders.get_mut(id.0) {
+        let mut inner = self.inner();
+        if let Some(holder) = inner.holders.get_mut(id.0) {
             holder.window_end = match validity {
                 Some(validity) => now + validity,
                 None => holder.window_end.min(now),
             };
+        }
+        if let Some(end) = inner.validity_end.get_mut(&id.0) {
+            *end = match validity {
+                Some(validity) => now + validity,
+                None => (*end).min(now),
+            };
+        }
+    }
+
+    /// The holder said whether it holds the lock (`is_held()`, or a
+    /// watchdog's `status()` is `Held`), asked at `asked` or later. After
+    /// the end of the validity it last reported, by the checker's clock, a
+    /// yes is a violation. Both times lean towards the client: `asked` is
+    /// taken before the question, and the validity's end after the report
+    /// (and the client's validity already keeps its drift allowance), so a
+    /// correct client never trips it. Only for a hold that nothing renews
+    /// behind the checker's back (no watchdog running).
+    pub fn held_claim(&self, id: HolderId, asked: Instant, says_held: bool) {
+        let mut inner = self.inner();
+        inner.writes.held_asked += 1;
+        let Some(end) = inner.validity_end.get(&id.0).copied() else {
+            return;
+        };
+        if asked <= end {
+            return;
+        }
+        inner.writes.held_asked_after += 1;
+        if says_held {
+            let holder = inner.holders[id.0].clone();
+            inner.fenced_out.push(Violation {
+                kind: ViolationKind::HeldAfterValidity,
+                earlier: holder.clone(),
+                later: holder,
+                at: Some(asked),
+            });
         }
     }
 
@@ -740,6 +800,38 @@ mod tests {
             2,
             "{findings:?}"
         );
+    }
+
+    /// A yes after the validity the holder last reported is a violation; a
+    /// yes inside it, or a no after it, is not; a release's start does
+    /// not move the validity's end.
+    #[test]
+    fn a_holder_that_says_held_after_its_validity_is_a_violation() {
+        let checker = Checker::new();
+        let t0 = Instant::now();
+        let id = checker.begin_hold("r", 0, t0, t0, ms(100), vec![0, 1, 2]);
+        checker.held_claim(id, t0 + ms(50), true);
+        checker.end_hold(id);
+        checker.held_claim(id, t0 + ms(99), true);
+        checker.held_claim(id, t0 + ms(150), false);
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::HeldAfterValidity), 0);
+        assert_eq!(findings.writes.held_asked, 3);
+        assert_eq!(findings.writes.held_asked_after, 1);
+        checker.held_claim(id, t0 + ms(150), true);
+        assert_eq!(
+            checker.findings().count(ViolationKind::HeldAfterValidity),
+            1
+        );
+        // A renewal moves the end; a report of no validity ends it.
+        let renewed = checker.begin_hold("r", 1, t0, t0, ms(100), vec![0, 1, 2]);
+        checker.renew_window(renewed, Some(Duration::from_secs(60)));
+        checker.held_claim(renewed, t0 + ms(150), true);
+        checker.renew_window(renewed, None);
+        checker.held_claim(renewed, Instant::now() + ms(1), false);
+        let findings = checker.findings();
+        assert_eq!(findings.count(ViolationKind::HeldAfterValidity), 1);
+        assert_eq!(findings.writes.held_asked_after, 3);
     }
 
     #[test]

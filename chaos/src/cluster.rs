@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use testkit::{NetNs, RedisServer, ServerOptions};
+use testkit::{FaultProxy, NetNs, RedisServer, ServerOptions};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::network::Lab;
@@ -60,6 +60,10 @@ pub struct Cluster {
     pub lab: Option<Arc<Lab>>,
     /// One claim per (group, node) link, `group * nodes + node`.
     links: Vec<Arc<Mutex<()>>>,
+    /// A fault proxy in front of each node, through which the loopback
+    /// clients reach it when the phase has client-side link faults (empty
+    /// otherwise): stalls, delays and cuts of the client's own links.
+    proxies: Vec<FaultProxy>,
     /// What went wrong with the servers themselves: a node that died
     /// without a fault, a panic, assertion or crash in a log.
     troubles: std::sync::Mutex<Vec<String>>,
@@ -106,8 +110,43 @@ impl Cluster {
             nodes,
             lab,
             links: (0..links).map(|_| Arc::new(Mutex::new(()))).collect(),
+            proxies: Vec::new(),
             troubles: std::sync::Mutex::new(Vec::new()),
         })
+    }
+
+    /// Puts a fault proxy in front of every node for the clients
+    /// ([`Cluster::client_urls`]); the suite's own commands still go
+    /// straight to the nodes.
+    pub fn proxy_clients(&mut self) {
+        self.proxies = self
+            .nodes
+            .iter()
+            .map(|node| FaultProxy::start(node.port))
+            .collect();
+    }
+
+    /// Node `i`'s proxy, if the clients go through proxies.
+    pub fn proxy(&self, i: usize) -> Option<&FaultProxy> {
+        self.proxies.get(i)
+    }
+
+    /// The nodes' URLs as the loopback clients reach them: through the
+    /// proxies, if any.
+    pub fn client_urls(&self) -> Vec<String> {
+        if self.proxies.is_empty() {
+            return self.urls();
+        }
+        self.proxies.iter().map(FaultProxy::url).collect()
+    }
+
+    /// Every port a client may name a node by (the node's, its proxy's).
+    pub fn client_ports(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .map(|n| n.port)
+            .chain(self.proxies.iter().map(FaultProxy::port))
+            .collect()
     }
 
     fn note_trouble(&self, trouble: String) {
@@ -189,7 +228,10 @@ impl Cluster {
     /// The node index for a client outcome's node name (`host:port`).
     pub fn index_of(&self, name: &str) -> Option<usize> {
         let port: u16 = name.rsplit(':').next()?.parse().ok()?;
-        self.nodes.iter().position(|n| n.port == port)
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .or_else(|| self.proxies.iter().position(|p| p.port() == port))
     }
 
     /// Waits until no fault holds any node (faults end by themselves: a

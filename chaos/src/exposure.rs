@@ -166,6 +166,8 @@ mod tests {
             FaultKind::OneWayLoss,
             FaultKind::Delay,
             FaultKind::FlakyLink,
+            FaultKind::ClientSlowLink,
+            FaultKind::ClientReconnect,
         ];
         let events: Vec<FaultEvent> = harmless
             .iter()

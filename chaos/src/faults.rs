@@ -187,6 +187,20 @@ enum Planned {
         skews: Vec<(i64, u64)>,
         duration: Duration,
     },
+    /// A node's client proxy stalled (every byte held) or delaying each
+    /// chunk by `delay`, for `duration`.
+    ClientSlow {
+        candidates: Vec<usize>,
+        stall: bool,
+        delay: Duration,
+        duration: Duration,
+    },
+    /// A node's client connections cut; with `held`, the reconnection
+    /// held (the proxy stalled) that long.
+    ClientCut {
+        candidates: Vec<usize>,
+        held: Option<Duration>,
+    },
     /// Shapes on (group, node, way) for a while, then healed.
     Network {
         shapes: Vec<(usize, usize, Way, Shape)>,
@@ -336,6 +350,25 @@ impl Injector {
                     candidates: all,
                     skews,
                     duration: ms(rng, 500, 3_000),
+                }
+            }
+            FaultKind::ClientSlowLink => {
+                let stall = rng.random_bool(0.5);
+                let delay = ms(rng, 20, 250);
+                let duration = ms(rng, 100, 2_000);
+                Planned::ClientSlow {
+                    candidates: all,
+                    stall,
+                    delay,
+                    duration,
+                }
+            }
+            FaultKind::ClientReconnect => {
+                let hold = ms(rng, 50, 800);
+                let held = rng.random_bool(0.5).then_some(hold);
+                Planned::ClientCut {
+                    candidates: all,
+                    held,
                 }
             }
             kind => self.plan_network(kind, all, rng),
@@ -520,6 +553,69 @@ impl Injector {
                         restarted(&cluster, i, reoffset).await?;
                         drop(claim);
                     }
+                    Ok(())
+                }))
+            }
+            Planned::ClientSlow {
+                candidates,
+                stall,
+                delay,
+                duration,
+            } => {
+                let (i, claim) = claim_one(&candidates)?;
+                Some(Box::pin(async move {
+                    let proxy = cluster
+                        .proxy(i)
+                        .ok_or_else(|| Error::Fault(format!("node {i} has no client proxy")))?;
+                    let ms = duration.as_millis();
+                    if stall {
+                        proxy.stall();
+                        log.record(kind, vec![i], format!("client link held {ms} ms"));
+                    } else {
+                        proxy.delay(delay);
+                        log.record(
+                            kind,
+                            vec![i],
+                            format!(
+                                "client link delays each chunk {} ms for {ms} ms",
+                                delay.as_millis()
+                            ),
+                        );
+                    }
+                    tokio::time::sleep(duration).await;
+                    proxy.resume();
+                    proxy.delay(Duration::ZERO);
+                    drop(claim);
+                    Ok(())
+                }))
+            }
+            Planned::ClientCut { candidates, held } => {
+                let (i, claim) = claim_one(&candidates)?;
+                Some(Box::pin(async move {
+                    let proxy = cluster
+                        .proxy(i)
+                        .ok_or_else(|| Error::Fault(format!("node {i} has no client proxy")))?;
+                    match held {
+                        Some(hold) => {
+                            proxy.stall();
+                            proxy.cut();
+                            log.record(
+                                kind,
+                                vec![i],
+                                format!(
+                                    "client connections cut, reconnection held {} ms",
+                                    hold.as_millis()
+                                ),
+                            );
+                            tokio::time::sleep(hold).await;
+                            proxy.resume();
+                        }
+                        None => {
+                            proxy.cut();
+                            log.record(kind, vec![i], "client connections cut".to_string());
+                        }
+                    }
+                    drop(claim);
                     Ok(())
                 }))
             }

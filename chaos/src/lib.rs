@@ -209,13 +209,13 @@ impl ClientGroups {
     ) -> Result<ClientGroups, Error> {
         let setup = |e: String| Error::Setup(e);
         let Some(lab) = lab else {
-            let redlock = Redlock::with_config(cluster.urls(), config.clone())
+            let redlock = Redlock::with_config(cluster.client_urls(), config.clone())
                 .map_err(|e| setup(e.to_string()))?;
             wait_ready(&redlock).await?;
             return Ok(ClientGroups {
                 groups: vec![(redlock, tokio::runtime::Handle::current())],
                 sites: vec![blocking::Site {
-                    urls: cluster.urls(),
+                    urls: cluster.client_urls(),
                     netns: None,
                     config: config.clone(),
                 }],
@@ -328,9 +328,13 @@ async fn run_phase(
     } else {
         None
     };
-    let cluster = Arc::new(Cluster::start(&phase.nodes, lab.clone()).await?);
+    let mut cluster = Cluster::start(&phase.nodes, lab.clone()).await?;
+    if lab.is_none() && phase.has_client_link_faults() {
+        cluster.proxy_clients();
+    }
+    let cluster = Arc::new(cluster);
     // Every node error the clients meet from now on, in every round.
-    let node_watch = node_errors::Watch::start(cluster.nodes.iter().map(|n| n.port).collect());
+    let node_watch = node_errors::Watch::start(cluster.client_ports());
     let mut config = Config {
         unsafe_quorum: phase.client_quorum,
         ..client_config()
@@ -360,6 +364,7 @@ async fn run_phase(
                 pause_requests: pause_requests.clone(),
                 stop: stop.clone(),
                 node_index: node_index.clone(),
+                held_ignores_validity: phase.held_ignores_validity,
             };
             (shared, runtime.clone())
         })

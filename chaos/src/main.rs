@@ -40,9 +40,11 @@ injected, checks every holder with a fenced store, and prints a summary.
                        faults alone), no-window (the first safe phase with
                        lock.recovery-ms 0 and nothing else changed),
                        fast-clocks (lease clocks 2-4% fast on every node:
-                       beyond the drift allowance), or no-drift (lease clocks
+                       beyond the drift allowance), no-drift (lease clocks
                        0.8-1% fast on every node, within the default
-                       allowance, and a client with no allowance)
+                       allowance, and a client with no allowance), or
+                       held-ignores-validity (holders whose is_held() ignores
+                       the validity: the checker's held-after-validity check)
   --verbose            print each fault as it is injected
 
 Exit status: 0 if the safe mix saw no violation (a mix that breaks the rules:

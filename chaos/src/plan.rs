@@ -131,10 +131,18 @@ pub enum FaultKind {
     /// runs fast or slow for a while and jumps forward
     /// (`LOCK.DEBUG MONOTONIC-RATE` / `MONOTONIC-JUMP`).
     LeaseClockSkew,
+    /// The clients' own link to a node (a fault proxy between them) is
+    /// slow: held for a while (every byte, both ways) or each chunk
+    /// delayed, beyond the per-node timeout or not (loopback phases).
+    ClientSlowLink,
+    /// The clients' connections to a node are cut (a fault proxy between
+    /// them), sometimes with their reconnection held for a while: the
+    /// client reconnects (loopback phases).
+    ClientReconnect,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Kill9Restart,
         FaultKind::PowerLoss,
         FaultKind::RestartMajority,
@@ -148,6 +156,8 @@ impl FaultKind {
         FaultKind::Delay,
         FaultKind::FlakyLink,
         FaultKind::LeaseClockSkew,
+        FaultKind::ClientSlowLink,
+        FaultKind::ClientReconnect,
     ];
 
     /// Whether the fault acts on the network lab's links.
@@ -179,7 +189,9 @@ impl FaultKind {
             | FaultKind::SplitMajorities
             | FaultKind::OneWayLoss
             | FaultKind::Delay
-            | FaultKind::FlakyLink => false,
+            | FaultKind::FlakyLink
+            | FaultKind::ClientSlowLink
+            | FaultKind::ClientReconnect => false,
         }
     }
 
@@ -198,6 +210,8 @@ impl FaultKind {
             FaultKind::Delay => "delay past the node timeout",
             FaultKind::FlakyLink => "flaky link (packet loss)",
             FaultKind::LeaseClockSkew => "lease clock fast/slow + jump",
+            FaultKind::ClientSlowLink => "client link stalled/delayed (proxy)",
+            FaultKind::ClientReconnect => "client link cut, reconnect (proxy)",
         }
     }
 }
@@ -231,6 +245,9 @@ pub struct Phase {
     /// The share of plain holds (no extension, re-entry or watchdog) kept
     /// to the edge of their validity and left to lapse.
     pub edge_share: f64,
+    /// The held-after-validity control's defect (see
+    /// [`crate::workload::Shared::held_ignores_validity`]).
+    pub held_ignores_validity: bool,
 }
 
 /// The bounds of the lease-clock faults of a phase.
@@ -297,6 +314,9 @@ impl Phase {
                 self.lease_skew.max_rate_ppm, self.lease_skew.max_jump_ms
             ));
         }
+        if self.held_ignores_validity {
+            broken.push("the holders' is_held() ignores the validity (holds() > 0)".to_string());
+        }
         if let Some(quorum) = self.client_quorum {
             if 2 * quorum <= self.nodes.len() {
                 broken.push(format!(
@@ -319,6 +339,11 @@ impl Phase {
             }
         }
         broken
+    }
+
+    /// Whether the clients' links go through fault proxies.
+    pub fn has_client_link_faults(&self) -> bool {
+        self.allows(FaultKind::ClientSlowLink) || self.allows(FaultKind::ClientReconnect)
     }
 
     pub fn allows(&self, kind: FaultKind) -> bool {
@@ -349,10 +374,14 @@ pub enum Mix {
     /// The safe mix's first phase with one change: `lock.recovery-ms 0` on
     /// every node. Shows that the window, alone, is what keeps it safe.
     NoWindow,
+    /// The safe mix's `AOF always` phase with client pauses and the
+    /// client-side link faults, and holders whose `is_held()` ignores the
+    /// validity: shows that the checker's held-after-validity check works.
+    HeldIgnoresValidity,
 }
 
 impl Mix {
-    pub const ALL: [Mix; 7] = [
+    pub const ALL: [Mix; 8] = [
         Mix::Safe,
         Mix::NegativeControl,
         Mix::ClockStep,
@@ -360,6 +389,7 @@ impl Mix {
         Mix::NoWindow,
         Mix::FastClocks,
         Mix::NoDrift,
+        Mix::HeldIgnoresValidity,
     ];
 
     /// The name on the command line.
@@ -372,6 +402,7 @@ impl Mix {
             Mix::NoWindow => "no-window",
             Mix::FastClocks => "fast-clocks",
             Mix::NoDrift => "no-drift",
+            Mix::HeldIgnoresValidity => "held-ignores-validity",
         }
     }
 
@@ -394,6 +425,7 @@ impl Mix {
             Mix::NoWindow => Plan::no_window(),
             Mix::FastClocks => Plan::fast_clocks(),
             Mix::NoDrift => Plan::no_drift(),
+            Mix::HeldIgnoresValidity => Plan::held_ignores_validity(),
         }
     }
 }
@@ -465,6 +497,8 @@ impl Plan {
                         (FaultKind::ClockOffset, 3),
                         (FaultKind::ClientPause, 3),
                         (FaultKind::LeaseClockSkew, 2),
+                        (FaultKind::ClientSlowLink, 2),
+                        (FaultKind::ClientReconnect, 2),
                     ],
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
@@ -473,6 +507,7 @@ impl Plan {
                     lease_skew: SAFE_LEASE_SKEW,
                     no_drift_allowance: false,
                     edge_share: EDGE_SHARE,
+                    held_ignores_validity: false,
                 },
                 Phase {
                     name: "AOF always",
@@ -486,6 +521,8 @@ impl Plan {
                         (FaultKind::ClockOffset, 3),
                         (FaultKind::ClientPause, 3),
                         (FaultKind::LeaseClockSkew, 2),
+                        (FaultKind::ClientSlowLink, 2),
+                        (FaultKind::ClientReconnect, 2),
                     ],
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 700,
@@ -494,6 +531,7 @@ impl Plan {
                     lease_skew: SAFE_LEASE_SKEW,
                     no_drift_allowance: false,
                     edge_share: EDGE_SHARE,
+                    held_ignores_validity: false,
                 },
                 Plan::network_phase(),
                 Phase {
@@ -511,6 +549,8 @@ impl Plan {
                         (FaultKind::ClockOffset, 1),
                         (FaultKind::ClientPause, 2),
                         (FaultKind::LeaseClockSkew, 2),
+                        (FaultKind::ClientSlowLink, 2),
+                        (FaultKind::ClientReconnect, 2),
                     ],
                     ttl_ms: 300..=SAFE_TTL_MAX,
                     fault_interval_ms: 900,
@@ -519,6 +559,7 @@ impl Plan {
                     lease_skew: SAFE_LEASE_SKEW,
                     no_drift_allowance: false,
                     edge_share: EDGE_SHARE,
+                    held_ignores_validity: false,
                 },
             ],
         }
@@ -555,6 +596,7 @@ impl Plan {
                 lease_skew: SAFE_LEASE_SKEW,
                 no_drift_allowance: false,
                 edge_share: EDGE_SHARE,
+                held_ignores_validity: false,
             }],
         }
     }
@@ -590,6 +632,7 @@ impl Plan {
                 lease_skew: SAFE_LEASE_SKEW,
                 no_drift_allowance: false,
                 edge_share: EDGE_SHARE,
+                held_ignores_validity: false,
             }],
         }
     }
@@ -627,6 +670,28 @@ impl Plan {
         }
         Plan {
             mix: Mix::NoWindow,
+            phases: vec![phase],
+        }
+    }
+
+    /// The safe mix's `AOF always` phase with frequent client pauses (each
+    /// paused holder is asked whether it holds the lock after its
+    /// validity) and the client-side link faults, whose holders answer
+    /// with `holds() > 0`: the checker must find them saying held after
+    /// their validity.
+    pub fn held_ignores_validity() -> Plan {
+        let mut phase = Plan::safe().phases.remove(1);
+        phase.name = "holders whose is_held() ignores the validity";
+        phase.share = 1.0;
+        phase.faults = vec![
+            (FaultKind::ClientPause, 4),
+            (FaultKind::ClientSlowLink, 1),
+            (FaultKind::ClientReconnect, 1),
+        ];
+        phase.fault_interval_ms = 400;
+        phase.held_ignores_validity = true;
+        Plan {
+            mix: Mix::HeldIgnoresValidity,
             phases: vec![phase],
         }
     }
@@ -718,6 +783,7 @@ impl Plan {
             lease_skew: SAFE_LEASE_SKEW,
             no_drift_allowance: false,
             edge_share: EDGE_SHARE,
+            held_ignores_validity: false,
         }
     }
 

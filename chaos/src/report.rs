@@ -419,6 +419,11 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
         "  LOCK.FENCED the store's fence refused {} writes; without it (the unfenced copy) {} resources ended on an older write than their highest token",
         w.store_refused, w.unfenced_stale
     )?;
+    writeln!(
+        f,
+        "  is_held     asked {} times, {} of them after the validity ended",
+        w.held_asked, w.held_asked_after
+    )?;
     let kinds: Vec<String> = ViolationKind::ALL
         .iter()
         .map(|k| format!("{} {}", k.name(), figures.violations_of(*k)))
@@ -455,6 +460,8 @@ impl fmt::Display for Summary {
                     "UNSAFE MIX fast-clocks (lease clocks 2-4% fast, beyond the client's drift allowance)",
                 Mix::NoDrift =>
                     "UNSAFE MIX no-drift (lease clocks 0.8-1% fast, a client without a drift allowance)",
+                Mix::HeldIgnoresValidity =>
+                    "CHECKER CONTROL held-ignores-validity (holders whose is_held() ignores the validity)",
             },
             if self.interrupted {
                 ", interrupted"

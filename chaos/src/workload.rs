@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redis_lock_client::{Error as LockError, Lock, NodeError, Redlock};
+use redis_lock_client::{Error as LockError, Lock, LockStatus, NodeError, Redlock};
 
 use crate::checker::{Checker, HoldKind, WriteOutcome};
 
@@ -281,6 +281,10 @@ pub struct Shared {
     pub stop: Arc<AtomicBool>,
     /// Node index for a node name in the client's outcomes.
     pub node_index: NodeIndex,
+    /// The held-after-validity control's defect: the holders answer "do
+    /// you hold it" with `holds() > 0`, which ignores the validity (what an
+    /// `is_held()` that forgot the clock would say).
+    pub held_ignores_validity: bool,
 }
 
 impl Clone for Shared {
@@ -292,11 +296,25 @@ impl Clone for Shared {
             pause_requests: self.pause_requests.clone(),
             stop: self.stop.clone(),
             node_index: self.node_index.clone(),
+            held_ignores_validity: self.held_ignores_validity,
         }
     }
 }
 
 impl Shared {
+    /// Asks `lock` whether it holds the lock (`is_held()`) and tells the
+    /// checker, which finds a yes after the validity a violation. For a
+    /// handle that nothing renews in the background.
+    pub(crate) fn ask_held(&self, id: crate::checker::HolderId, lock: &Lock) {
+        let asked = Instant::now();
+        let says = if self.held_ignores_validity {
+            lock.holds() > 0
+        } else {
+            lock.is_held()
+        };
+        self.checker.held_claim(id, asked, says);
+    }
+
     /// The indexes of the nodes that granted `acquired`.
     pub(crate) fn granting_nodes(&self, acquired: &redis_lock_client::Acquired) -> Vec<usize> {
         acquired
@@ -442,6 +460,7 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
             Ok(token) => token,
             Err(error) => {
                 note_lost(stats, &error);
+                shared.ask_held(id, &lock);
                 shared.checker.end_hold(id);
                 release(&lock, stats).await;
                 continue;
@@ -541,6 +560,9 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
             let left = lock.validity().unwrap_or(Duration::ZERO);
             tokio::time::sleep(left.min(validity).mul_f64(work_after)).await;
         }
+        // Past the validity for a paused holder and one left to lapse at
+        // the edge: it must not say it holds the lock.
+        shared.ask_held(id, &lock);
         shared.checker.end_hold(id);
         for _ in 1..holds {
             release(&lock, stats).await;
@@ -674,6 +696,17 @@ impl Hold<'_> {
             }
         }
         if was_lost {
+            // Reported lost, it renews no more: its validity now is the
+            // last, and neither `status()` nor `is_held()` may say held
+            // after it.
+            self.renew_window(&guard);
+            let asked = Instant::now();
+            let says = if self.shared.held_ignores_validity {
+                guard.validity().is_some()
+            } else {
+                guard.is_held() || matches!(*guard.status().borrow(), LockStatus::Held)
+            };
+            self.shared.checker.held_claim(self.id, asked, says);
             self.stats().watchdog_losses.fetch_add(1, Ordering::Relaxed);
             self.shared.checker.end_hold(self.id);
             self.shared

@@ -73,6 +73,18 @@ async fn the_safe_mix_has_no_violations_under_every_fault() {
     }
     assert_eq!(Plan::safe().fault_kinds().len(), FaultKind::ALL.len());
     assert!(total.clients.pauses >= 1, "no client pause:\n{summary}");
+    // The holders were asked whether they hold the lock after their
+    // validity had ended (paused holders, holds left to lapse), and none
+    // said yes (the violations above include those).
+    assert!(
+        total.writes.held_asked_after >= 5,
+        "too few holders asked after their validity:\n{summary}"
+    );
+    assert_eq!(
+        total.violations_of(ViolationKind::HeldAfterValidity),
+        0,
+        "{summary}"
+    );
     // The faults reached the holds: windows in which faults that can undo
     // a grant (a restart that loses writes, a power loss, a lease clock
     // run fast or jumped; not a slow, stopped or cut-off node) left fewer
@@ -187,6 +199,29 @@ async fn the_network_negative_control_reports_violations() {
     ] {
         assert_eq!(total.faults.injected(kind), 0, "{}", kind.name());
     }
+}
+
+/// Holders whose `is_held()` ignores the validity (they answer with
+/// `holds() > 0`), under client pauses and the client-side link faults:
+/// the checker must find holders that say held after their validity, or
+/// the safe mix's zero for that check proves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holders_that_say_held_after_their_validity_are_reported() {
+    let settings = Settings {
+        duration: Duration::from_secs(8),
+        seed: seed(),
+        mix: Mix::HeldIgnoresValidity,
+        ..Settings::default()
+    };
+    let summary = chaos::run(&settings).await.unwrap();
+    println!("{summary}");
+    let total = summary.total();
+    assert!(
+        total.violations_of(ViolationKind::HeldAfterValidity) > 0,
+        "holders whose is_held() ignores the validity must be reported:\n{summary}"
+    );
+    assert!(summary.passed(), "{summary}");
+    assert!(total.faults.injected(FaultKind::ClientPause) >= 1);
 }
 
 /// Runs `mix`, which breaks one rule, for 16 s: the checker must find

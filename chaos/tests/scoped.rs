@@ -33,6 +33,7 @@ async fn a_with_lock_hold_lost_and_released_does_not_overlap_the_next_holder() {
         pause_requests: Arc::new(AtomicU64::new(0)),
         stop: Arc::new(AtomicBool::new(false)),
         node_index,
+        held_ignores_validity: false,
     };
     let ttl = Duration::from_secs(3);
     let hold = tokio::spawn({

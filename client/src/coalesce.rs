@@ -129,6 +129,12 @@ where
         }
     }
 
+    /// Commands counted as on their way now (for the unit tests).
+    #[cfg(test)]
+    fn on_the_way(&self) -> usize {
+        self.on_the_way.load(Ordering::Acquire)
+    }
+
     /// `direct` at once when nothing else is on its way, else `queued()`
     /// through the queue.
     async fn route(
@@ -229,4 +235,276 @@ async fn send_one<C: ConnectionLike>(
         answer = send => answer.map_err(error),
     };
     let _ = reply.send(answer);
+}
+
+/// The queue on a connection of the test's own that records each command
+/// when it takes it (the moment a real connection would queue it for
+/// writing) and answers only once the test opens its gate: no network, and
+/// every step decided by the test on a single-threaded runtime.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use std::future::Future;
+    use std::pin::{pin, Pin};
+    use std::sync::{Arc, Mutex};
+    use std::task::Poll;
+
+    use redis::aio::ConnectionLike;
+    use redis::{Cmd, RedisFuture, Value};
+    use tokio::sync::watch;
+
+    use super::Coalescer;
+    use crate::node_error::NodeError;
+
+    #[derive(Clone)]
+    struct Recorder {
+        /// The commands taken, by their one argument, in order.
+        taken: Arc<Mutex<Vec<String>>>,
+        /// Replies wait until this is true.
+        open: watch::Receiver<bool>,
+    }
+
+    fn name(cmd: &Cmd) -> String {
+        match cmd.args_iter().nth(1) {
+            Some(redis::Arg::Simple(arg)) => String::from_utf8_lossy(arg).into_owned(),
+            _ => String::new(),
+        }
+    }
+
+    impl ConnectionLike for Recorder {
+        fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+            let taken = Arc::clone(&self.taken);
+            let mut open = self.open.clone();
+            Box::pin(async move {
+                taken.lock().unwrap().push(name(cmd));
+                let _ = open.wait_for(|open| *open).await;
+                Ok(Value::Okay)
+            })
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            pipe: &'a redis::Pipeline,
+            _offset: usize,
+            count: usize,
+        ) -> RedisFuture<'a, Vec<Value>> {
+            let taken = Arc::clone(&self.taken);
+            let mut open = self.open.clone();
+            Box::pin(async move {
+                taken.lock().unwrap().extend(pipe.cmd_iter().map(name));
+                let _ = open.wait_for(|open| *open).await;
+                Ok(vec![Value::Okay; count])
+            })
+        }
+
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    fn error(error: redis::RedisError) -> NodeError {
+        NodeError::Connection(error.to_string())
+    }
+
+    struct Setup {
+        queue: Coalescer<Recorder>,
+        taken: Arc<Mutex<Vec<String>>>,
+        gate: watch::Sender<bool>,
+    }
+
+    impl Setup {
+        fn start() -> Setup {
+            let (gate, open) = watch::channel(false);
+            let taken = Arc::new(Mutex::new(Vec::new()));
+            let conn = Recorder {
+                taken: Arc::clone(&taken),
+                open,
+            };
+            Setup {
+                queue: Coalescer::start(conn, error),
+                taken,
+                gate,
+            }
+        }
+
+        fn taken(&self) -> Vec<String> {
+            self.taken.lock().unwrap().clone()
+        }
+    }
+
+    fn cmd(name: &str) -> Cmd {
+        let mut cmd = redis::cmd("CMD");
+        cmd.arg(name);
+        cmd
+    }
+
+    /// Polls `future` once: the step a caller takes before it waits.
+    async fn poll_once<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+        let mut future = Some(future);
+        std::future::poll_fn(|cx| {
+            let future = future.take().expect("polled once");
+            Poll::Ready(future.poll(cx))
+        })
+        .await
+    }
+
+    /// Lets the queue's task run until it has nothing left to do.
+    async fn settle() {
+        for _ in 0..64 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A command queued behind another, whose caller is gone before the
+    /// queue's task takes it, is never sent; while the task has not dropped
+    /// it, it counts as on its way, so the same caller's next command takes
+    /// the queue behind it instead of the direct path.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_queued_command_whose_caller_is_gone_is_never_sent() {
+        let setup = Setup::start();
+        let a = cmd("a");
+        let mut first = pin!(setup.queue.send(&a));
+        assert!(poll_once(first.as_mut()).await.is_pending());
+        // Nothing else on its way: the direct path, taken at once.
+        assert_eq!(setup.taken(), ["a"]);
+        assert_eq!(setup.queue.on_the_way(), 1);
+
+        let b = cmd("b");
+        let mut second = Box::pin(setup.queue.send(&b));
+        assert!(poll_once(second.as_mut()).await.is_pending());
+        assert_eq!(
+            setup.taken(),
+            ["a"],
+            "a command behind another was not queued"
+        );
+        assert_eq!(setup.queue.on_the_way(), 2);
+        drop(second);
+        // Still queued: it counts until the task drops it.
+        assert_eq!(setup.queue.on_the_way(), 2);
+
+        let c = cmd("c");
+        let mut third = pin!(setup.queue.send(&c));
+        assert!(poll_once(third.as_mut()).await.is_pending());
+        assert_eq!(
+            setup.taken(),
+            ["a"],
+            "the next command overtook the queued one on the direct path"
+        );
+        assert_eq!(setup.queue.on_the_way(), 3);
+
+        settle().await;
+        assert_eq!(
+            setup.taken(),
+            ["a", "c"],
+            "a command whose caller was gone was sent"
+        );
+        assert_eq!(setup.queue.on_the_way(), 2);
+        setup.gate.send(true).unwrap();
+        assert!(matches!(first.await, Ok(Value::Okay)));
+        assert!(matches!(third.await, Ok(Value::Okay)));
+        assert_eq!(setup.queue.on_the_way(), 0);
+        settle().await;
+        assert_eq!(setup.taken(), ["a", "c"]);
+    }
+
+    /// A queued command the connection took counts as on its way until it
+    /// is answered, or until the task drops it once its caller is gone; a
+    /// direct one until its caller's future is dropped.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_count_lasts_as_long_as_the_request() {
+        let setup = Setup::start();
+        let x = cmd("x");
+        let mut direct = Box::pin(setup.queue.send(&x));
+        assert!(poll_once(direct.as_mut()).await.is_pending());
+        let q = cmd("q");
+        let mut queued = Box::pin(setup.queue.send(&q));
+        assert!(poll_once(queued.as_mut()).await.is_pending());
+        settle().await;
+        assert_eq!(setup.taken(), ["x", "q"]);
+        assert_eq!(setup.queue.on_the_way(), 2);
+        // Its caller gone, the taken request counts until the task drops it.
+        drop(queued);
+        assert_eq!(setup.queue.on_the_way(), 2);
+        settle().await;
+        assert_eq!(setup.queue.on_the_way(), 1);
+        drop(direct);
+        assert_eq!(setup.queue.on_the_way(), 0);
+
+        // Answered: counted until the answer.
+        let y = cmd("y");
+        let z = cmd("z");
+        let mut direct = Box::pin(setup.queue.send(&y));
+        assert!(poll_once(direct.as_mut()).await.is_pending());
+        let mut queued = Box::pin(setup.queue.send(&z));
+        assert!(poll_once(queued.as_mut()).await.is_pending());
+        settle().await;
+        assert_eq!(setup.queue.on_the_way(), 2);
+        setup.gate.send(true).unwrap();
+        assert!(matches!(queued.await, Ok(Value::Okay)));
+        assert_eq!(setup.queue.on_the_way(), 1);
+        assert!(matches!(direct.await, Ok(Value::Okay)));
+        assert_eq!(setup.queue.on_the_way(), 0);
+    }
+
+    /// One caller's commands, each given up after a different number of
+    /// steps while another caller keeps the queue in use, reach the
+    /// connection in the order they were issued, each only while its
+    /// caller waited for it (or never).
+    #[tokio::test(flavor = "current_thread")]
+    async fn one_callers_commands_keep_their_order() {
+        let setup = Setup::start();
+        let names: Vec<String> = (0..48).map(|k| format!("h{k:02}")).collect();
+        let commands: Vec<Cmd> = names.iter().map(|name| cmd(name)).collect();
+        let other_names: Vec<String> = (0..48).map(|k| format!("o{k:02}")).collect();
+        let other_commands: Vec<Cmd> = other_names.iter().map(|name| cmd(name)).collect();
+        let mut others = Vec::new();
+        // For each of the caller's commands, how many commands had been
+        // taken when its caller gave up.
+        let mut given_up = Vec::new();
+        for (k, command) in commands.iter().enumerate() {
+            if k % 3 == 0 {
+                // Another caller's command on its way (kept, never answered).
+                let mut other = Box::pin(setup.queue.send(&other_commands[k]));
+                assert!(poll_once(other.as_mut()).await.is_pending());
+                others.push(other);
+            }
+            if k % 5 == 0 && !others.is_empty() {
+                // ... and one of them gives up.
+                drop(others.remove(0));
+            }
+            let mut mine = Box::pin(setup.queue.send(command));
+            assert!(poll_once(mine.as_mut()).await.is_pending());
+            match k % 4 {
+                0 => {}
+                1 => tokio::task::yield_now().await,
+                2 => settle().await,
+                _ => {
+                    tokio::task::yield_now().await;
+                    tokio::task::yield_now().await;
+                }
+            }
+            drop(mine);
+            given_up.push(setup.taken().len());
+        }
+        settle().await;
+        let taken = setup.taken();
+        let mine: Vec<(usize, usize)> = taken
+            .iter()
+            .enumerate()
+            .filter_map(|(at, name)| Some((at, names.iter().position(|n| n == name)?)))
+            .collect();
+        assert!(
+            mine.windows(2).all(|pair| pair[0].1 < pair[1].1),
+            "one caller's commands out of order: {taken:?}"
+        );
+        for (at, k) in &mine {
+            assert!(
+                *at < given_up[*k],
+                "{} was taken after its caller gave up: {taken:?}",
+                names[*k]
+            );
+        }
+        // Some went on, some were dropped: the test covers both.
+        assert!(!mine.is_empty() && mine.len() < names.len(), "{taken:?}");
+    }
 }

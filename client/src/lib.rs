@@ -108,9 +108,13 @@
 //! anyway is released on every node in the background before the handle's
 //! next operation runs; an extension still updates the validity; a release
 //! still frees every node. In single-node mode an abandoned or timed-out
-//! wait is ended with `CLIENT UNBLOCK` and undone on its own connection,
-//! after the wait there, so the undo never reaches the node before a late
-//! grant; the acquisition itself returns by [`Config::acquire_timeout`].
+//! wait's connection is killed on the server (`CLIENT KILL ID`, sent on
+//! the shared connection) and the wait undone on the shared connection
+//! after it: nothing sent on the waiting connection runs after that, so
+//! neither a late grant nor a stale undo lands after the handle's next
+//! command (a cluster's waiting connection, which has no client id, is
+//! unblocked and undone on its own connection instead); the acquisition
+//! itself returns by [`Config::acquire_timeout`].
 //! (Without a tokio runtime, as when a runtime shuts down, nothing can run
 //! in the background: the leases then end by themselves.)
 //!

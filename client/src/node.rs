@@ -301,6 +301,15 @@ impl WaitingConn {
         self.conn.send(cmd, ack).await
     }
 
+    /// `CLIENT KILL ID id`, to end this connection on the server from
+    /// another one: once answered, nothing sent on this one runs any more.
+    pub fn kill_command(&self) -> Option<Cmd> {
+        let id = self.id?;
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("KILL").arg("ID").arg(id);
+        Some(cmd)
+    }
+
     /// `CLIENT UNBLOCK id`, to end this connection's wait from another one.
     pub fn unblock_command(&self) -> Option<Cmd> {
         let id = self.id?;

@@ -1,7 +1,8 @@
 //! Single-node acquisition: one plain attempt, then a server-side wait
 //! (`LOCK.ACQUIRE … WAIT`) on a connection of its own, ended by the acquire
-//! deadline, undone on that connection when it times out or its caller is
-//! gone.
+//! deadline. When it times out or its caller is gone, that connection is
+//! ended on the server (`CLIENT KILL ID`, sent on the shared connection)
+//! and the wait undone on the shared connection after it.
 
 use std::time::{Duration, Instant};
 
@@ -20,9 +21,13 @@ impl LockCore {
     ///
     /// The wait ends by the acquire deadline: the server waits for the time
     /// left minus one per-node timeout (the allowance for the reply). A wait
-    /// whose reply does not come in time, or whose caller is gone, is undone
-    /// on its own connection, after the wait there, so the undo can never
-    /// reach the node before a late grant.
+    /// whose reply does not come in time, or whose caller is gone, has its
+    /// connection killed on the server through the shared connection, and
+    /// is undone there after the kill: nothing sent on the waiting
+    /// connection runs after that (no late grant, no stale undo), and the
+    /// undo is ahead of the handle's next command. Without a client id (a
+    /// cluster) or if the kill fails, the wait is ended with `CLIENT
+    /// UNBLOCK` and undone on its own connection, after the wait there.
     ///
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
@@ -124,15 +129,38 @@ impl LockCore {
             Some(Ok(reply)) => Err(not_acquired(2, vec![outcome(Ok(reply))])),
             other => {
                 // No answer in time (or the caller left): the wait may
-                // still be granted. End it on the server and undo after it,
-                // in the background, so that this returns by the deadline.
-                // The undo keeps the operation lock until it is done.
+                // still be granted, and what the waiting connection sent
+                // may still be on its way. End that connection on the
+                // server from the shared one, then undo on the shared one,
+                // in order: once the server has dropped the waiting client
+                // nothing sent on it runs any more (neither the wait nor
+                // anything after it), so the undo comes after every grant
+                // it could make and before the handle's next command. In
+                // the background, so that this returns by the deadline;
+                // the undo keeps the operation lock until it is done.
+                let kill = conn.kill_command();
                 let unblock = conn.unblock_command();
                 let release = protocol::release(self.resource(), self.owner(), true);
                 let timeout = config.node_timeout;
                 let op = op.take();
                 let mut shared = node.shared();
                 tokio::spawn(async move {
+                    let killed = match kill {
+                        Some(kill) => matches!(
+                            tokio::time::timeout(timeout, shared.send(&kill)).await,
+                            Ok(Ok(redis::Value::Int(_)))
+                        ),
+                        None => false,
+                    };
+                    if killed {
+                        drop(conn);
+                        let _ = tokio::time::timeout(timeout, shared.send(&release)).await;
+                        drop(op);
+                        return;
+                    }
+                    // Not ended (a cluster's waiting connection has no
+                    // client id; the kill failed): end the wait and undo
+                    // on the waiting connection, after the wait there.
                     if let Some(unblock) = unblock {
                         let _ = tokio::time::timeout(timeout, shared.send(&unblock)).await;
                     }

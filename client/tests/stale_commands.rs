@@ -302,3 +302,64 @@ async fn a_failed_attempt_leaves_no_grant_on_a_node_it_gave_up_on() {
         String::from_utf8_lossy(&setup.proxy.sent())
     );
 }
+
+/// Single-node mode: a blocked `LOCK.ACQUIRE … WAIT` runs on a connection
+/// of its own. When its caller gives up (here the acquire deadline passes
+/// while the proxy holds what that connection sends), nothing of it may
+/// run on the node afterwards: neither the wait (a grant nobody knows of)
+/// nor an undo sent on that connection, which would free the lock the
+/// handle took again on the shared connection since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_wait_given_up_runs_nothing_on_the_node_later() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let redlock = Redlock::with_config(
+        [proxy.url()],
+        Config {
+            acquire_timeout: Some(Duration::from_millis(1500)),
+            ..test_config()
+        },
+    )
+    .unwrap();
+    assert!(
+        wait_until_async(Duration::from_secs(10), || async {
+            redlock.info("warm").await[0].info.is_ok()
+        })
+        .await,
+        "the node did not answer"
+    );
+    let resource = "stale:wait";
+    raw(
+        &server,
+        &["LOCK.ACQUIRE", resource, "someone-else", "60000"],
+    );
+    // The waiting connection's `LOCK.ACQUIRE … WAIT`, and whatever that
+    // connection sends after it, are held; the shared connection is not.
+    proxy.hold_from("$4\r\nWAIT\r\n");
+    let lock = redlock.lock(resource, Duration::from_secs(30)).unwrap();
+    let error = lock.acquire().await.unwrap_err();
+    assert!(!lock.is_held(), "{error}");
+    assert_eq!(proxy.held(), 1, "the wait was not held: {error}");
+    let shared = proxy.open() - 1;
+    // The lock is free; the handle takes it (after its undo is done).
+    raw(&server, &["LOCK.RELEASE", resource, "someone-else"]);
+    lock.acquire().await.unwrap();
+    assert_eq!(holder(&server, resource).as_deref(), Some(lock.owner()));
+    // What the waiting connection sent now reaches the node, and the
+    // connection ends (closed by the client when it gave up): by then
+    // the node has run whatever of it it runs.
+    proxy.deliver();
+    assert!(
+        wait_until(Duration::from_secs(10), || proxy.open() == shared),
+        "the waiting connection did not end"
+    );
+    assert!(lock.is_held());
+    assert_eq!(
+        holder(&server, resource).as_deref(),
+        Some(lock.owner()),
+        "the node let the lock go while the handle holds it: a command of the given-up wait \
+         ran after the handle's next acquisition (what reached the node: {:?})",
+        String::from_utf8_lossy(&proxy.sent())
+    );
+    lock.release().await.unwrap();
+}
