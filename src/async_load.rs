@@ -8,6 +8,7 @@
 //! index that goes with it.)
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis_lock_core::deadlines::DeadlineIndex;
 use redis_lock_core::filing::{self, Arrival};
@@ -25,10 +26,50 @@ pub fn in_progress(ctx: Ctx) -> bool {
     ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING)
 }
 
+/// Lock values read from a payload (`rdb_load`) since the current load
+/// began: a load that read none has nothing to index, and its end costs
+/// no pass over the keyspace (which, on a large keyspace, would stall the
+/// server about as long as the load itself).
+static LOADED_LOCKS: AtomicU64 = AtomicU64::new(0);
+
+/// Set when a background load's data was indexed as it was swapped in:
+/// the `LOADING_ENDED` that follows it has nothing left to do.
+static INDEXED_AT_SWAP: AtomicBool = AtomicBool::new(false);
+
+/// `rdb_load` read a lock value.
+pub fn lock_loaded() {
+    LOADED_LOCKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A load begins (at startup, a full sync, `DEBUG RELOAD`, a background
+/// load): nothing of it is read yet.
+pub fn load_started() {
+    LOADED_LOCKS.store(0, Ordering::Relaxed);
+    INDEXED_AT_SWAP.store(false, Ordering::Relaxed);
+}
+
+/// A load ended: the lease index is rebuilt from the loaded locks, unless
+/// the load read none (a load empties what it replaces, and its flush
+/// dropped that data's entries) or a background load's were indexed when
+/// they were swapped in.
+pub fn load_ended(ctx: Ctx) {
+    if INDEXED_AT_SWAP.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    if LOADED_LOCKS.swap(0, Ordering::Relaxed) > 0 {
+        reindex(ctx);
+    }
+}
+
 extern "C" fn on_async_load(ctx: Ctx, _event: raw::RedisModuleEvent, sub: u64, _data: *mut c_void) {
     guard::callback(ctx, "async load event", (), || {
-        if sub == raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED {
+        if sub == raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_STARTED {
+            load_started();
+        } else if sub == raw::REDISMODULE_SUBEVENT_REPL_ASYNC_LOAD_COMPLETED {
+            // The swapped-in data replaces the old, whose entries go even
+            // when the new data holds no lock.
             reindex(ctx);
+            INDEXED_AT_SWAP.store(true, Ordering::Relaxed);
         }
     });
 }

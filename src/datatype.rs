@@ -85,6 +85,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         || match load_lock(rdb, encver) {
             Some(lock) => {
                 stats::value_counted(1, lock.holders().len());
+                crate::async_load::lock_loaded();
                 // Every later grant here is above the tokens that arrive,
                 // from now on: a RESTORE (or MIGRATE, or a slot migration's
                 // payload) followed at once by a release, a lease end or a

@@ -93,10 +93,14 @@ extern "C" fn on_loading(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    guard::callback(ctx, "loading event", (), || {
-        if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED && !async_load::in_progress(ctx) {
-            async_load::reindex(ctx);
+    guard::callback(ctx, "loading event", (), || match subevent {
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => async_load::load_started(),
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED if !async_load::in_progress(ctx) => {
+            async_load::load_ended(ctx);
         }
+        _ => {}
     });
 }
 
