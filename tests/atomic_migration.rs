@@ -21,20 +21,6 @@ use testkit::cluster::{node_id, RedisCluster};
 
 const NOT_SERVED: &str = "TRYAGAIN the lock's hash slot is being migrated or is served by another node: retry the command (it is redirected to the node that serves the key)";
 
-/// Every bulk or simple string anywhere in `value`.
-fn strings(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).to_lowercase()),
-        Value::SimpleString(s) => out.push(s.to_lowercase()),
-        Value::Array(items) | Value::Set(items) => items.iter().for_each(|v| strings(v, out)),
-        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
-            strings(k, out);
-            strings(v, out);
-        }),
-        _ => {}
-    }
-}
-
 /// Whether `server` has `CLUSTER MIGRATESLOTS`: its `COMMAND INFO CLUSTER`
 /// lists the subcommand.
 fn has_migrateslots(server: &RedisServer) -> bool {
@@ -1070,28 +1056,7 @@ fn valkey_cli_reshard_by_atomic_slot_migration_keeps_the_lock_and_redirects_its_
     let token = acquire(&mut s, &key, "holder", 60_000).unwrap();
     let waiter = spawn_waiter_or_error(from, &key, "waiter", 60_000);
 
-    let output = std::process::Command::new(testkit::cli_binary())
-        .args([
-            "--cluster",
-            "reshard",
-            &format!("127.0.0.1:{}", from.port()),
-        ])
-        .args([
-            "--cluster-from",
-            &node_id(from),
-            "--cluster-to",
-            &node_id(to),
-        ])
-        .args(["--cluster-slots", "1", "--cluster-yes"])
-        .arg("--cluster-use-atomic-slot-migration")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "valkey-cli --cluster reshard failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    RedisCluster::reshard_one_slot_with(from, to, slot, &["--cluster-use-atomic-slot-migration"]);
     let moved = wait_until(Duration::from_secs(30), || {
         RedisCluster::owner_port(from, slot) == to.port()
             && RedisCluster::owner_port(to, slot) == to.port()

@@ -54,20 +54,6 @@ fn bound() -> Duration {
     Duration::from_secs(if testkit::valgrind() { 120 } else { 20 })
 }
 
-/// Every bulk or simple string anywhere in `value`.
-fn strings(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).to_lowercase()),
-        Value::SimpleString(s) => out.push(s.to_lowercase()),
-        Value::Array(items) | Value::Set(items) => items.iter().for_each(|v| strings(v, out)),
-        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
-            strings(k, out);
-            strings(v, out);
-        }),
-        _ => {}
-    }
-}
-
 /// Which atomic slot migration the server has.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Atomic {

@@ -164,6 +164,12 @@ impl RedisCluster {
     /// Moves one slot (the lowest `from` serves) to `to` with
     /// `redis-cli --cluster reshard`, and waits until `to` serves `slot`.
     pub fn reshard_one_slot(from: &RedisServer, to: &RedisServer, slot: i64) {
+        Self::reshard_one_slot_with(from, to, slot, &[]);
+    }
+
+    /// [`Self::reshard_one_slot`] with more `--cluster reshard` options
+    /// (e.g. Valkey 9's `--cluster-use-atomic-slot-migration`).
+    pub fn reshard_one_slot_with(from: &RedisServer, to: &RedisServer, slot: i64, extra: &[&str]) {
         let output = Command::new(cli_binary())
             .args([
                 "--cluster",
@@ -177,6 +183,7 @@ impl RedisCluster {
                 &node_id(to),
             ])
             .args(["--cluster-slots", "1", "--cluster-yes"])
+            .args(extra)
             .output()
             .unwrap();
         assert!(
@@ -185,7 +192,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        assert!(wait_until(Duration::from_secs(10), || {
+        assert!(wait_until(Duration::from_secs(30), || {
             Self::owner_port(to, slot) == to.port()
         }));
     }

@@ -506,3 +506,17 @@ pub fn rewrite_aof(c: &mut redis::Connection) {
         "ok"
     );
 }
+
+/// Every bulk or simple string anywhere in `value`, lowercase.
+pub fn strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).to_lowercase()),
+        Value::SimpleString(s) => out.push(s.to_lowercase()),
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(|v| strings(v, out)),
+        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            strings(k, out);
+            strings(v, out);
+        }),
+        _ => {}
+    }
+}
