@@ -5,8 +5,9 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-# python-test: the Python package's tests (python/, scripts/python-test.sh).
-.PHONY: python-test python-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+# python-test: the Python package's tests (python/, scripts/python-test.sh);
+# node-test: the Node.js package's (node/, scripts/node-test.sh).
+.PHONY: python-test python-lint node-test node-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -22,7 +23,9 @@ run: build
 		--loadmodule $(CURDIR)/$(MODULE)
 
 # Every suite (the Rust workspace, then the Python package's pytest suite
-# through scripts/python-test.sh) runs once on each of four servers (the fault suites on two,
+# through scripts/python-test.sh, then the Node.js package's node --test
+# suite through scripts/node-test.sh, whose addon cargo builds on the first
+# server only) runs once on each of four servers (the fault suites on two,
 # below): redis (Debian's
 # redis-server, Redis 7.0), valkey (Valkey 8.1, installed into .valkey/ by
 # prereqs.sh), redis8 and valkey9 (the newest Redis 8.x and Valkey 9.x that
@@ -57,6 +60,7 @@ test: build
 		echo "== tests on $$($$bin --version) (TLS tests: $$($$tls --version); $$crates)"; \
 		REDIS_LOCK_SERVER=$$bin REDIS_LOCK_TLS_SERVER=$$tls $(CARGO) test --release $$crates $(CLIENT_FEATURES) $(CARGO_TEST_ARGS) || exit 1; \
 		REDIS_LOCK_SERVER=$$bin scripts/python-test.sh || exit 1; \
+		REDIS_LOCK_SERVER=$$bin REDIS_LOCK_TLS_SERVER=$$tls scripts/node-test.sh || exit 1; \
 	done
 	$(MAKE) --no-print-directory sanitize
 	scripts/fuzz.sh short
@@ -132,7 +136,7 @@ LINCHECK_SECONDS ?= 30
 lincheck: build
 	$(CARGO) run --release -p chaos --bin lincheck -- --seconds $(LINCHECK_SECONDS)
 
-lint: python-lint
+lint: python-lint node-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
 	$(CARGO) clippy --all-targets --workspace $(CLIENT_FEATURES) -- -D warnings
@@ -147,6 +151,21 @@ python-lint:
 	@if [ -x .venv-python/bin/ruff ]; then .venv-python/bin/ruff check python && .venv-python/bin/ruff format --check python; \
 	else echo "python-lint: no .venv-python/bin/ruff (make python-test, then .venv-python/bin/pip install ruff): ruff skipped"; fi
 
+# The Node.js package's crate is outside the workspace too (a napi cdylib
+# leaves Node's symbols to the process that loads it), so it is linted on its
+# own, sharing target/; its TypeScript with tsc --noEmit when the
+# node_modules of `make node-test` are there.
+node-lint:
+	cd node && $(CARGO) fmt -- --check
+	cd node && CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --all-targets -- -D warnings
+	@if [ -x node/node_modules/.bin/tsc ] && [ -f node/native/binding.d.ts ]; then cd node && node_modules/.bin/tsc -p tsconfig.json --noEmit; \
+	else echo "node-lint: no node/node_modules or node/native/binding.d.ts (make node-test first): tsc skipped"; fi
+
+# The Node.js package (node/): built by napi-rs and tsc, tested with node
+# --test on the server given by REDIS_LOCK_SERVER (default redis-server).
+node-test: build
+	scripts/node-test.sh
+
 # The Python package (python/): built into .venv-python/ by maturin and
 # tested with pytest on the server given by REDIS_LOCK_SERVER (default
 # redis-server).
@@ -156,6 +175,7 @@ python-test: build
 fmt:
 	$(CARGO) fmt --all
 	cd python && $(CARGO) fmt
+	cd node && $(CARGO) fmt
 
 cluster: build
 	scripts/cluster.sh start

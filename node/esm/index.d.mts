@@ -1,0 +1,3 @@
+// Types of the ES module entry: those of the CommonJS build.
+export * from "../dist/index.js";
+export { default } from "../dist/index.js";
