@@ -40,7 +40,8 @@ if [ ! -x node_modules/.bin/napi ] || [ package-lock.json -nt node_modules/.pack
     npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 fi
 
-if [ ! -f "$ROOT/target/release/libredis_lock.so" ]; then
+export REDIS_LOCK_MODULE="${REDIS_LOCK_MODULE:-$ROOT/target/release/libredis_lock.so}"
+if [ ! -f "$REDIS_LOCK_MODULE" ]; then
     (cd "$ROOT" && cargo build --release -p redis-lock)
 fi
 
@@ -52,7 +53,6 @@ node_modules/.bin/napi build --release --platform --output-dir native \
 node_modules/.bin/tsc -p tsconfig.json
 
 export REDIS_LOCK_SERVER="${REDIS_LOCK_SERVER:-redis-server}"
-export REDIS_LOCK_MODULE="${REDIS_LOCK_MODULE:-$ROOT/target/release/libredis_lock.so}"
 echo "== node tests on $("$REDIS_LOCK_SERVER" --version)"
 if [ "$#" -gt 0 ]; then
     exec node --test "$@"

@@ -316,6 +316,8 @@ impl Recipe {
 #[napi]
 pub struct NativeRedlock {
     recipe: Arc<Recipe>,
+    /// napi's runtime, for what a finalizer on Node's thread drops.
+    runtime: Option<tokio::runtime::Handle>,
     default: redis_lock_client::Redlock,
     by_wait: Mutex<HashMap<u128, redis_lock_client::Redlock>>,
 }
@@ -338,8 +340,10 @@ impl NativeRedlock {
             config: config.clone(),
         };
         let default = recipe.make(config).map_err(map_err)?;
+        let runtime = within_runtime_if_available(|| tokio::runtime::Handle::try_current().ok());
         Ok(NativeRedlock {
             recipe: Arc::new(recipe),
+            runtime,
             default,
             by_wait: Mutex::new(HashMap::new()),
         })
@@ -396,7 +400,7 @@ impl NativeRedlock {
             }
         }
         .map_err(map_err)?;
-        Ok(NativeLock::new(lock))
+        Ok(NativeLock::new(lock, self.runtime.clone()))
     }
 
     /// Checks that every answering node has the module loaded (and WAITAOF
@@ -518,12 +522,14 @@ pub struct NativeLock {
     resource: String,
     owner: String,
     ttl: Duration,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl NativeLock {
-    fn new(lock: Lock) -> NativeLock {
+    fn new(lock: Lock, runtime: Option<tokio::runtime::Handle>) -> NativeLock {
         let (cancel, _) = watch::channel(0);
         NativeLock {
+            runtime,
             resource: lock.resource().to_string(),
             owner: lock.owner().to_string(),
             ttl: lock.ttl(),
@@ -553,12 +559,16 @@ impl Drop for NativeLock {
     fn drop(&mut self) {
         // The crate's Lock releases a still-held lock in the background when
         // dropped inside a tokio runtime; a finalizer runs on Node's thread,
-        // so enter napi's runtime for it (when it is still there).
+        // so enter napi's runtime for it. (Once the runtime has shut down, as
+        // at the process's exit, the release task is dropped unrun and the
+        // lease ends by itself.)
         let held = self.slot.get_mut().ok().and_then(|s| s.held.take());
-        if let Some(held) = held {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                within_runtime_if_available(move || drop(held))
-            }));
+        match (held, &self.runtime) {
+            (Some(held), Some(runtime)) => {
+                let _entered = runtime.enter();
+                drop(held);
+            }
+            (held, _) => drop(held),
         }
     }
 }
