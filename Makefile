@@ -153,13 +153,16 @@ python-lint:
 
 # The Node.js package's crate is outside the workspace too (a napi cdylib
 # leaves Node's symbols to the process that loads it), so it is linted on its
-# own, sharing target/; its TypeScript with tsc --noEmit when the
-# node_modules of `make node-test` are there.
+# own, sharing target/; its TypeScript with tsc --noEmit, and the
+# declarations as an ESM and a CommonJS consumer see them
+# (tsconfig.types.json), when the node_modules and build of `make node-test`
+# are there.
 node-lint:
 	cd node && $(CARGO) fmt -- --check
 	cd node && CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --all-targets -- -D warnings
-	@if [ -x node/node_modules/.bin/tsc ] && [ -f node/native/binding.d.ts ]; then cd node && node_modules/.bin/tsc -p tsconfig.json --noEmit; \
-	else echo "node-lint: no node/node_modules or node/native/binding.d.ts (make node-test first): tsc skipped"; fi
+	@if [ -x node/node_modules/.bin/tsc ] && [ -f node/native/binding.d.ts ] && [ -f node/dist/index.d.ts ]; then \
+		cd node && node_modules/.bin/tsc -p tsconfig.json --noEmit && node_modules/.bin/tsc -p tsconfig.types.json; \
+	else echo "node-lint: no node/node_modules or build outputs (make node-test first): tsc skipped"; fi
 
 # The Node.js package (node/): built by napi-rs and tsc, tested with node
 # --test on the server given by REDIS_LOCK_SERVER (default redis-server).

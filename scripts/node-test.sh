@@ -51,10 +51,18 @@ fi
 node_modules/.bin/napi build --release --platform --output-dir native \
     --js binding.js --dts binding.d.ts >&2
 node_modules/.bin/tsc -p tsconfig.json
+# The shipped declarations as an ES module and a CommonJS consumer see them.
+node_modules/.bin/tsc -p tsconfig.types.json
 
 export REDIS_LOCK_SERVER="${REDIS_LOCK_SERVER:-redis-server}"
 echo "== node tests on $("$REDIS_LOCK_SERVER" --version)"
-if [ "$#" -gt 0 ]; then
-    exec node --test "$@"
+# A test that hangs fails after two minutes instead of stalling the run
+# (--test-timeout: Node 20.11+; older Nodes run without it).
+timeout=()
+if node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 11) ? 0 : 1)'; then
+    timeout=(--test-timeout=120000)
 fi
-exec node --test test/*.test.mjs test/*.test.cjs
+if [ "$#" -gt 0 ]; then
+    exec node --test "${timeout[@]}" "$@"
+fi
+exec node --test "${timeout[@]}" test/*.test.mjs test/*.test.cjs

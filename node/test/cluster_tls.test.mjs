@@ -29,7 +29,7 @@ test("a Redis Cluster as the lock service", async () => {
       return info.includes("cluster_state:ok") && info.includes("cluster_known_nodes:3");
     }, 30_000, `cluster ok on ${node.port}`);
   }
-  const rl = new Redlock([nodes[0].url], { ttl: 10_000, cluster: true });
+  const rl = new Redlock([nodes[0].url], { ttl: 10_000, nodeTimeout: 1_000, cluster: true });
   assert.equal(rl.quorum, 1);
   const keys = ["a", "b", "c", "orders:1", "orders:2", "orders:3"];
   const tokens = [];
@@ -77,7 +77,7 @@ test("TLS nodes with a private CA", async (t) => {
   servers.list.push(server);
   await server.start();
   const ca = readFileSync(path.join(dir, "ca.crt"), "utf8");
-  const rl = new Redlock([`rediss://127.0.0.1:${tlsPort}`], { ttl: 10_000, tls: { ca } });
+  const rl = new Redlock([`rediss://127.0.0.1:${tlsPort}`], { ttl: 10_000, nodeTimeout: 2_000, tls: { ca } });
   const lock = await rl.lock("tls:1");
   const token = await lock.token();
   const held = await command(server.port, "LOCK.INFO", "tls:1");
@@ -86,6 +86,6 @@ test("TLS nodes with a private CA", async (t) => {
   await lock.release();
   assert.equal(await command(server.port, "EXISTS", "tls:1"), 0n);
   // Without the CA the node's certificate is refused: not acquired.
-  const untrusting = new Redlock([`rediss://127.0.0.1:${tlsPort}`], { ttl: 10_000, retryCount: 0 });
+  const untrusting = new Redlock([`rediss://127.0.0.1:${tlsPort}`], { ttl: 10_000, nodeTimeout: 2_000, retryCount: 0 });
   await assert.rejects(untrusting.lock("tls:1"), (e) => e.code === "NOT_ACQUIRED" || e.code === "NODE_ERROR");
 });

@@ -1,6 +1,7 @@
 // One module-loaded server: the Promise API, re-entry, FIFO waiting,
 // read-write and semaphore rules, fencing tokens and fenced writes,
-// AbortSignal cancellation, `await using`, errors.
+// AbortSignal cancellation, `await using`, errors. Node timeouts are 1 s (the
+// default 100 ms is tight for a first connection on a loaded 2-core CI).
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
@@ -34,7 +35,7 @@ async function info(key) {
 
 describe("single node", () => {
   test("lock, token, release", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const lock = await rl.lock("orders:1001");
     assert.ok(lock.isHeld);
     assert.equal(lock.holds, 1);
@@ -72,14 +73,14 @@ describe("single node", () => {
       compilerOptions: { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext },
     }).outputText;
     const { run } = await import(`data:text/javascript,${encodeURIComponent(js)}`);
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const seen = [];
     await run(rl, seen);
     assert.deepEqual(seen, [true, null, true]);
   });
 
   test("tokens increase across holders", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const tokens = [];
     for (let i = 0; i < 5; i++) {
       const lock = await rl.lock("fenced-seq");
@@ -91,7 +92,7 @@ describe("single node", () => {
   });
 
   test("re-entry adds holds; inner releases stay local", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const lock = await rl.lock("nested");
     const again = await lock.acquire();
     assert.equal(again.holds, 2);
@@ -106,7 +107,7 @@ describe("single node", () => {
   });
 
   test("waiters are served first come, first served", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const holder = await rl.lock("fifo");
     const order = [];
     const waiting = [];
@@ -125,8 +126,27 @@ describe("single node", () => {
     assert.deepEqual(order, [0, 1, 2]);
   });
 
+  test("the event loop runs while an acquisition waits", async () => {
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
+    const holder = await rl.lock("loop");
+    let settled = false;
+    const waiter = rl.lock("loop", { wait: 30_000 }).finally(() => {
+      settled = true;
+    });
+    await waitUntil(async () => (await info("loop"))?.waiters === 1n, 10_000, "waiter queued");
+    // Timers and other sockets are served while the waiter waits (the wait
+    // runs on the addon's runtime, not on this thread).
+    for (let i = 0; i < 20; i++) {
+      await new Promise((r) => setTimeout(r, 1));
+      assert.equal(await command(server.port, "PING"), "PONG");
+    }
+    assert.equal(settled, false, "still waiting");
+    await holder.release();
+    await (await waiter).release();
+  });
+
   test("wait runs out with LockNotAcquiredError and per-node detail", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const holder = await rl.lock("busy");
     const err = await rl.lock("busy", { wait: 300 }).then(
       () => assert.fail("acquired a held lock"),
@@ -140,7 +160,7 @@ describe("single node", () => {
   });
 
   test("read locks share, a writer excludes them", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const r1 = await rl.readLock("report");
     const r2 = await rl.readLock("report");
     assert.ok(r1.isHeld && r2.isHeld);
@@ -155,7 +175,7 @@ describe("single node", () => {
   });
 
   test("a semaphore gives at most n permits", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const api = rl.semaphore("api", 3);
     const permits = [await api.permit(), await api.permit(), await api.permit()];
     assert.ok(permits.every((p) => p.isHeld));
@@ -175,7 +195,7 @@ describe("single node", () => {
   });
 
   test("an abort while waiting leaves nothing held", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const holder = await rl.lock("abort-me");
     const controller = new AbortController();
     const waiter = rl.lock("abort-me", { wait: 30_000, signal: controller.signal });
@@ -196,7 +216,7 @@ describe("single node", () => {
   });
 
   test("fenced writes: the store refuses a stale holder", async () => {
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const first = await rl.lock("lock:order:7");
     assert.equal(await first.fenced("fence:order:7", ["HSET", "order:7", "status", "paid"]), 1);
     // The first holder's lock passes on (as by a lease end or a failover).
@@ -222,7 +242,7 @@ describe("single node", () => {
   });
 
   test("extend and validity", async () => {
-    const rl = new Redlock([server.url], { ttl: 5_000 });
+    const rl = new Redlock([server.url], { ttl: 5_000, nodeTimeout: 1_000 });
     const lock = await rl.lock("lease");
     const extended = await lock.extend(20_000);
     assert.ok(extended.validity > 19_000 && extended.validity <= 20_000);
@@ -242,7 +262,7 @@ describe("single node", () => {
     assert.throws(() => new Redlock(["not a url"]), ConfigError);
     assert.throws(() => new Redlock([server.url], { nodeTimeout: -5 }), ConfigError);
     assert.throws(() => new Redlock([server.url], { nodeTimeout: NaN }), ConfigError);
-    const rl = new Redlock([server.url], { ttl: 10_000 });
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     assert.throws(() => rl.handle("x", { ttl: 1 }), ConfigError, "a TTL below node timeout plus drift");
   });
 });

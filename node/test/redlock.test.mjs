@@ -16,7 +16,7 @@ process.on("unhandledRejection", (e) => unhandled.push(e));
 describe("three masters", () => {
   test("tokens grow across holders whose majorities differ, and across a restart", async () => {
     const nodes = await servers.start(3, ["--appendonly", "yes", "--appendfsync", "always"]);
-    const rl = new Redlock(nodes.map((s) => s.url), { ttl: 10_000 });
+    const rl = new Redlock(nodes.map((s) => s.url), { ttl: 10_000, nodeTimeout: 1_000 });
     assert.equal(rl.quorum, 2);
     // Push one node's counter far ahead: the next holder's token must pass it.
     const a = await rl.lock("fence:q");
@@ -44,14 +44,14 @@ describe("three masters", () => {
 
   test("the watchdog keeps a lock past three TTLs; a killed majority aborts its signal", async () => {
     const nodes = await servers.start(3);
-    const rl = new Redlock(nodes.map((s) => s.url), { ttl: 1_500 });
+    const rl = new Redlock(nodes.map((s) => s.url), { ttl: 2_000, nodeTimeout: 300 });
     const events = [];
     rl.on("lost", (error, lock) => events.push([error, lock]));
     const lock = await rl.lock("wd", { watchdog: true });
     const lockEvents = [];
     lock.on("lost", (e) => lockEvents.push(e));
     const started = Date.now();
-    await waitUntil(() => Date.now() - started > 3 * 1_500 + 500, 20_000, "three TTLs");
+    await waitUntil(() => Date.now() - started > 3 * 2_000 + 500, 20_000, "three TTLs");
     assert.ok(lock.isHeld && !lock.isLost && !lock.signal.aborted, "renewed past three TTLs");
     assert.equal(await rl.tryLock("wd"), null);
     // Kill a majority: the loss is signalled, before the validity ends.
@@ -69,7 +69,7 @@ describe("three masters", () => {
 
   test("using(): the work's signal aborts on loss and the call rejects with LockLostError", async () => {
     const nodes = await servers.start(3);
-    const rl = new Redlock(nodes.map((s) => s.url), { ttl: 1_500 });
+    const rl = new Redlock(nodes.map((s) => s.url), { ttl: 2_000, nodeTimeout: 300 });
     // Work that finishes: its value, and the lock is free afterwards.
     const value = await rl.using("job", async (signal, lock) => {
       assert.ok(!signal.aborted && lock.isHeld);

@@ -6,7 +6,7 @@ import { Redlock } from "redislock-native";
 import { command } from "./servers.mjs";
 
 const [url, port, iterations] = process.argv.slice(2);
-const rl = new Redlock([url], { ttl: 10_000 });
+const rl = new Redlock([url], { ttl: 10_000, nodeTimeout: 1_000 });
 const tokens = [];
 let violations = 0;
 for (let i = 0; i < Number(iterations); i++) {
