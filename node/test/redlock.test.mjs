@@ -42,6 +42,26 @@ describe("three masters", () => {
     await nodes[1].start();
   });
 
+  test("an abort during Redlock retries leaves no grant behind", async () => {
+    const nodes = await servers.start(3);
+    // Another owner holds two of the three nodes: every attempt wins only
+    // the third, and retries until the abort.
+    for (const node of nodes.slice(0, 2)) {
+      assert.equal(typeof (await command(node.port, "LOCK.ACQUIRE", "contended", "other", "60000")), "bigint");
+    }
+    const rl = new Redlock(nodes.map((s) => s.url), { ttl: 10_000, nodeTimeout: 1_000, retryDelay: 20, retryJitter: 20 });
+    const controller = new AbortController();
+    const pending = rl.lock("contended", { wait: 60_000, signal: controller.signal });
+    await waitUntil(async () => (await command(nodes[2].port, "EXISTS", "contended")) === 1n, 10_000, "a partial grant");
+    controller.abort();
+    await assert.rejects(pending, (e) => e.code === "ABORTED");
+    await waitUntil(async () => (await command(nodes[2].port, "EXISTS", "contended")) === 0n, 10_000, "the partial grant released");
+    for (const node of nodes.slice(0, 2)) {
+      const info = await command(node.port, "LOCK.INFO", "contended");
+      assert.equal(info[info.indexOf("owner") + 1], "other", "the other owner's holds untouched");
+    }
+  });
+
   test("the watchdog keeps a lock past three TTLs; a killed majority aborts its signal", async () => {
     const nodes = await servers.start(3);
     const rl = new Redlock(nodes.map((s) => s.url), { ttl: 2_000, nodeTimeout: 300 });
