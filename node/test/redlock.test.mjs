@@ -62,6 +62,21 @@ describe("three masters", () => {
     }
   });
 
+  test("acknowledged grants: a grant counts once a replica has it", async () => {
+    const [primary] = await servers.start(1);
+    const [replica] = await servers.start(1, ["--replicaof", "127.0.0.1", String(primary.port)]);
+    await waitUntil(async () => (await command(replica.port, "INFO", "replication")).includes("master_link_status:up"), 20_000, "replica in sync");
+    const acked = new Redlock([primary.url], { ttl: 10_000, nodeTimeout: 2_000, acknowledge: { replicas: 1, timeout: 1_000 } });
+    const lock = await acked.lock("acked");
+    // Acknowledged: the replica has the grant when the lock is returned.
+    const info = await command(replica.port, "LOCK.INFO", "acked");
+    assert.equal(info[info.indexOf("owner") + 1], lock.owner);
+    await lock.release();
+    // Two replicas asked, one there: the grant never counts.
+    const unmet = new Redlock([primary.url], { ttl: 10_000, nodeTimeout: 2_000, retryCount: 0, acknowledge: { replicas: 2, timeout: 200 } });
+    await assert.rejects(unmet.lock("acked"), (e) => e.code === "NOT_ACQUIRED" || e.code === "NODE_ERROR");
+  });
+
   test("the watchdog keeps a lock past three TTLs; a killed majority aborts its signal", async () => {
     const nodes = await servers.start(3);
     const rl = new Redlock(nodes.map((s) => s.url), { ttl: 2_000, nodeTimeout: 300 });
