@@ -255,12 +255,19 @@ export class Lock extends EventEmitter {
   /** Releases one hold; the last one releases the lock on every node (and
    * stops the watchdog). */
   release(): Promise<Released> {
-    return wrap(this.#native.release(false));
+    return this.#release(false);
   }
 
   /** Releases every hold at once. */
   releaseAll(): Promise<Released> {
-    return wrap(this.#native.release(true));
+    return this.#release(true);
+  }
+
+  async #release(all: boolean): Promise<Released> {
+    const released = await wrap(this.#native.release(all));
+    // The last hold stopped the watchdog: a later acquire starts unwatched.
+    if (released.holdsLeft === 0) this.#watching = false;
+    return released;
   }
 
   /** A fencing token greater than every earlier holder's (written back to a
