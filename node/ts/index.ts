@@ -317,16 +317,14 @@ export class Lock extends EventEmitter {
       outcomes,
     );
     this.#controller.abort(error);
-    // Listeners' errors must not escape into the addon's callback.
-    try {
-      this.emit("lost", error);
-    } catch (e) {
-      queueMicrotask(() => this.#redlock.emit("error", e));
-    }
-    try {
-      this.#redlock.emit("lost", error, this);
-    } catch {
-      // a throwing listener of the client's event
+    // A throwing listener must neither escape into the addon's callback nor
+    // end the process: it becomes a warning.
+    for (const emit of [() => this.emit("lost", error), () => this.#redlock.emit("lost", error, this)]) {
+      try {
+        emit();
+      } catch (e) {
+        process.emitWarning(`a 'lost' listener threw: ${String(e)}`, "RedisLockWarning");
+      }
     }
   }
 
