@@ -85,6 +85,13 @@ describe("three masters", () => {
     const lock = await rl.lock("wd", { watchdog: true });
     const lockEvents = [];
     lock.on("lost", (e) => lockEvents.push(e));
+    // A listener's bug does not end the process (it becomes a warning).
+    const warnings = [];
+    const onWarning = (w) => warnings.push(w);
+    process.on("warning", onWarning);
+    lock.on("lost", () => {
+      throw new Error("listener bug");
+    });
     const started = Date.now();
     await waitUntil(() => Date.now() - started > 3 * 2_000 + 500, 20_000, "three TTLs");
     assert.ok(lock.isHeld && !lock.isLost && !lock.signal.aborted, "renewed past three TTLs");
@@ -98,6 +105,8 @@ describe("three masters", () => {
     await waitUntil(() => events.length === 1 && lockEvents.length === 1, 5_000, "lost events");
     assert.equal(events[0][1], lock);
     assert.ok(events[0][0].outcomes.length > 0, "per-node detail");
+    await waitUntil(() => warnings.some((w) => /listener bug/.test(w.message)), 5_000, "the warning");
+    process.off("warning", onWarning);
     await lock.releaseAll();
     await Promise.all([nodes[0].start(), nodes[1].start()]);
   });
