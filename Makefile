@@ -5,8 +5,9 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-# python-test: the Python package's tests (python/, scripts/python-test.sh).
-.PHONY: python-test python-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+# python-test: the Python package's tests (python/, scripts/python-test.sh);
+# node-test: the Node.js package's (node/, scripts/node-test.sh).
+.PHONY: python-test python-lint node-test node-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -21,15 +22,17 @@ run: build
 	redis-server redis.conf.example --port $(PORT) --dir $(CURDIR)/.redis-run \
 		--loadmodule $(CURDIR)/$(MODULE)
 
-# Every suite (the Rust workspace's tests, then the Python package's pytest
-# suite through scripts/python-test.sh) runs on each of four servers: redis
+# Every suite (the Rust workspace's tests, the Python package's pytest suite
+# through scripts/python-test.sh and the Node.js package's node --test suite
+# through scripts/node-test.sh) runs on each of four servers: redis
 # (Debian's redis-server, Redis 7.0), valkey (Valkey 8.1, installed into
 # .valkey/ by prereqs.sh), redis8 and valkey9 (the newest Redis 8.x and
 # Valkey 9.x that Debian offers, pinned, fetched into .servers/ by
 # scripts/newest-servers.sh). scripts/test-matrix.py builds the tests once
 # and runs TEST_JOBS (default 2) jobs at a time: per server the module's and
 # client's tests, the fault suites (the chaos crate and the soak; one at a
-# time, never two together) and the Python tests; and once, the memcheck
+# time, never two together), the Python tests and the Node.js tests (each
+# package built once, before its first tests); and once, the memcheck
 # pass (`sanitize`, below) and a short fuzz round (`scripts/fuzz.sh short`).
 # Each job's log is printed whole when it ends (and kept in .test-logs/);
 # the doc tests run last.
@@ -123,7 +126,7 @@ LINCHECK_SECONDS ?= 30
 lincheck: build
 	$(CARGO) run --release -p chaos --bin lincheck -- --seconds $(LINCHECK_SECONDS)
 
-lint: python-lint
+lint: python-lint node-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
 	$(CARGO) clippy --all-targets --workspace $(CLIENT_FEATURES) -- -D warnings
@@ -138,6 +141,24 @@ python-lint:
 	@if [ -x .venv-python/bin/ruff ]; then .venv-python/bin/ruff check python && .venv-python/bin/ruff format --check python; \
 	else echo "python-lint: no .venv-python/bin/ruff (make python-test, then .venv-python/bin/pip install ruff): ruff skipped"; fi
 
+# The Node.js package's crate is outside the workspace too (a napi cdylib
+# leaves Node's symbols to the process that loads it), so it is linted on its
+# own, sharing target/; its TypeScript with tsc --noEmit, and the
+# declarations as an ESM and a CommonJS consumer see them
+# (tsconfig.types.json), when the node_modules and build of `make node-test`
+# are there.
+node-lint:
+	cd node && $(CARGO) fmt -- --check
+	cd node && CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --all-targets -- -D warnings
+	@if [ -x node/node_modules/.bin/tsc ] && [ -f node/native/binding.d.ts ] && [ -f node/dist/index.d.ts ]; then \
+		cd node && node_modules/.bin/tsc -p tsconfig.json --noEmit && node_modules/.bin/tsc -p tsconfig.types.json; \
+	else echo "node-lint: no node/node_modules or build outputs (make node-test first): tsc skipped"; fi
+
+# The Node.js package (node/): built by napi-rs and tsc, tested with node
+# --test on the server given by REDIS_LOCK_SERVER (default redis-server).
+node-test: build
+	scripts/node-test.sh
+
 # The Python package (python/): built into .venv-python/ by maturin and
 # tested with pytest on the server given by REDIS_LOCK_SERVER (default
 # redis-server).
@@ -147,6 +168,7 @@ python-test: build
 fmt:
 	$(CARGO) fmt --all
 	cd python && $(CARGO) fmt
+	cd node && $(CARGO) fmt
 
 cluster: build
 	scripts/cluster.sh start

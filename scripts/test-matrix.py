@@ -7,16 +7,19 @@ The Rust workspace's test binaries are built once (`cargo test --no-run`,
 with the client's optional features) and then run directly, each from its
 package's directory as `cargo test` would, so that passes on different
 servers share one build and never wait on cargo's lock. The Python package
-is built once into its venv, then its pytest suite runs per server.
+is built once into its venv and the Node.js package once into node/, then
+their suites run per server.
 
 Each server's work is split into jobs: the module's and the client's tests,
-the fault suites (the chaos crate: chaos, single-mechanism controls,
-lincheck, node errors; and the soak), and the Python tests. TEST_JOBS jobs
-(default 2) run at a time; most tests wait on servers, leases and timeouts
-rather than on the CPU, so two passes fit this machine's two cores. The
-fault suites, which keep five servers and dozens of clients busy and whose
-floors count what a run achieved, run one at a time: two of them never
-overlap. A job's output goes to .test-logs/<server>-<job>.log and is printed
+the chaos suite (safe mix, negative and single-mechanism controls), the
+other fault suites (lincheck, node errors, the soak), the Python tests and
+the Node.js tests; and once, the memcheck pass and the short fuzz round.
+TEST_JOBS jobs (default 2) run at a time; most tests wait on servers,
+leases and timeouts rather than on the CPU, so two jobs fit this machine's
+two cores. The heavy jobs (the chaos suite, which keeps five servers and
+dozens of clients busy and whose floors count what a run achieved, and the
+memcheck pass) run one at a time: two of them never overlap. A job's output
+goes to .test-logs/<server>-<job>.log and is printed
 whole when the job ends, then the next.
 
 Environment:
@@ -156,6 +159,7 @@ def main():
     binaries = test_binaries(cargo, features)
     print(f"== built {len(binaries)} test binaries in {time.monotonic() - started:.0f} s", flush=True)
     python = [str(ROOT / "scripts/python-test.sh")]
+    node = [str(ROOT / "scripts/node-test.sh")]
 
     # Builds that only some jobs need run as jobs themselves, beside the
     # first tests: the Python extension (its crate is outside the
@@ -163,7 +167,8 @@ def main():
     # the memcheck pass and the leak check runs on Valkey (the Makefile's
     # `sanitize`, whose tests are built already).
     python_build = Job("python", "build", [("build", python + ["--build-only"], ROOT, None)])
-    jobs = [python_build]
+    node_build = Job("node", "build", [("build", node + ["--build-only"], ROOT, None)])
+    jobs = [python_build, node_build]
     if os.environ.get("TEST_EXTRAS", "1") == "1":
         make = os.environ.get("MAKE", "make")
         jobs.append(Job("valkey", "memcheck", [("make sanitize", [make, "--no-print-directory", "sanitize"], ROOT, None)], heavy=True))
@@ -187,6 +192,8 @@ def main():
         py_env = dict(env, PYTHON_TEST_BUILT="1")
         py_step = (f"python on {version}", python + ["-p", "no:cacheprovider"], ROOT, py_env)
         jobs.append(Job(name, "python", [py_step], needs=python_build))
+        node_step = (f"node on {version}", node, ROOT, dict(env, NODE_TEST_BUILT="1"))
+        jobs.append(Job(name, "node", [node_step], needs=node_build))
 
     # Heavy jobs first in the queue, so that their one-at-a-time chain
     # starts at once (the memcheck pass first: it is slow by nature and
