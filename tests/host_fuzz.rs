@@ -558,7 +558,11 @@ impl Fuzz {
         // and a SWAPDB or RENAME can put this owner's lock under a name
         // its own waiter waits for: its holds may change under the call.
         // (Seen on Redis 8.6: a RELEASE counted the waiter's hold too.)
-        if self.waiters.iter().any(|w| w.key == key && w.owner == owner) {
+        if self
+            .waiters
+            .iter()
+            .any(|w| w.key == key && w.owner == owner)
+        {
             return Expect::Unknown;
         }
         let mine = holders.iter().find(|h| h.owner == owner);
