@@ -21,7 +21,7 @@
 #
 #   bench/callgrind-host.sh [--servers redis7,valkey8,redis8,valkey9]
 #                           [--rounds N] [--ops N] [--time-ops N]
-#                           [--module PATH] [--tsv FILE]
+#                           [--module PATH] [--tsv FILE] [--commands DEL,SET,...]
 #   QUICK=1 bench/callgrind-host.sh     1 round, 2000 ops, 20000 timed ops: a
 #                                       smoke check (one pair of processes: their
 #                                       hash seeds move counts by a few %)
@@ -44,6 +44,7 @@ OPS=5000
 TIME_OPS=200000
 MODULE="$ROOT/target/release/libredis_lock.so"
 TSV=""
+ONLY=""
 if [ -n "${QUICK:-}" ] && [ "${QUICK}" != 0 ]; then
     ROUNDS=1
     OPS=2000
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
     --time-ops) TIME_OPS="$2"; shift 2 ;;
     --module) MODULE="$2"; shift 2 ;;
     --tsv) TSV="$2"; shift 2 ;;
+    --commands) ONLY="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -109,6 +111,9 @@ for name, (setup, run) in phases.items():
 EOF
 }
 COMMANDS=(SET GET INCR EXPIRE DEL MULTI/EXEC EVALSHA)
+if [ -n "$ONLY" ]; then
+    IFS=, read -r -a COMMANDS <<<"$ONLY"
+fi
 
 mkdir -p "$WORK/ir" "$WORK/ns"
 payloads "$OPS" "$WORK/ir"
