@@ -24,6 +24,7 @@ mod entry {
         ($name:ident, $label:literal, $handler:path) => {
             pub extern "C" fn $name(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
                 guard::command(ctx, $label, || {
+                    crate::activation::activate();
                     ffi::with_argv(argv, argc, |args| $handler(ctx, args))
                 })
             }

@@ -1094,7 +1094,10 @@ fn writes_during_a_migration_reach_the_target(
 ) {
     let (source, target, slot) = source_and_target(cluster, "{job}");
     let mut s = source.conn();
-    // A lone primary: after a cron tick the module knows it has no replica.
+    // A lone primary: after its first lock command (from which on the
+    // module follows replication) and a cron tick, the module knows it has
+    // no replica.
+    assert_eq!(lock_info(&mut s, "{job}none"), None);
     assert!(
         wait_until(SOON, || lock_stat(&mut s, "lock_effects_for_replicas") == 0),
         "a primary without replicas kept building effects for them"
