@@ -24,7 +24,7 @@
 //! removed at once: a server that refuses one refuses the load, as before)
 //! and made for good the first time the server has a lock or a counter: the
 //! first `LOCK.*` command (every entry point calls `activate`, also during
-//! an AOF load), the first lock value read from a payload (`rdb_load`: an
+//! an AOF load), the first lock or fence value read from a payload (`rdb_load`: an
 //! RDB, `RESTORE`, `MIGRATE`, a replica's sync, a slot import; before its
 //! load's end or swap event) and a counter above zero read from an RDB
 //! (`aux_load`: the AOF-rewrite record of `counter_record` needs the fork

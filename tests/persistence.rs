@@ -197,6 +197,45 @@ fn a_restart_with_locks_and_no_lock_command_since_indexes_them_and_hears_a_flush
     );
 }
 
+/// A store that holds only fences (no lock) restarts from its RDB and runs
+/// no `LOCK.*` command: an evicting policy set then must still be reported
+/// (`lock_evictable`, the log's warning, which names fences), since the
+/// fence's load starts the module's server events too (review of #35: it
+/// was reported only at the first `LOCK.*` command).
+#[test]
+fn a_fence_only_store_restarted_from_its_rdb_reports_an_evicting_policy() {
+    let mut server = RedisServer::start();
+    let mut c = server.conn();
+    let reply: String = redis::cmd("LOCK.FENCED")
+        .arg("fk")
+        .arg(5)
+        .arg("SET")
+        .arg("data")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(reply, "OK");
+    server.shutdown("SAVE");
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(lock_stat(&mut c, "lock_evictable"), 0);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        lock_stat(&mut c, "lock_evictable"),
+        1,
+        "an evicting policy on a store with fences was not reported before a LOCK.* command"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || server.log().contains("can evict locks")),
+        "no warning in the log"
+    );
+}
+
 /// The same for the counter's record in an AOF rewrite: a server that
 /// loads an RDB holding a counter and no lock, turns the AOF on (a rewrite,
 /// without the RDB preamble) and restarts from it, runs no lock command in

@@ -54,9 +54,6 @@ pub fn fence(key: &str, owner: &str, at_least: Option<u64>) -> Cmd {
     cmd
 }
 
-/// `LOCK.FENCED fence-key token command [arg ...]`: `write` run by the
-/// store only if `token` is not below the fence at `fence_key`. `None` for
-/// an empty command or one with a cursor (or any non-plain) argument.
 /// `LOCK.FLOOR floor`: every later token of the node it reaches is above
 /// `floor`. Touches no key: routed to a node by address.
 pub fn floor(floor: u64) -> Cmd {
@@ -78,6 +75,9 @@ pub fn parse_floor(value: Value, floor: u64) -> Result<(), NodeError> {
     }
 }
 
+/// `LOCK.FENCED fence-key token command [arg ...]`: `write` run by the
+/// store only if `token` is not below the fence at `fence_key`. `None` for
+/// an empty command or one with a cursor (or any non-plain) argument.
 pub fn fenced(fence_key: &str, token: u64, write: &Cmd) -> Option<Cmd> {
     if write.args_iter().len() == 0 {
         return None;
