@@ -231,7 +231,9 @@ fn a_fence_only_store_restarted_from_its_rdb_reports_an_evicting_policy() {
         "an evicting policy on a store with fences was not reported before a LOCK.* command"
     );
     assert!(
-        wait_until(Duration::from_secs(10), || server.log().contains("can evict locks")),
+        wait_until(Duration::from_secs(10), || server
+            .log()
+            .contains("can evict locks")),
         "no warning in the log"
     );
 }
