@@ -871,10 +871,10 @@ impl Plan {
     /// rule 3 broken). A restart of two or three of the three nodes at once
     /// brings them back with their counters at their wall clocks, below the
     /// tokens they issued while ahead: after the window a holder granted by
-    /// restarted nodes only gets a token below an earlier holder's, but no
-    /// lease is lost. Restarts are rare enough (3 s apart on average, one
-    /// in three faults) that the window with its mechanism, 2.5 s, leaves
-    /// time to grant.
+    /// restarted nodes only (and not yet set ahead again) gets a token
+    /// below an earlier holder's, but no lease is lost. Not in `make test`
+    /// yet: whether a run finds any depends on timing (two 16 s runs with
+    /// one seed found 6 such tokens and none).
     pub fn clock_lead() -> Plan {
         let ahead = NodeProfile {
             persistence: Persistence::None,
@@ -886,9 +886,9 @@ impl Plan {
         phase.share = 1.0;
         phase.client_groups = 0;
         phase.nodes = vec![ahead; 3];
-        phase.faults = vec![(FaultKind::RestartMajority, 1), (FaultKind::ClockOffset, 2)];
+        phase.faults = vec![(FaultKind::RestartMajority, 1), (FaultKind::ClockOffset, 5)];
         phase.ttl_ms = 300..=CLOCK_LEAD_TTL_MAX;
-        phase.fault_interval_ms = 1_000;
+        phase.fault_interval_ms = 700;
         Plan {
             mix: Mix::ClockLead,
             phases: vec![phase],
