@@ -306,24 +306,19 @@ pub const SAFE_LEASE_SKEW: LeaseSkew = LeaseSkew {
 const EDGE_SHARE: f64 = 0.3;
 
 impl Phase {
+    /// The widest wall-clock difference the phase's offsets allow between
+    /// two nodes (a node without an offset counts as 0).
+    fn clock_skew_ms(&self) -> u64 {
+        let offsets = || self.nodes.iter().map(|n| &n.offsets_ms);
+        let offset_max = offsets().map(|o| *o.end()).chain([0]).max().unwrap_or(0);
+        let offset_min = offsets().map(|o| *o.start()).chain([0]).min().unwrap_or(0);
+        u64::try_from(offset_max.saturating_sub(offset_min)).unwrap_or(u64::MAX)
+    }
+
     /// Every documented rule this phase's nodes break (empty: safe).
     pub fn broken_rules(&self) -> Vec<String> {
         let ttl_max = *self.ttl_ms.end();
-        let offset_max = self
-            .nodes
-            .iter()
-            .map(|n| *n.offsets_ms.end())
-            .chain([0])
-            .max()
-            .unwrap_or(0);
-        let offset_min = self
-            .nodes
-            .iter()
-            .map(|n| *n.offsets_ms.start())
-            .chain([0])
-            .min()
-            .unwrap_or(0);
-        let skew = u64::try_from(offset_max.saturating_sub(offset_min)).unwrap_or(u64::MAX);
+        let skew = self.clock_skew_ms();
         let mut broken = Vec::new();
         let (drift_ppm, drift_min_ms) = (self.drift.ppm, self.drift.min_ms);
         if self.allows(FaultKind::LeaseClockSkew)
@@ -366,21 +361,7 @@ impl Phase {
     /// to 3: the largest TTL, and for nodes that can forget their token
     /// counter the clock skew between nodes too.
     pub fn needed_recovery_ms(&self) -> u64 {
-        let offset_max = self
-            .nodes
-            .iter()
-            .map(|n| *n.offsets_ms.end())
-            .chain([0])
-            .max()
-            .unwrap_or(0);
-        let offset_min = self
-            .nodes
-            .iter()
-            .map(|n| *n.offsets_ms.start())
-            .chain([0])
-            .min()
-            .unwrap_or(0);
-        let skew = u64::try_from(offset_max.saturating_sub(offset_min)).unwrap_or(u64::MAX);
+        let skew = self.clock_skew_ms();
         let forgets = self.nodes.iter().any(|n| n.persistence.can_forget());
         let ttl_max = *self.ttl_ms.end();
         if forgets {
