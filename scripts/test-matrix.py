@@ -29,6 +29,9 @@ Environment:
   CLIENT_FEATURES   cargo feature flags for the build (the Makefile's)
   CARGO_TEST_ARGS   a filter passed to every test binary (e.g. waiting)
   CARGO             cargo command (default cargo)
+  TEST_EXTRAS       0 leaves out the memcheck pass and the fuzz round
+  TEST_STEP_TIMEOUT seconds after which a step is taken as hung and killed
+                    with its process group (default 1500)
 
 Exit status 1 when any job failed (all jobs still run, so one run shows
 every failure), 2 on a usage error.
@@ -37,6 +40,7 @@ every failure), 2 on a usage error.
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -49,6 +53,8 @@ FAULT_PACKAGES = {"chaos", "soak"}
 # The one suite that keeps the machine busy (five servers, dozens of
 # clients, floors on what a run achieved): never two of it at once.
 HEAVY = ("chaos", "chaos")
+# A step (one test binary, one suite) that runs longer is taken as hung.
+STEP_TIMEOUT = int(os.environ.get("TEST_STEP_TIMEOUT", "1500"))
 
 
 def die(message, status=2):
@@ -108,6 +114,28 @@ def test_binaries(cargo, features):
     return found
 
 
+def run_step(argv, cwd, env, log):
+    """One step's exit status; a step that outlasts STEP_TIMEOUT (a hang:
+    the longest step takes a few minutes) is killed with everything it
+    started (its own process group: the servers its tests started too)."""
+    try:
+        child = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as error:
+        log.write(f"== could not start {argv[0]}: {error}\n")
+        return -1
+    try:
+        return child.wait(timeout=STEP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        log.write(f"== timed out after {STEP_TIMEOUT} s: killed\n")
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        child.wait()
+        return -9
+
+
 class Job:
     def __init__(self, server, part, steps, heavy=False, needs=None):
         self.server, self.part, self.steps, self.heavy = server, part, steps, heavy
@@ -118,22 +146,21 @@ class Job:
         self.seconds = 0.0
 
     def run(self):
+        """Runs the steps in order; `ok` only when every one ended with
+        status 0 (an exception on the way leaves the job failed)."""
         start = time.monotonic()
-        self.ok = True
+        self.ok = False
+        passed = True
         try:
             with open(self.log, "w") as log:
                 for title, argv, cwd, env in self.steps:
                     log.write(f"== {self.server} {self.part}: {title}\n")
                     log.flush()
-                    try:
-                        status = subprocess.run(argv, cwd=cwd, env=env, stdout=log,
-                                                stderr=subprocess.STDOUT).returncode
-                    except OSError as error:
-                        log.write(f"== {title} could not start: {error}\n")
-                        status = -1
+                    status = run_step(argv, cwd, env, log)
                     if status != 0:
                         log.write(f"== {title} failed with status {status}\n")
-                        self.ok = False
+                        passed = False
+            self.ok = passed
         finally:
             self.seconds = time.monotonic() - start
             self.done.set()
@@ -232,11 +259,18 @@ def main():
                     job.done.set()
                 else:
                     job.run()
+            except BaseException as error:  # noqa: BLE001 - any error fails the job
+                job.ok = False
+                job.done.set()
+                print(f"== {job.server} {job.part}: error in the runner: {error!r}", flush=True)
             finally:
                 if job.heavy:
                     heavy_lock.release()
             with print_lock:
-                sys.stdout.write(job.log.read_text(errors="replace"))
+                try:
+                    sys.stdout.write(job.log.read_text(errors="replace"))
+                except OSError as error:
+                    print(f"== {job.server} {job.part}: no log ({error})")
                 verdict = "ok" if job.ok else "FAILED"
                 print(f"== {job.server} {job.part}: {verdict} in {job.seconds:.0f} s", flush=True)
 
@@ -246,7 +280,7 @@ def main():
     for thread in threads:
         thread.join()
 
-    failed = [f"{j.server} {j.part}" for j in jobs if not j.ok]
+    failed = [f"{j.server} {j.part}" for j in jobs if j.ok is not True]
     print(f"== matrix: {len(jobs)} jobs in {time.monotonic() - started:.0f} s; "
           f"{'failed: ' + ', '.join(failed) if failed else 'all passed'}", flush=True)
     sys.exit(1 if failed else 0)
