@@ -529,14 +529,7 @@ fn valkey_failed_import(how: ImportFailure) {
         ImportFailure::Flushed => {
             let _: () = redis::cmd("FLUSHALL").query(&mut target.conn()).unwrap();
         }
-        ImportFailure::TargetKilled => {
-            let target = cluster
-                .nodes
-                .iter_mut()
-                .find(|n| n.port() == target_port)
-                .unwrap();
-            target.kill9();
-        }
+        ImportFailure::TargetKilled => cluster.node_mut(target_port).kill9(),
     }
     let source = cluster.node(source_port);
     let mut last = String::new();
@@ -560,13 +553,25 @@ fn valkey_failed_import(how: ImportFailure) {
         );
     }
 
-    // The source still owns the slot, the locks and the waiter, and they
-    // work: the holder's token and lease, a release that serves the waiter.
+    // The holder's lease still renews there.
+    assert_eq!(extend(&mut source.conn(), ex, "holder", 60_000), 1);
+    the_locks_still_work_on_the_source(source, slot, ex, token, waiter);
+}
+
+/// After a failed import: the source still owns the slot, the locks and
+/// the waiter, and they work: the holder's token, a rival refused, a
+/// release that serves the waiter.
+fn the_locks_still_work_on_the_source(
+    source: &RedisServer,
+    slot: i64,
+    ex: &str,
+    token: i64,
+    waiter: std::thread::JoinHandle<Result<Option<i64>, String>>,
+) {
     assert_eq!(RedisCluster::owner_port(source, slot), source.port());
     let mut s = source.conn();
     assert_eq!(books(&mut s), (2, 3, 3, 1));
     assert_eq!(held(&mut s, ex).token, token);
-    assert_eq!(extend(&mut s, ex, "holder", 60_000), 1);
     assert_eq!(acquire(&mut s, ex, "rival", 60_000), None);
     assert_eq!(release(&mut s, ex, "holder"), Some(0));
     let granted = answered(waiter, "the waiter").unwrap().unwrap();
@@ -1044,14 +1049,7 @@ fn redis_failed_import(how: ImportFailure) {
             wait_task(target, &id, &["canceled", "failed"]);
             wait_books(target, (0, 0, 0, 0), "the target after FLUSHALL");
         }
-        ImportFailure::TargetKilled => {
-            let target = cluster
-                .nodes
-                .iter_mut()
-                .find(|n| n.port() == target_port)
-                .unwrap();
-            target.kill9();
-        }
+        ImportFailure::TargetKilled => cluster.node_mut(target_port).kill9(),
     }
     let source = cluster.node(source_port);
     // The source's side of the task ends, unpaused.
@@ -1070,17 +1068,7 @@ fn redis_failed_import(how: ImportFailure) {
         assert_eq!(RedisCluster::owner_port(target, slot), source.port());
     }
 
-    // The source still owns the slot, the locks and the waiter, and they
-    // work: the holder's token and lease, a release that serves the waiter.
-    assert_eq!(RedisCluster::owner_port(source, slot), source.port());
-    let mut s = source.conn();
-    assert_eq!(books(&mut s), (2, 3, 3, 1));
-    assert_eq!(held(&mut s, ex).token, token);
-    assert_eq!(acquire(&mut s, ex, "rival", 60_000), None);
-    assert_eq!(release(&mut s, ex, "holder"), Some(0));
-    let granted = answered(waiter, "the waiter").unwrap().unwrap();
-    assert!(granted > token);
-    wait_books(source, (2, 3, 3, 0), "the source after the hand-off");
+    the_locks_still_work_on_the_source(source, slot, ex, token, waiter);
 }
 
 #[test]
