@@ -23,11 +23,12 @@ packages' READMEs and every page of the book (docs/src/):
    of $REDIS_LOCK_SERVER, default `redis-server`, and the `redis-cli` or
    `valkey-cli` beside it), on one connection, and every reply must match
    what the block shows: exactly, except for run-dependent values. Those
-   are (a) fencing tokens and other clock-derived integers (15 digits or
-   more): each number in the block stands for one value of the run, the
+   are (a) fencing tokens and other readings of the wall clock in
+   microseconds (16 digits, the first 1 to 3): each number in the block stands for one value of the run, the
    same number for the same value, and their order must be the block's
    order; (b) the integer right after a `"pttl"` field: any value from 0 to
-   the block's, rounded up to the next thousand. A comment line just before
+   the block's, rounded up to the next thousand; (c) the time redis-cli
+   prints after a slow reply (`(1.00s)`). A comment line just before
    the block, `<!-- session: args debug yes -->`, gives the module's load
    arguments; `<!-- session: skip REASON -->` skips it (counted and
    printed). A block of another kind that shows the prompt is an error, so
@@ -112,7 +113,8 @@ def expand(path, seen=()):
         return text
 
     def put(m):
-        target = (path.parent / m.group(1)).resolve()
+        # `file:from:to` picks lines; the whole file is enough for the checks.
+        target = (path.parent / re.sub(r"(:\d*)+$", "", m.group(1))).resolve()
         return expand(target, seen + (path,)) if target.exists() else m.group(0)
 
     return INCLUDE.sub(put, text)
@@ -175,6 +177,32 @@ def check_links(files):
                     if anchor not in cache[goal]:
                         problems.append(f"{where}: link to {target}: {goal.relative_to(ROOT)} has no heading #{anchor}")
     return problems, count
+
+
+def book_view_warnings():
+    """Links that an included file (a package's README, ARCHITECTURE.md)
+    brings into the book and that do not resolve there: the file's own
+    place is checked above; in the book they point outside it. Printed,
+    not failed: such a file is written for its own folder."""
+    warnings = []
+    for page in sorted(BOOK.rglob("*.md")):
+        own = page.read_text(encoding="utf-8")
+        if not INCLUDE.search(own):
+            continue
+        _, outside = blocks(expand(page))
+        for line in outside:
+            if line is None:
+                continue
+            for m in LINK.finditer(re.sub(r"`[^`]*`", "", line)):
+                target = m.group(2) or m.group(3)
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                    continue
+                if re.fullmatch(r"bench/[\w.-]+\.svg", target):
+                    continue  # BENCHMARKS.md's charts: `make docs` copies them beside the book
+                goal = (page.parent / target.partition("#")[0]).resolve()
+                if not goal.exists() or BOOK not in goal.parents:
+                    warnings.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
+    return warnings
 
 
 def doctest_files():
@@ -249,7 +277,8 @@ def sessions(files):
             if directive and directive[0] not in ("skip", "args"):
                 problems.append(f"{path.relative_to(ROOT)}:{start}: unknown session directive {directive[0]}")
             session = Session(path, start, body, directive)
-            problems.extend(session.problems)
+            if not (directive and directive[0] == "skip"):
+                problems.extend(session.problems)
             found.append(session)
     return found, problems
 
@@ -301,12 +330,6 @@ class Server:
                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
         return done.stdout
 
-    def run(self, commands):
-        done = subprocess.run([self.cli, "-p", str(self.port), "--no-raw"],
-                              input="".join(c + "\n" for c in commands),
-                              capture_output=True, text=True, timeout=120)
-        return done.stdout + done.stderr
-
     def stop(self):
         self.process.terminate()
         try:
@@ -318,8 +341,13 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-BIG = re.compile(r"\d{15,}")
+# A fencing token or another reading of the wall clock in microseconds
+# (16 digits, 1..3 first: until the year 2096); other numbers, such as the
+# bound 9007199254740991, are matched exactly.
+BIG = re.compile(r"(?<!\d)[1-3]\d{15}(?!\d)")
 INTEGER = re.compile(r"\(integer\) (-?\d+)$")
+# What redis-cli prints after a reply that took long (a WAIT that blocked).
+ELAPSED = re.compile(r"\(\d+\.\d+s\)")
 
 
 def compare(session, step_number, expected, actual, bindings, previous):
@@ -338,6 +366,10 @@ def compare(session, step_number, expected, actual, bindings, previous):
             same_frame = want[:INTEGER.search(want).start()] == (got[:m.start()] if m else None)
             if not (m and same_frame and 0 <= int(m.group(1)) <= limit):
                 problems.append(f"{where}: expected a pttl from 0 to {limit} as `{want}`, got `{got}`")
+            continue
+        if ELAPSED.fullmatch(want):
+            if not ELAPSED.fullmatch(got):
+                problems.append(f"{where}: expected redis-cli's time taken (`{want}`), got `{got}`")
             continue
         pattern = "".join(f"({BIG.pattern})" if BIG.fullmatch(part) else re.escape(part)
                           for part in re.split(f"({BIG.pattern})", want))
@@ -361,30 +393,55 @@ def compare(session, step_number, expected, actual, bindings, previous):
     return problems
 
 
+def translate(value, bindings, last):
+    """The run's value for a number of the block in a command: the one it
+    stands for, or, for a new one (a time to raise the counter to), the
+    block's value moved by the difference between the run's clock and the
+    block's at the last number bound."""
+    if value in bindings:
+        return bindings[value]
+    if last is None:
+        return value
+    return value + last[1] - last[0]
+
+
 def replay(session, binary, cli):
+    """Runs the session's commands one by one on one redis-cli connection;
+    a number of the block that stands for a value of the run (a token) is
+    sent as that value, so that a later command can use an earlier reply."""
     args = session.directive[1].split() if session.directive and session.directive[0] == "args" else []
     server = Server(binary, cli, args)
+    problems, bindings, last = [], {}, None
     try:
-        markers = [f"check-docs-marker-{n}" for n in range(len(session.steps))]
-        commands = []
-        for (_, command, _), marker in zip(session.steps, markers):
-            commands += [command, f"ECHO {marker}"]
-        output = server.run(commands).split("\n")
+        child = subprocess.Popen([cli, "-p", str(server.port), "--no-raw"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        try:
+            for n, (number, command, expected) in enumerate(session.steps):
+                sent = BIG.sub(lambda m: str(translate(int(m.group(0)), bindings, last)), command)
+                marker = f"check-docs-marker-{n}"
+                child.stdin.write(f"{sent}\nECHO {marker}\n")
+                child.stdin.flush()
+                actual = []
+                while True:
+                    line = child.stdout.readline()
+                    if not line:
+                        problems.append(f"{session.where(number)}: redis-cli ended before the reply: {actual}")
+                        return problems
+                    line = line.rstrip("\n")
+                    if line == f'"{marker}"':
+                        break
+                    actual.append(line)
+                before = dict(bindings)
+                problems.extend(compare(session, number, expected, actual, bindings, ""))
+                for doc_value, run_value in bindings.items():
+                    if doc_value not in before:
+                        last = (doc_value, run_value)
+        finally:
+            child.stdin.close()
+            child.kill()
+            child.wait()
     finally:
         server.stop()
-    replies, current = [], []
-    for line in output:
-        if len(replies) < len(markers) and line == f'"{markers[len(replies)]}"':
-            replies.append(current)
-            current = []
-        else:
-            current.append(line)
-    if len(replies) != len(markers):
-        return [f"{session.where(session.start)}: the session's replies could not be read "
-                f"({len(replies)} of {len(markers)}): {output[-5:]}"]
-    problems, bindings = [], {}
-    for (number, _command, expected), actual in zip(session.steps, replies):
-        problems.extend(compare(session, number, expected, actual, bindings, ""))
     return problems
 
 
@@ -397,6 +454,8 @@ def main():
     link_problems, links = check_links(files)
     problems += link_problems
     print(f"check-docs: {links} relative links in {len(files)} files, {len(link_problems)} broken")
+    for warning in book_view_warnings():
+        print(f"check-docs: warning: {warning}")
     if not links_only:
         rust_problems, rust_blocks = check_rust(files)
         problems += rust_problems

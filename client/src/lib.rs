@@ -285,3 +285,16 @@ pub use watchdog::{LockStatus, Watchdog};
 /// Quorum arithmetic, exposed for callers that size deployments or check
 /// reports: `quorum(5) == 3`.
 pub use timing::quorum;
+
+/// The Rust blocks of the documentation (README.md and the book's pages in
+/// docs/src/), compiled by `cargo test --doc` as this crate's doc tests, so
+/// that an example that no longer matches the API fails `make test`.
+/// `scripts/check-docs.py` checks that every page with a Rust block is
+/// listed here.
+#[cfg(doctest)]
+pub mod documentation {
+    #[doc = include_str!("../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../docs/src/client.md")]
+    pub struct Client;
+}
