@@ -27,7 +27,8 @@ packages' READMEs and every page of the book (docs/src/):
    microseconds (16 digits, the first 1 to 3): each number in the block stands for one value of the run, the
    same number for the same value, and their order must be the block's
    order; (b) the integer right after a `"pttl"` field: any value from 0 to
-   the block's, rounded up to the next thousand; (c) the time redis-cli
+   the block's, rounded up to the next thousand, and so the time left in a
+   `RECOVERING` refusal; (c) the time redis-cli
    prints after a slow reply (`(1.00s)`). A comment line just before
    the block, `<!-- session: args debug yes -->`, gives the module's load
    arguments; `<!-- session: skip REASON -->` skips it (counted and
@@ -346,6 +347,8 @@ class Server:
 # bound 9007199254740991, are matched exactly.
 BIG = re.compile(r"(?<!\d)[1-3]\d{15}(?!\d)")
 INTEGER = re.compile(r"\(integer\) (-?\d+)$")
+# The time left of the recovery window in its refusal: a countdown, like pttl.
+COUNTDOWN = re.compile(r"^\(error\) RECOVERING .* for another (\d+) ms")
 # What redis-cli prints after a reply that took long (a WAIT that blocked).
 ELAPSED = re.compile(r"\(\d+\.\d+s\)")
 
@@ -370,6 +373,13 @@ def compare(session, step_number, expected, actual, bindings, previous):
         if ELAPSED.fullmatch(want):
             if not ELAPSED.fullmatch(got):
                 problems.append(f"{where}: expected redis-cli's time taken (`{want}`), got `{got}`")
+            continue
+        countdown = COUNTDOWN.search(want)
+        if countdown:
+            limit = -(-int(countdown.group(1)) // 1000) * 1000
+            m = re.fullmatch(re.escape(want[:countdown.start(1)]) + r"(\d+)" + re.escape(want[countdown.end(1):]), got)
+            if not (m and 0 <= int(m.group(1)) <= limit):
+                problems.append(f"{where}: expected `{want}` with a time left from 0 to {limit}, got `{got}`")
             continue
         pattern = "".join(f"({BIG.pattern})" if BIG.fullmatch(part) else re.escape(part)
                           for part in re.split(f"({BIG.pattern})", want))
