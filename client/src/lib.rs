@@ -184,7 +184,7 @@
 //! `node_timeout`; [`Config::raise_cluster_counters`]): a later grant on
 //! any master that took the raise, wherever the slot has moved, is above
 //! it whatever the clocks. A master that misses the raise does not fail
-//! the call; the README states the bound that is left then.
+//! the call; docs/src/client.md states the bound that is left then.
 //!
 //! When the data lives in a Redis or Valkey with the module loaded, the
 //! store can be that storage: [`Lock::fenced`] sends a write as
