@@ -205,7 +205,7 @@ bench: build
 
 clean:
 	$(CARGO) clean
-	rm -rf .redis-run .redis-cluster
+	rm -rf .redis-run .redis-cluster docs/book
 
 # The servers' own atomic slot migration units (Redis 8.6.3's, Valkey
 # 9.1.2's), without the module and with it, and their figures; long, not
