@@ -12,7 +12,8 @@ packages' READMEs and every page of the book (docs/src/):
    make: lower case, punctuation dropped, spaces to `-`, `-1` for a
    repeat). A page of the book links only inside the book (docs/src/),
    since the book is built from that folder alone; pages that
-   `{{#include}}` a file have that file's headings.
+   `{{#include}}` a file have that file's headings. Every page of docs/src/
+   is listed in its SUMMARY.md (or it would be left out of the book).
 
 2. redis-cli sessions. A session is a fenced block whose info string is
    `console` and whose commands are the lines starting with the prompt
@@ -177,6 +178,13 @@ def check_links(files):
                         cache[goal] = anchors(goal)
                     if anchor not in cache[goal]:
                         problems.append(f"{where}: link to {target}: {goal.relative_to(ROOT)} has no heading #{anchor}")
+    summary = BOOK / "SUMMARY.md"
+    if summary.exists() and any(BOOK in f.parents for f in files):
+        listed = {(BOOK / m.group(2)).resolve() for m in LINK.finditer(summary.read_text(encoding="utf-8"))
+                  if m.group(2)}
+        for page in sorted(BOOK.rglob("*.md")):
+            if page != summary and page.resolve() not in listed:
+                problems.append(f"{page.relative_to(ROOT)}: not in docs/src/SUMMARY.md, so not in the book")
     return problems, count
 
 
