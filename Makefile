@@ -7,7 +7,7 @@ CARGO ?= cargo
 
 # python-test: the Python package's tests (python/, scripts/python-test.sh);
 # node-test: the Node.js package's (node/, scripts/node-test.sh).
-.PHONY: python-test python-lint node-test node-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+.PHONY: docs python-test python-lint node-test node-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -33,9 +33,12 @@ run: build
 # client's tests, the fault suites (the chaos crate and the soak; one at a
 # time, never two together), the Python tests and the Node.js tests (each
 # package built once, before its first tests); and once, the memcheck
-# pass (`sanitize`, below) and a short fuzz round (`scripts/fuzz.sh short`).
+# pass (`sanitize`, below), a short fuzz round (`scripts/fuzz.sh short`)
+# and the documentation's check on the first server (scripts/check-docs.py:
+# every redis-cli session in README.md and docs/ replayed, links and anchors).
 # Each job's log is printed whole when it ends (and kept in .test-logs/);
-# the doc tests run last.
+# the doc tests run last (the client's include README.md's and docs/'s Rust
+# blocks).
 # TEST_SERVERS=redis8 (or any list of them) runs fewer; FAULT_SUITES_ON
 # narrows the servers of the fault suites (default: all).
 # CARGO_TEST_ARGS passes a filter to every test binary, e.g. waiting.
@@ -126,6 +129,21 @@ LINCHECK_SECONDS ?= 30
 lincheck: build
 	$(CARGO) run --release -p chaos --bin lincheck -- --seconds $(LINCHECK_SECONDS)
 
+# The user documentation as a book (docs/, mdBook), into docs/book/
+# (open docs/book/index.html; its search works offline). mdBook is installed
+# from crates.io at a pinned version into .tools/ when missing (one compile,
+# a few minutes); `make test` does not need it: it checks the pages' sessions,
+# links and Rust blocks without building the book (scripts/check-docs.py and
+# the client's doc tests). BENCHMARKS.md's charts are copied beside it.
+MDBOOK_VERSION := 0.4.40
+MDBOOK := $(CURDIR)/.tools/bin/mdbook
+docs:
+	@if [ ! -x $(MDBOOK) ] || [ "$$($(MDBOOK) --version)" != "mdbook v$(MDBOOK_VERSION)" ]; then \
+		$(CARGO) install mdbook --locked --version $(MDBOOK_VERSION) --no-default-features --features search --root $(CURDIR)/.tools; fi
+	$(MDBOOK) build docs
+	@mkdir -p docs/book/bench && cp bench/*.svg docs/book/bench/
+	@echo "docs: docs/book/index.html"
+
 lint: python-lint node-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
@@ -187,7 +205,7 @@ bench: build
 
 clean:
 	$(CARGO) clean
-	rm -rf .redis-run .redis-cluster
+	rm -rf .redis-run .redis-cluster docs/book
 
 # The servers' own atomic slot migration units (Redis 8.6.3's, Valkey
 # 9.1.2's), without the module and with it, and their figures; long, not

@@ -13,7 +13,10 @@ their suites run per server.
 Each server's work is split into jobs: the module's and the client's tests,
 the chaos suite (safe mix, negative and single-mechanism controls), the
 other fault suites (lincheck, node errors, the soak), the Python tests and
-the Node.js tests; and once, the memcheck pass and the short fuzz round.
+the Node.js tests; and once, the memcheck pass, the short fuzz round and
+the documentation's check (scripts/check-docs.py: its redis-cli sessions
+replayed on the first server, its links, its Rust blocks listed as doc
+tests).
 TEST_JOBS jobs (default 2) run at a time; most tests wait on servers,
 leases and timeouts rather than on the CPU, so two jobs fit this machine's
 two cores. The heavy jobs (the chaos suite, which keeps five servers and
@@ -200,6 +203,11 @@ def main():
         make = os.environ.get("MAKE", "make")
         jobs.append(Job("valkey", "memcheck", [("make sanitize", [make, "--no-print-directory", "sanitize"], ROOT, None)], heavy=True))
         jobs.append(Job("core", "fuzz", [("scripts/fuzz.sh short", [str(ROOT / "scripts/fuzz.sh"), "short"], ROOT, None)]))
+    # The documentation (scripts/check-docs.py): its redis-cli sessions
+    # replayed on the first server of the matrix, its links; a few seconds.
+    first = matrix[0][1] if matrix else "redis-server"
+    docs_env = dict(os.environ, REDIS_LOCK_SERVER=first)
+    jobs.append(Job("docs", "check", [("scripts/check-docs.py", [sys.executable, str(ROOT / "scripts/check-docs.py")], ROOT, docs_env)]))
     for name, binary, tls in matrix:
         env = dict(os.environ, REDIS_LOCK_SERVER=binary, REDIS_LOCK_TLS_SERVER=tls)
         version = output_of([binary, "--version"])

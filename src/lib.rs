@@ -2,7 +2,7 @@
 //!
 //! This crate is the thin adapter between the Redis modules API and the lock
 //! logic in `redis-lock-core`: it registers the commands, the data type, the
-//! expiry timer, the event hooks and the configuration. See the README for
+//! expiry timer, the event hooks and the configuration. See docs/src/commands.md for
 //! the commands and their replies.
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 // Unit tests build the crate without its Redis entry points (RedisAlloc

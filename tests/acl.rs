@@ -202,7 +202,7 @@ fn acl_cat(conn: &mut Connection, category: &str) -> RedisResult<Vec<String>> {
 /// Needs Redis 7.2 or newer, or Valkey: Redis 7.0 puts module commands in no
 /// ACL category except `@all` (`ACL CAT write` lists no LOCK.* command) and
 /// has no API to change that, so there a `+@all -@write` user CAN take locks
-/// and the commands must be named in ACL rules (the README says so, and the
+/// and the commands must be named in ACL rules (docs/src/behaviour.md says so, and the
 /// tests above use named rules); this test says so and checks nothing more.
 #[test]
 fn acl_categories_cover_the_lock_commands() {

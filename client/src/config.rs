@@ -60,8 +60,8 @@ pub struct Config {
     /// `node_timeout`), so that a token issued later for the key, after its
     /// slot moved to another master while the lock was free, is higher
     /// whatever the masters' clocks. A master that cannot be raised in time
-    /// does not fail the call (it is counted as a node error); see the
-    /// README for the exact bound then. `false`: one round trip less per
+    /// does not fail the call (it is counted as a node error); see
+    /// docs/src/client.md for the exact bound then. `false`: one round trip less per
     /// token, and tokens across a slot move are ordered only as far as the
     /// masters' clocks agree. Ignored outside cluster mode (Redlock's
     /// write-back to a majority already orders tokens). Default `true`.

@@ -184,7 +184,7 @@
 //! `node_timeout`; [`Config::raise_cluster_counters`]): a later grant on
 //! any master that took the raise, wherever the slot has moved, is above
 //! it whatever the clocks. A master that misses the raise does not fail
-//! the call; the README states the bound that is left then.
+//! the call; docs/src/client.md states the bound that is left then.
 //!
 //! When the data lives in a Redis or Valkey with the module loaded, the
 //! store can be that storage: [`Lock::fenced`] sends a write as
@@ -285,3 +285,16 @@ pub use watchdog::{LockStatus, Watchdog};
 /// Quorum arithmetic, exposed for callers that size deployments or check
 /// reports: `quorum(5) == 3`.
 pub use timing::quorum;
+
+/// The Rust blocks of the documentation (README.md and the book's pages in
+/// docs/src/), compiled by `cargo test --doc` as this crate's doc tests, so
+/// that an example that no longer matches the API fails `make test`.
+/// `scripts/check-docs.py` checks that every page with a Rust block is
+/// listed here.
+#[cfg(doctest)]
+pub mod documentation {
+    #[doc = include_str!("../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../docs/src/client.md")]
+    pub struct Client;
+}

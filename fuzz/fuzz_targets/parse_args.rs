@@ -1,5 +1,5 @@
 //! Fuzzes argument parsing (`redis_lock_core::args`) against an independent
-//! model of the README's command contract.
+//! model of the command contract in docs/src/commands.md.
 //!
 //! Input: byte 0 picks the command, bytes 1-2 `lock.max-owner-bytes` (and
 //! `lock.max-holders`), bytes 3-10 `lock.max-ttl`; the rest, split on NUL bytes, is the argument list

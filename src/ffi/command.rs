@@ -1,6 +1,6 @@
 //! Registering a command with everything the server shows of it: its
 //! flags, key position, ACL categories (Redis 7.2+ and Valkey; on 7.0
-//! module commands are only in `@all`, see the README), the module's own
+//! module commands are only in `@all`, see docs/src/behaviour.md, ACL), the module's own
 //! category `lock` (Redis 7.4+ and Valkey), and `COMMAND DOCS`
 //! with arity, through `RedisModule_SetCommandInfo` (the `#[command]` macro
 //! of `redis-module` needs Redis 7.2). Redis enforces the minimum arity

@@ -135,7 +135,7 @@ pub(crate) fn bad(bytes: impl Into<Vec<u8>>, defect: Defect) -> Arg {
     (bytes.into(), Some(defect))
 }
 
-/// Whether Redis would read `bytes` as an integer (the README's rule: an
+/// Whether Redis would read `bytes` as an integer (docs/src/commands.md's rule: an
 /// optional `-`, digits without a leading zero, no `+`, no spaces, in i64).
 pub(crate) fn redis_int(bytes: &[u8]) -> Option<i64> {
     let text = std::str::from_utf8(bytes).ok()?;

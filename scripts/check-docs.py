@@ -1,0 +1,510 @@
+#!/usr/bin/env python3
+"""Checks the documentation against the code: `make test` runs it (a job
+of scripts/test-matrix.py, on the first server of the matrix).
+
+    scripts/check-docs.py [--links-only] [FILE.md ...]
+
+What it checks, in README.md, ARCHITECTURE.md, BENCHMARKS.md, the
+packages' READMEs and every page of the book (docs/src/):
+
+1. Links. Every relative link names a file or folder that exists, and its
+   `#anchor` a heading of the target (the slug GitHub and mdBook both
+   make: lower case, punctuation dropped, spaces to `-`, `-1` for a
+   repeat). A page of the book links only inside the book (docs/src/),
+   since the book is built from that folder alone; pages that
+   `{{#include}}` a file have that file's headings. Every page of docs/src/
+   is listed in its SUMMARY.md (or it would be left out of the book).
+
+2. redis-cli sessions. A session is a fenced block whose info string is
+   `console` and whose commands are the lines starting with the prompt
+   `127.0.0.1:6379> `; the lines after a command, up to the next prompt, are
+   its reply as `redis-cli` prints it (lines starting with `# ` are
+   comments, a first line `$ redis-cli` is allowed). Each session is
+   replayed, in order, on a fresh server with the module loaded (the server
+   of $REDIS_LOCK_SERVER, default `redis-server`, and the `redis-cli` or
+   `valkey-cli` beside it), on one connection, and every reply must match
+   what the block shows: exactly, except for run-dependent values. Those
+   are (a) fencing tokens and other readings of the wall clock in
+   microseconds (16 digits, the first 1 to 3): each number in the block stands for one value of the run, the
+   same number for the same value, and their order must be the block's
+   order; (b) the integer right after a `"pttl"` field: any value from 0 to
+   the block's, rounded up to the next thousand, and so the time left in a
+   `RECOVERING` refusal; (c) the time redis-cli
+   prints after a slow reply (`(1.00s)`). A comment line just before
+   the block, `<!-- session: args debug yes -->`, gives the module's load
+   arguments; `<!-- session: skip REASON -->` skips it (counted and
+   printed). A block of another kind that shows the prompt is an error, so
+   no session escapes the check.
+
+3. Rust code. Every ```rust block is `rust` or `rust,no_run` (never
+   `ignore`), and every file with one is compiled as doc tests by
+   `cargo test --doc` (`client/src/lib.rs` includes it with
+   `include_str!` under `cfg(doctest)`); this script checks that the file
+   is listed there.
+
+Exit status 1 when anything does not match, with every finding printed.
+"""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import random
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOK = ROOT / "docs" / "src"
+PROMPT = "127.0.0.1:6379> "
+MODULE = ROOT / "target" / "release" / "libredis_lock.so"
+DOCTEST_HOST = ROOT / "client" / "src" / "lib.rs"
+
+FENCE = re.compile(r"^(\s*)(```+|~~~+)(.*)$")
+LINK = re.compile(r"(?<!\!)\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
+INCLUDE = re.compile(r"\{\{#include\s+([^}\s]+)\s*\}\}")
+HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+DIRECTIVE = re.compile(r"^<!--\s*session:\s*(\w+)\s*(.*?)\s*-->$")
+
+
+def markdown_files():
+    files = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", ROOT / "BENCHMARKS.md"]
+    # The crate's own README (client/README.md) is the registry page of
+    # the crate, whose fragments are not compiled; its links are checked.
+    for package in ("client", "python", "node"):
+        readme = ROOT / package / "README.md"
+        if readme.exists():
+            files.append(readme)
+    files.extend(sorted(BOOK.rglob("*.md")))
+    return [f for f in files if f.exists()]
+
+
+def blocks(text):
+    """(start line, info string, body lines, the line before the block) of
+    every fenced code block; and the text outside blocks, line by line
+    (None inside a block)."""
+    found, outside = [], []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            outside.append(lines[i])
+            i += 1
+            continue
+        fence, info = m.group(2), m.group(3).strip()
+        before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        body, start = [], i + 1
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            body.append(lines[i])
+            i += 1
+        found.append((start, info, body, before))
+        outside.extend([None] * (len(body) + 2))
+        i += 1
+    return found, outside
+
+
+def expand(path, seen=()):
+    """The file's text with its {{#include}}s put in (one level deep is all
+    the book uses; deeper works too)."""
+    text = path.read_text(encoding="utf-8")
+    if path in seen:
+        return text
+
+    def put(m):
+        # `file:from:to` picks lines; the whole file is enough for the checks.
+        target = (path.parent / re.sub(r"(:\d*)+$", "", m.group(1))).resolve()
+        return expand(target, seen + (path,)) if target.exists() else m.group(0)
+
+    return INCLUDE.sub(put, text)
+
+
+def slug(heading):
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    text = re.sub(r"<[^>]+>", "", text).strip().lower()
+    text = "".join(c for c in text if c.isalnum() or c in " -_")
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    found, counts = set(), {}
+    _, outside = blocks(expand(path))
+    for line in outside:
+        if line is None:
+            continue
+        m = HEADING.match(line)
+        if not m:
+            continue
+        base = slug(m.group(2))
+        n = counts.get(base, 0)
+        counts[base] = n + 1
+        found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def check_links(files):
+    problems, count = [], 0
+    cache = {}
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        _, outside = blocks(text)
+        for number, line in enumerate(outside, 1):
+            if line is None:
+                continue
+            line = re.sub(r"`[^`]*`", "", line)
+            for m in LINK.finditer(line):
+                target = m.group(2) or m.group(3)
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                    continue  # a URL (https:, mailto:)
+                count += 1
+                where = f"{path.relative_to(ROOT)}:{number}"
+                file_part, _, anchor = target.partition("#")
+                goal = (path.parent / file_part).resolve() if file_part else path
+                if not goal.exists():
+                    problems.append(f"{where}: link to {target}: no such file")
+                    continue
+                in_book = BOOK in path.parents
+                if in_book and BOOK != goal and BOOK not in goal.parents:
+                    problems.append(f"{where}: link to {target} leaves the book (docs/src/)")
+                    continue
+                if anchor:
+                    if goal.suffix != ".md" or goal.is_dir():
+                        problems.append(f"{where}: link to {target}: an anchor into a file that is not Markdown")
+                        continue
+                    if goal not in cache:
+                        cache[goal] = anchors(goal)
+                    if anchor not in cache[goal]:
+                        problems.append(f"{where}: link to {target}: {goal.relative_to(ROOT)} has no heading #{anchor}")
+    summary = BOOK / "SUMMARY.md"
+    if summary.exists() and any(BOOK in f.parents for f in files):
+        listed = {(BOOK / m.group(2)).resolve() for m in LINK.finditer(summary.read_text(encoding="utf-8"))
+                  if m.group(2)}
+        for page in sorted(BOOK.rglob("*.md")):
+            if page != summary and page.resolve() not in listed:
+                problems.append(f"{page.relative_to(ROOT)}: not in docs/src/SUMMARY.md, so not in the book")
+    return problems, count
+
+
+def book_view_warnings():
+    """Links that an included file (a package's README, ARCHITECTURE.md)
+    brings into the book and that do not resolve there: the file's own
+    place is checked above; in the book they point outside it. Printed,
+    not failed: such a file is written for its own folder."""
+    warnings = []
+    for page in sorted(BOOK.rglob("*.md")):
+        own = page.read_text(encoding="utf-8")
+        if not INCLUDE.search(own):
+            continue
+        _, outside = blocks(expand(page))
+        for line in outside:
+            if line is None:
+                continue
+            for m in LINK.finditer(re.sub(r"`[^`]*`", "", line)):
+                target = m.group(2) or m.group(3)
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                    continue
+                if re.fullmatch(r"bench/[\w.-]+\.svg", target):
+                    continue  # BENCHMARKS.md's charts: `make docs` copies them beside the book
+                goal = (page.parent / target.partition("#")[0]).resolve()
+                if not goal.exists() or BOOK not in goal.parents:
+                    warnings.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
+    return warnings
+
+
+def doctest_files():
+    text = DOCTEST_HOST.read_text(encoding="utf-8")
+    return {(DOCTEST_HOST.parent / p).resolve() for p in re.findall(r'include_str!\("([^"]+)"\)', text)}
+
+
+def check_rust(files):
+    """Rust blocks of README.md and the book are doc tests; and no block of
+    a doc-tested file lacks an info string (rustdoc would take it for
+    Rust)."""
+    problems, count = [], 0
+    compiled = doctest_files()
+    for path in files:
+        if path != ROOT / "README.md" and BOOK not in path.parents:
+            continue
+        for start, info, _body, _before in blocks(path.read_text(encoding="utf-8"))[0]:
+            if not info:
+                problems.append(f"{path.relative_to(ROOT)}:{start}: a code block needs an info "
+                                "string (```sh, ```text, ```console, ```rust, ...)")
+        for start, info, _body, _before in blocks(path.read_text(encoding="utf-8"))[0]:
+            words = [w.strip() for w in info.split(",")]
+            if not words or words[0] != "rust":
+                continue
+            count += 1
+            where = f"{path.relative_to(ROOT)}:{start}"
+            if any(w not in ("rust", "no_run") for w in words):
+                problems.append(f"{where}: a rust block is `rust` or `rust,no_run`, not `{info}`")
+            if path.resolve() not in compiled:
+                problems.append(f"{where}: {path.relative_to(ROOT)} has rust blocks but "
+                                f"{DOCTEST_HOST.relative_to(ROOT)} does not compile it (include_str! under cfg(doctest))")
+    return problems, count
+
+
+# -- sessions ---------------------------------------------------------------
+
+
+class Session:
+    def __init__(self, path, start, body, directive):
+        self.path, self.start, self.directive = path, start, directive
+        self.steps = []  # (line number, command, expected lines)
+        self.problems = []
+        for offset, line in enumerate(body):
+            number = start + offset + 1
+            if line.startswith(PROMPT):
+                self.steps.append((number, line[len(PROMPT):], []))
+            elif line.startswith("# ") or line == "#":
+                continue
+            elif not self.steps and line.strip() in ("$ redis-cli", "$ valkey-cli"):
+                continue
+            elif not self.steps:
+                self.problems.append(f"{self.where(number)}: a session starts with the prompt `{PROMPT}`")
+            else:
+                self.steps[-1][2].append(line)
+
+    def where(self, number):
+        return f"{self.path.relative_to(ROOT)}:{number}"
+
+
+def sessions(files):
+    found, problems = [], []
+    for path in files:
+        for start, info, body, before in blocks(path.read_text(encoding="utf-8"))[0]:
+            shows_prompt = any(line.startswith(PROMPT) for line in body)
+            if info != "console":
+                if shows_prompt:
+                    problems.append(f"{path.relative_to(ROOT)}:{start}: a block showing `{PROMPT}` "
+                                    "must be a ```console session (so that it is replayed)")
+                continue
+            m = DIRECTIVE.match(before)
+            directive = (m.group(1), m.group(2)) if m else None
+            if directive and directive[0] not in ("skip", "args"):
+                problems.append(f"{path.relative_to(ROOT)}:{start}: unknown session directive {directive[0]}")
+            session = Session(path, start, body, directive)
+            if not (directive and directive[0] == "skip"):
+                problems.extend(session.problems)
+            found.append(session)
+    return found, problems
+
+
+def clients_for(server):
+    here = Path(server).parent if os.sep in server else None
+    for name in ("redis-cli", "valkey-cli"):
+        if here and (here / name).exists():
+            return str(here / name)
+    for name in ("redis-cli", "valkey-cli"):
+        if shutil.which(name):
+            return name
+    sys.exit("check-docs: no redis-cli or valkey-cli")
+
+
+class Server:
+    """A server with the module on a free loopback port below the ephemeral
+    range (10000..22767, as testkit picks), known by its PID."""
+
+    def __init__(self, binary, cli, args):
+        self.cli, self.dir = cli, tempfile.mkdtemp(prefix="check-docs-")
+        for _ in range(50):
+            self.port = random.randrange(10000, 22768)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", self.port))
+                except OSError:
+                    continue
+            break
+        argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", self.dir,
+                "--loadmodule", str(MODULE), *args]
+        self.log = open(Path(self.dir) / "server.log", "w")
+        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the server exited: {(Path(self.dir) / 'server.log').read_text()[-2000:]}")
+            pid = self.ask("INFO server")
+            if f"process_id:{self.process.pid}" in pid:
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("the server did not answer within 20 s")
+
+    def ask(self, command):
+        done = subprocess.run([self.cli, "-p", str(self.port), *command.split()],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        return done.stdout
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# A fencing token or another reading of the wall clock in microseconds
+# (16 digits, 1..3 first: until the year 2096); other numbers, such as the
+# bound 9007199254740991, are matched exactly.
+BIG = re.compile(r"(?<!\d)[1-3]\d{15}(?!\d)")
+INTEGER = re.compile(r"\(integer\) (-?\d+)$")
+# The time left of the recovery window in its refusal: a countdown, like pttl.
+COUNTDOWN = re.compile(r"^\(error\) RECOVERING .* for another (\d+) ms")
+# What redis-cli prints after a reply that took long (a WAIT that blocked).
+ELAPSED = re.compile(r"\(\d+\.\d+s\)")
+
+
+def compare(session, step_number, expected, actual, bindings, previous):
+    """Problems of one reply; `bindings` maps the block's big numbers to the
+    run's; `previous` is the expected line before this one (for pttl)."""
+    where = session.where(step_number)
+    if len(expected) != len(actual):
+        return [f"{where}: expected {len(expected)} line(s) of reply, got {len(actual)}:\n"
+                f"    expected: {expected}\n    got:      {actual}"]
+    problems = []
+    for i, (want, got) in enumerate(zip(expected, actual)):
+        before = expected[i - 1] if i else previous
+        if before.rstrip().endswith('"pttl"') and INTEGER.search(want):
+            limit = -(-int(INTEGER.search(want).group(1)) // 1000) * 1000
+            m = INTEGER.search(got)
+            same_frame = want[:INTEGER.search(want).start()] == (got[:m.start()] if m else None)
+            if not (m and same_frame and 0 <= int(m.group(1)) <= limit):
+                problems.append(f"{where}: expected a pttl from 0 to {limit} as `{want}`, got `{got}`")
+            continue
+        if ELAPSED.fullmatch(want):
+            if not ELAPSED.fullmatch(got):
+                problems.append(f"{where}: expected redis-cli's time taken (`{want}`), got `{got}`")
+            continue
+        countdown = COUNTDOWN.search(want)
+        if countdown:
+            limit = -(-int(countdown.group(1)) // 1000) * 1000
+            m = re.fullmatch(re.escape(want[:countdown.start(1)]) + r"(\d+)" + re.escape(want[countdown.end(1):]), got)
+            if not (m and 0 <= int(m.group(1)) <= limit):
+                problems.append(f"{where}: expected `{want}` with a time left from 0 to {limit}, got `{got}`")
+            continue
+        pattern = "".join(f"({BIG.pattern})" if BIG.fullmatch(part) else re.escape(part)
+                          for part in re.split(f"({BIG.pattern})", want))
+        m = re.fullmatch(pattern, got)
+        if not m:
+            problems.append(f"{where}: expected `{want}`, got `{got}`")
+            continue
+        for doc_value, run_value in zip(BIG.findall(want), m.groups()):
+            doc_value, run_value = int(doc_value), int(run_value)
+            if doc_value in bindings and bindings[doc_value] != run_value:
+                problems.append(f"{where}: {doc_value} stands for {bindings[doc_value]} earlier in the "
+                                f"session, but here the reply has {run_value}")
+                continue
+            for other_doc, other_run in bindings.items():
+                if other_doc == doc_value:
+                    continue
+                if (other_doc < doc_value) != (other_run < run_value) or other_run == run_value:
+                    problems.append(f"{where}: {doc_value} and {other_doc} are in that order in the "
+                                    f"block, but the run's values are {run_value} and {other_run}")
+            bindings[doc_value] = run_value
+    return problems
+
+
+def translate(value, bindings, last):
+    """The run's value for a number of the block in a command: the one it
+    stands for, or, for a new one (a time to raise the counter to), the
+    block's value moved by the difference between the run's clock and the
+    block's at the last number bound."""
+    if value in bindings:
+        return bindings[value]
+    if last is None:
+        return value
+    return value + last[1] - last[0]
+
+
+def replay(session, binary, cli):
+    """Runs the session's commands one by one on one redis-cli connection;
+    a number of the block that stands for a value of the run (a token) is
+    sent as that value, so that a later command can use an earlier reply."""
+    args = session.directive[1].split() if session.directive and session.directive[0] == "args" else []
+    server = Server(binary, cli, args)
+    problems, bindings, last = [], {}, None
+    try:
+        child = subprocess.Popen([cli, "-p", str(server.port), "--no-raw"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        try:
+            for n, (number, command, expected) in enumerate(session.steps):
+                sent = BIG.sub(lambda m: str(translate(int(m.group(0)), bindings, last)), command)
+                marker = f"check-docs-marker-{n}"
+                child.stdin.write(f"{sent}\nECHO {marker}\n")
+                child.stdin.flush()
+                actual = []
+                while True:
+                    line = child.stdout.readline()
+                    if not line:
+                        problems.append(f"{session.where(number)}: redis-cli ended before the reply: {actual}")
+                        return problems
+                    line = line.rstrip("\n")
+                    if line == f'"{marker}"':
+                        break
+                    actual.append(line)
+                before = dict(bindings)
+                problems.extend(compare(session, number, expected, actual, bindings, ""))
+                for doc_value, run_value in bindings.items():
+                    if doc_value not in before:
+                        last = (doc_value, run_value)
+        finally:
+            child.stdin.close()
+            child.kill()
+            child.wait()
+    finally:
+        server.stop()
+    return problems
+
+
+def main():
+    argv = sys.argv[1:]
+    links_only = "--links-only" in argv
+    chosen = [Path(a).resolve() for a in argv if not a.startswith("--")]
+    files = chosen or markdown_files()
+    problems = []
+    link_problems, links = check_links(files)
+    problems += link_problems
+    print(f"check-docs: {links} relative links in {len(files)} files, {len(link_problems)} broken")
+    for warning in book_view_warnings():
+        print(f"check-docs: warning: {warning}")
+    if not links_only:
+        rust_problems, rust_blocks = check_rust(files)
+        problems += rust_problems
+        print(f"check-docs: {rust_blocks} rust blocks, each compiled by `cargo test --doc` "
+              f"({len(rust_problems)} problems)")
+        found, session_problems = sessions(files)
+        problems += session_problems
+        binary = os.environ.get("REDIS_LOCK_SERVER", "redis-server")
+        cli = clients_for(binary)
+        if not MODULE.exists():
+            sys.exit(f"check-docs: {MODULE} is missing: cargo build --release -p redis-lock")
+        replayed = skipped = 0
+        for session in found:
+            if session.directive and session.directive[0] == "skip":
+                skipped += 1
+                print(f"check-docs: skipped {session.where(session.start)}: {session.directive[1]}")
+                continue
+            if not session.steps or session.problems:
+                continue
+            found_here = replay(session, binary, cli)
+            problems += found_here
+            replayed += 1
+        steps = sum(len(s.steps) for s in found)
+        print(f"check-docs: {len(found)} redis-cli sessions ({steps} commands): {replayed} replayed on "
+              f"{subprocess.run([binary, '--version'], capture_output=True, text=True).stdout.strip()}, "
+              f"{skipped} skipped")
+    for problem in problems:
+        print(f"check-docs: {problem}")
+    print(f"check-docs: {'FAILED, ' + str(len(problems)) + ' problem(s)' if problems else 'ok'}")
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
