@@ -367,7 +367,7 @@ impl Injector {
                 Planned::Skew {
                     candidates: all,
                     skews,
-                    duration: ms(rng, 500, 3_000),
+                    duration: ms(rng, crate::plan::SKEW_MIN_MS, 3_000),
                 }
             }
             FaultKind::ClientSlowLink => {

@@ -294,10 +294,18 @@ impl Summary {
                 short.push(format!("{} never injected", kind.name()));
             }
         }
-        let node_faults = self
-            .phases
-            .iter()
-            .any(|p| p.fault_kinds.iter().any(|k| k.can_undo_grants(true)));
+        // Only where a fault of the plan can undo a grant on the phase's
+        // own nodes: a restart of a node that cannot forget (`AOF always`,
+        // no clock set back) threatens no hold, so a run of such nodes
+        // (a single-mechanism control with persistence put back) has
+        // nothing for this floor to count.
+        let node_faults = self.phases.iter().any(|p| {
+            p.fault_kinds.iter().any(|k| {
+                p.nodes
+                    .iter()
+                    .any(|n| k.can_undo_grants(n.restart_can_cost_leases()))
+            })
+        });
         if node_faults && total.exposure.threatened == 0 {
             short.push(
                 "no validity window had a fault that can undo a grant on a granting node"
@@ -632,7 +640,11 @@ mod tests {
             resources: String::new(),
             phases: vec![PhaseSummary {
                 name: "p".into(),
-                nodes: Vec::new(),
+                nodes: vec![crate::plan::NodeProfile {
+                    persistence: crate::plan::Persistence::None,
+                    recovery_ms: 0,
+                    offsets_ms: 0..=0,
+                }],
                 ttl_ms: (1, 2),
                 seconds: 1.0,
                 clients,
@@ -737,5 +749,29 @@ mod tests {
         let mut run = summary(Mix::Safe, busy().0, 0);
         run.interrupted = true;
         assert!(!run.passed());
+    }
+
+    /// The floor on windows threatened by a fault applies where a fault can
+    /// undo a grant on the phase's nodes: restarts of nodes that cannot
+    /// forget (`AOF always`, no clock set back) threaten nothing, and a run
+    /// of such nodes is not held to it; a lease-clock fault threatens any.
+    #[test]
+    fn the_exposure_floor_counts_only_faults_that_can_undo_on_these_nodes() {
+        let unthreatened = |persistence, kinds: Vec<FaultKind>| {
+            let mut run = summary(Mix::Safe, busy().0, 0);
+            run.phases[0].nodes[0].persistence = persistence;
+            run.phases[0].fault_kinds = kinds;
+            run.phases[0].exposure.threatened = 0;
+            run.to_string()
+                .contains("no validity window had a fault that can undo a grant")
+        };
+        let kills = || vec![FaultKind::Kill9Restart];
+        assert!(unthreatened(crate::plan::Persistence::None, kills()));
+        assert!(unthreatened(crate::plan::Persistence::AofEverysec, kills()));
+        assert!(!unthreatened(crate::plan::Persistence::AofAlways, kills()));
+        assert!(unthreatened(
+            crate::plan::Persistence::AofAlways,
+            vec![FaultKind::Kill9Restart, FaultKind::LeaseClockSkew]
+        ));
     }
 }

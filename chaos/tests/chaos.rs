@@ -375,3 +375,23 @@ async fn a_client_without_a_drift_allowance_reports_violations() {
     )
     .await;
 }
+
+/// The single-node phase (the client waits on the server) without
+/// persistence, and with `appendfsync always`: the node's persistence is
+/// what keeps its waiters from being granted a lock still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_single_node_without_persistence_reports_violations() {
+    let (summary, _) = pair(
+        Duration::from_secs(12),
+        Mix::SingleNodeForgets,
+        FaultKind::Kill9Restart,
+    )
+    .await;
+    assert!(
+        summary
+            .phases
+            .iter()
+            .any(|p| p.server_wait_grants.is_some()),
+        "not the single-node phase:\n{summary}"
+    );
+}
