@@ -7,7 +7,9 @@ of scripts/test-matrix.py, on the first server of the matrix).
 What it checks, in README.md, ARCHITECTURE.md, BENCHMARKS.md, the
 packages' READMEs and every page of the book (docs/src/):
 
-1. Links. Every relative link names a file or folder that exists, and its
+1. Links. Every relative link (inline, also when its text runs over a line
+   break, an image, or a reference definition `[name]: target`) names a
+   file or folder that exists, and its
    `#anchor` a heading of the target (the slug GitHub and mdBook both
    make: lower case, punctuation dropped, spaces to `-`, `-1` for a
    repeat). A page of the book links only inside the book (docs/src/),
@@ -33,8 +35,12 @@ packages' READMEs and every page of the book (docs/src/):
    prints after a slow reply (`(1.00s)`). A comment line just before
    the block, `<!-- session: args debug yes -->`, gives the module's load
    arguments; `<!-- session: skip REASON -->` skips it (counted and
-   printed). A block of another kind that shows the prompt is an error, so
-   no session escapes the check.
+   printed). A block of another kind that shows the prompt or redis-cli's
+   reply forms (`(integer)`, `(error)`, `(nil)`) is an error, and so is a
+   ```console block with no command, so no session escapes the check; a
+   block indented in a list item is read without its indentation. A
+   command that does not reply within STEP_TIMEOUT seconds fails the check
+   (a `WAIT 0` that nothing ends would otherwise hang `make test`).
 
 3. Rust code. Every ```rust block is `rust` or `rust,no_run` (never
    `ignore`), and every file with one is compiled as doc tests by
@@ -52,6 +58,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import random
 from pathlib import Path
@@ -66,6 +73,11 @@ FENCE = re.compile(r"^(\s*)(```+|~~~+)(.*)$")
 LINK = re.compile(r"(?<!\!)\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 INCLUDE = re.compile(r"\{\{#include\s+([^}\s]+)\s*\}\}")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+REFDEF = re.compile(r"^ {0,3}\[[^\]]+\]:[ \t]*<?([^\s>]+)>?", re.M)
+# An inline code span, which may run over a line break (not a blank line).
+CODE_SPAN = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")
+# What redis-cli prints for a reply: a block showing it is a session.
+REPLY_FORM = re.compile(r"^\s*(\d+\)\s+)*\((integer|error|nil)\)")
 DIRECTIVE = re.compile(r"^<!--\s*session:\s*(\w+)\s*(.*?)\s*-->$")
 
 
@@ -94,12 +106,16 @@ def blocks(text):
             outside.append(lines[i])
             i += 1
             continue
-        fence, info = m.group(2), m.group(3).strip()
+        indent, fence, info = len(m.group(1)), m.group(2), m.group(3).strip()
         before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         body, start = [], i + 1
         i += 1
         while i < len(lines) and not lines[i].strip().startswith(fence):
-            body.append(lines[i])
+            # A block indented in a list item: its lines without that
+            # indentation (as Markdown reads them).
+            line = lines[i]
+            cut = len(line) - len(line.lstrip(" "))
+            body.append(line[min(indent, cut):])
             i += 1
         found.append((start, info, body, before))
         outside.extend([None] * (len(body) + 2))
@@ -120,6 +136,22 @@ def expand(path, seen=()):
         return expand(target, seen + (path,)) if target.exists() else m.group(0)
 
     return INCLUDE.sub(put, text)
+
+
+def link_targets(outside):
+    """(line number, target) of every link in the text outside code blocks
+    (`outside` as blocks() gives it): inline links and images, also when
+    the link's text runs over a line break, and reference definitions
+    (`[name]: target`). Code spans are left out."""
+    prose = "\n".join("" if line is None else line for line in outside)
+    prose = CODE_SPAN.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), prose)
+    found = []
+    for m in LINK.finditer(prose):
+        group = 2 if m.group(2) else 3
+        found.append((prose.count("\n", 0, m.start(group)) + 1, m.group(group)))
+    for m in REFDEF.finditer(prose):
+        found.append((prose.count("\n", 0, m.start(1)) + 1, m.group(1)))
+    return sorted(found)
 
 
 def slug(heading):
@@ -151,33 +183,28 @@ def check_links(files):
     for path in files:
         text = path.read_text(encoding="utf-8")
         _, outside = blocks(text)
-        for number, line in enumerate(outside, 1):
-            if line is None:
+        for number, target in link_targets(outside):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue  # a URL (https:, mailto:)
+            count += 1
+            where = f"{path.relative_to(ROOT)}:{number}"
+            file_part, _, anchor = target.partition("#")
+            goal = (path.parent / file_part).resolve() if file_part else path
+            if not goal.exists():
+                problems.append(f"{where}: link to {target}: no such file")
                 continue
-            line = re.sub(r"`[^`]*`", "", line)
-            for m in LINK.finditer(line):
-                target = m.group(2) or m.group(3)
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
-                    continue  # a URL (https:, mailto:)
-                count += 1
-                where = f"{path.relative_to(ROOT)}:{number}"
-                file_part, _, anchor = target.partition("#")
-                goal = (path.parent / file_part).resolve() if file_part else path
-                if not goal.exists():
-                    problems.append(f"{where}: link to {target}: no such file")
+            in_book = BOOK in path.parents
+            if in_book and BOOK != goal and BOOK not in goal.parents:
+                problems.append(f"{where}: link to {target} leaves the book (docs/src/)")
+                continue
+            if anchor:
+                if goal.suffix != ".md" or goal.is_dir():
+                    problems.append(f"{where}: link to {target}: an anchor into a file that is not Markdown")
                     continue
-                in_book = BOOK in path.parents
-                if in_book and BOOK != goal and BOOK not in goal.parents:
-                    problems.append(f"{where}: link to {target} leaves the book (docs/src/)")
-                    continue
-                if anchor:
-                    if goal.suffix != ".md" or goal.is_dir():
-                        problems.append(f"{where}: link to {target}: an anchor into a file that is not Markdown")
-                        continue
-                    if goal not in cache:
-                        cache[goal] = anchors(goal)
-                    if anchor not in cache[goal]:
-                        problems.append(f"{where}: link to {target}: {goal.relative_to(ROOT)} has no heading #{anchor}")
+                if goal not in cache:
+                    cache[goal] = anchors(goal)
+                if anchor not in cache[goal]:
+                    problems.append(f"{where}: link to {target}: {goal.relative_to(ROOT)} has no heading #{anchor}")
     summary = BOOK / "SUMMARY.md"
     if summary.exists() and any(BOOK in f.parents for f in files):
         listed = {(BOOK / m.group(2)).resolve() for m in LINK.finditer(summary.read_text(encoding="utf-8"))
@@ -199,18 +226,14 @@ def book_view_warnings():
         if not INCLUDE.search(own):
             continue
         _, outside = blocks(expand(page))
-        for line in outside:
-            if line is None:
+        for _number, target in link_targets(outside):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
                 continue
-            for m in LINK.finditer(re.sub(r"`[^`]*`", "", line)):
-                target = m.group(2) or m.group(3)
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-                    continue
-                if re.fullmatch(r"bench/[\w.-]+\.svg", target):
-                    continue  # BENCHMARKS.md's charts: `make docs` copies them beside the book
-                goal = (page.parent / target.partition("#")[0]).resolve()
-                if not goal.exists() or BOOK not in goal.parents:
-                    warnings.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
+            if re.fullmatch(r"bench/[\w.-]+\.svg", target):
+                continue  # BENCHMARKS.md's charts: `make docs` copies them beside the book
+            goal = (page.parent / target.partition("#")[0]).resolve()
+            if not goal.exists() or BOOK not in goal.parents:
+                warnings.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
     return warnings
 
 
@@ -275,10 +298,12 @@ def sessions(files):
     found, problems = [], []
     for path in files:
         for start, info, body, before in blocks(path.read_text(encoding="utf-8"))[0]:
-            shows_prompt = any(line.startswith(PROMPT) for line in body)
+            shows_prompt = any(line.lstrip().startswith(PROMPT.rstrip()) for line in body)
+            shows_reply = any(REPLY_FORM.match(line) for line in body)
             if info != "console":
-                if shows_prompt:
-                    problems.append(f"{path.relative_to(ROOT)}:{start}: a block showing `{PROMPT}` "
+                if shows_prompt or shows_reply:
+                    problems.append(f"{path.relative_to(ROOT)}:{start}: a block showing "
+                                    f"{'`' + PROMPT + '`' if shows_prompt else 'redis-cli replies'} "
                                     "must be a ```console session (so that it is replayed)")
                 continue
             m = DIRECTIVE.match(before)
@@ -288,6 +313,9 @@ def sessions(files):
             session = Session(path, start, body, directive)
             if not (directive and directive[0] == "skip"):
                 problems.extend(session.problems)
+                if not session.steps and not session.problems:
+                    problems.append(f"{path.relative_to(ROOT)}:{start}: a ```console block with no "
+                                    f"command (`{PROMPT}...`): nothing to replay")
             found.append(session)
     return found, problems
 
@@ -357,6 +385,9 @@ BIG = re.compile(r"(?<!\d)[1-3]\d{15}(?!\d)")
 INTEGER = re.compile(r"\(integer\) (-?\d+)$")
 # The time left of the recovery window in its refusal: a countdown, like pttl.
 COUNTDOWN = re.compile(r"^\(error\) RECOVERING .* for another (\d+) ms")
+# The longest a documented command may take to reply (a WAIT that blocks
+# for a few seconds is fine; one that never returns must not hang the check).
+STEP_TIMEOUT = 60
 # What redis-cli prints after a reply that took long (a WAIT that blocked).
 ELAPSED = re.compile(r"\(\d+\.\d+s\)")
 
@@ -440,13 +471,19 @@ def replay(session, binary, cli):
                 child.stdin.write(f"{sent}\nECHO {marker}\n")
                 child.stdin.flush()
                 actual = []
+                timed_out = threading.Event()
+                timer = threading.Timer(STEP_TIMEOUT, lambda: (timed_out.set(), child.kill()))
+                timer.start()
                 while True:
                     line = child.stdout.readline()
                     if not line:
-                        problems.append(f"{session.where(number)}: redis-cli ended before the reply: {actual}")
+                        timer.cancel()
+                        why = f"no reply within {STEP_TIMEOUT} s" if timed_out.is_set() else "redis-cli ended before the reply"
+                        problems.append(f"{session.where(number)}: {why}: {actual}")
                         return problems
                     line = line.rstrip("\n")
                     if line == f'"{marker}"':
+                        timer.cancel()
                         break
                     actual.append(line)
                 before = dict(bindings)
