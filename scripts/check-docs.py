@@ -29,9 +29,9 @@ packages' READMEs and every page of the book (docs/src/):
    are (a) fencing tokens and other readings of the wall clock in
    microseconds (16 digits, the first 1 to 3): each number in the block stands for one value of the run, the
    same number for the same value, and their order must be the block's
-   order; (b) the integer right after a `"pttl"` field: any value from 0 to
-   the block's, rounded up to the next thousand, and so the time left in a
-   `RECOVERING` refusal; (c) the time redis-cli
+   order; (b) the integer right after a `"pttl"` field: any value from the
+   block's less TIME_SLACK (10 s) to the block's rounded up to the next
+   thousand, and so the time left in a `RECOVERING` refusal; (c) the time redis-cli
    prints after a slow reply (`(1.00s)`). A comment line just before
    the block, `<!-- session: args debug yes -->`, gives the module's load
    arguments; `<!-- session: skip REASON -->` skips it (counted and
@@ -383,6 +383,10 @@ class Server:
 # bound 9007199254740991, are matched exactly.
 BIG = re.compile(r"(?<!\d)[1-3]\d{15}(?!\d)")
 INTEGER = re.compile(r"\(integer\) (-?\d+)$")
+# A pttl (or the recovery window's time left) may be this many ms below the
+# block's value (the run took longer than the block's), no more: a reply in
+# other units, or a lease that ended early, must not pass.
+TIME_SLACK = 10000
 # The time left of the recovery window in its refusal: a countdown, like pttl.
 COUNTDOWN = re.compile(r"^\(error\) RECOVERING .* for another (\d+) ms")
 # The longest a documented command may take to reply (a WAIT that blocks
@@ -403,11 +407,12 @@ def compare(session, step_number, expected, actual, bindings, previous):
     for i, (want, got) in enumerate(zip(expected, actual)):
         before = expected[i - 1] if i else previous
         if before.rstrip().endswith('"pttl"') and INTEGER.search(want):
-            limit = -(-int(INTEGER.search(want).group(1)) // 1000) * 1000
+            shown = int(INTEGER.search(want).group(1))
+            low, limit = max(0, shown - TIME_SLACK), -(-shown // 1000) * 1000
             m = INTEGER.search(got)
             same_frame = want[:INTEGER.search(want).start()] == (got[:m.start()] if m else None)
-            if not (m and same_frame and 0 <= int(m.group(1)) <= limit):
-                problems.append(f"{where}: expected a pttl from 0 to {limit} as `{want}`, got `{got}`")
+            if not (m and same_frame and low <= int(m.group(1)) <= limit):
+                problems.append(f"{where}: expected a pttl from {low} to {limit} as `{want}`, got `{got}`")
             continue
         if ELAPSED.fullmatch(want):
             if not ELAPSED.fullmatch(got):
@@ -415,10 +420,11 @@ def compare(session, step_number, expected, actual, bindings, previous):
             continue
         countdown = COUNTDOWN.search(want)
         if countdown:
-            limit = -(-int(countdown.group(1)) // 1000) * 1000
+            shown = int(countdown.group(1))
+            low, limit = max(0, shown - TIME_SLACK), -(-shown // 1000) * 1000
             m = re.fullmatch(re.escape(want[:countdown.start(1)]) + r"(\d+)" + re.escape(want[countdown.end(1):]), got)
-            if not (m and 0 <= int(m.group(1)) <= limit):
-                problems.append(f"{where}: expected `{want}` with a time left from 0 to {limit}, got `{got}`")
+            if not (m and low <= int(m.group(1)) <= limit):
+                problems.append(f"{where}: expected `{want}` with a time left from {low} to {limit}, got `{got}`")
             continue
         pattern = "".join(f"({BIG.pattern})" if BIG.fullmatch(part) else re.escape(part)
                           for part in re.split(f"({BIG.pattern})", want))
