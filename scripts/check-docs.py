@@ -14,7 +14,9 @@ packages' READMEs and every page of the book (docs/src/):
    make: lower case, punctuation dropped, spaces to `-`, `-1` for a
    repeat). A page of the book links only inside the book (docs/src/),
    since the book is built from that folder alone; pages that
-   `{{#include}}` a file have that file's headings. Every page of docs/src/
+   `{{#include}}` a file have that file's headings, and every relative
+   link the included file brings must resolve inside the book too (mdBook
+   does not rewrite it). Every page of docs/src/
    is listed in its SUMMARY.md (or it would be left out of the book).
 
 2. redis-cli sessions. A session is a fenced block whose info string is
@@ -215,11 +217,12 @@ def check_links(files):
     return problems, count
 
 
-def book_view_warnings():
+def book_view_problems():
     """Links that an included file (a package's README, ARCHITECTURE.md)
     brings into the book and that do not resolve there: the file's own
-    place is checked above; in the book they point outside it. Printed,
-    not failed: such a file is written for its own folder."""
+    place is checked above, but mdBook does not rewrite an included link,
+    so in the book it points outside it (a dead link in the built book).
+    Such a file names other places in the repository as text."""
     warnings = []
     for page in sorted(BOOK.rglob("*.md")):
         own = page.read_text(encoding="utf-8")
@@ -515,8 +518,8 @@ def main():
     link_problems, links = check_links(files)
     problems += link_problems
     print(f"check-docs: {links} relative links in {len(files)} files, {len(link_problems)} broken")
-    for warning in book_view_warnings():
-        print(f"check-docs: warning: {warning}")
+    book_problems = book_view_problems()
+    problems += book_problems
     if not links_only:
         rust_problems, rust_blocks = check_rust(files)
         problems += rust_problems
