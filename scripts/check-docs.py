@@ -5,7 +5,8 @@ of scripts/test-matrix.py, on the first server of the matrix).
     scripts/check-docs.py [--links-only] [FILE.md ...]
 
 What it checks, in README.md, ARCHITECTURE.md, BENCHMARKS.md, the
-packages' READMEs and every page of the book (docs/src/):
+packages' READMEs, every page of the book (docs/src/) and every other
+Markdown file git tracks:
 
 1. Links. Every relative link (inline, also when its text runs over a line
    break, an image, or a reference definition `[name]: target`) names a
@@ -92,6 +93,14 @@ def markdown_files():
         if readme.exists():
             files.append(readme)
     files.extend(sorted(BOOK.rglob("*.md")))
+    # And every other Markdown file of the repository (bench/analysis.md,
+    # tests/fixtures/README.md, a suite's README added later), so that a
+    # session or a link in one is not left out by omission.
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--", "*.md"],
+                            capture_output=True, text=True)
+    if listed.returncode == 0:
+        files.extend(sorted(ROOT / name for name in listed.stdout.split("\0")
+                            if name and ROOT / name not in files))
     return [f for f in files if f.exists()]
 
 
@@ -260,6 +269,11 @@ def check_rust(files):
                                 "string (```sh, ```text, ```console, ```rust, ...)")
         for start, info, _body, _before in blocks(path.read_text(encoding="utf-8"))[0]:
             words = [w.strip() for w in info.split(",")]
+            if words and words[0] != "rust" and (words[0].lower() in ("rs", "rust")
+                                                 or words[0] in ("no_run", "ignore", "should_panic", "compile_fail")):
+                problems.append(f"{path.relative_to(ROOT)}:{start}: write ```rust (or ```rust,no_run), "
+                                f"not ```{info}: only those are checked here as doc tests")
+                continue
             if not words or words[0] != "rust":
                 continue
             count += 1
