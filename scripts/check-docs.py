@@ -45,7 +45,12 @@ Markdown file git tracks:
    command that does not reply within STEP_TIMEOUT seconds fails the check
    (a `WAIT 0` that nothing ends would otherwise hang `make test`).
 
-3. Rust code. Every ```rust block is `rust` or `rust,no_run` (never
+3. The reference against the server (when no FILE is named): every field
+   `INFO lock` reports is named in the monitoring section of
+   docs/src/operations.md and every `lock_*` name there is a field; every
+   command the module registers is named in docs/src/commands.md.
+
+4. Rust code. Every ```rust block is `rust` or `rust,no_run` (never
    `ignore`), and every file with one is compiled as doc tests by
    `cargo test --doc` (`client/src/lib.rs` includes it with
    `include_str!` under `cfg(doctest)`); this script checks that the file
@@ -523,6 +528,52 @@ def replay(session, binary, cli):
     return problems
 
 
+MONITORING = (BOOK / "operations.md", "## Monitoring with `INFO lock`")
+COMMANDS_PAGE = BOOK / "commands.md"
+
+
+def check_reference(binary, cli):
+    """What the server reports, against the reference pages: every field
+    of `INFO lock` is named in the monitoring section and every `lock_*`
+    name there is a field; every command the module registers is named in
+    the commands page. A field or command added, renamed or removed
+    without its documentation fails."""
+    problems = []
+    page, heading = MONITORING
+    lines = page.read_text(encoding="utf-8").split("\n")
+    if heading not in lines:
+        return [f"{page.relative_to(ROOT)}: no heading `{heading}` (the INFO lock fields' list)"], 0, 0
+    section = []
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("## "):
+            break
+        section.append(line)
+    documented = set(re.findall(r"\block_[a-z0-9_]+\b", "\n".join(section)))
+    commands_text = COMMANDS_PAGE.read_text(encoding="utf-8")
+    server = Server(binary, cli, [])
+    try:
+        info = server.ask("INFO lock")
+        listed = server.ask("COMMAND LIST FILTERBY MODULE lock")
+    finally:
+        server.stop()
+    fields = set(re.findall(r"^(lock_[a-z0-9_]+):", info, re.M))
+    where = f"{page.relative_to(ROOT)}:{lines.index(heading) + 1}"
+    if not fields:
+        problems.append(f"{where}: INFO lock reported no fields: {info[:200]!r}")
+    for name in sorted(fields - documented):
+        problems.append(f"{where}: INFO lock reports {name}, which the section does not name")
+    for name in sorted(documented - fields):
+        problems.append(f"{where}: the section names {name}, which INFO lock does not report")
+    commands = set(listed.split())
+    if not commands:
+        problems.append(f"{COMMANDS_PAGE.relative_to(ROOT)}: the module registered no commands: {listed[:200]!r}")
+    for name in sorted(commands):
+        if not re.search(rf"(?<![\w.]){re.escape(name.upper())}(?![\w.])", commands_text):
+            problems.append(f"{COMMANDS_PAGE.relative_to(ROOT)}: the module has {name.upper()}, "
+                            "which the page does not name")
+    return problems, len(fields), len(commands)
+
+
 def main():
     argv = sys.argv[1:]
     links_only = "--links-only" in argv
@@ -556,6 +607,11 @@ def main():
             found_here = replay(session, binary, cli)
             problems += found_here
             replayed += 1
+        if not chosen:
+            reference, field_count, command_count = check_reference(binary, cli)
+            print(f"check-docs: {field_count} INFO lock fields and {command_count} module commands, "
+                  f"each in the reference pages ({len(reference)} problems)")
+            problems += reference
         steps = sum(len(s.steps) for s in found)
         print(f"check-docs: {len(found)} redis-cli sessions ({steps} commands): {replayed} replayed on "
               f"{subprocess.run([binary, '--version'], capture_output=True, text=True).stdout.strip()}, "
