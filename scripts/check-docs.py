@@ -48,7 +48,9 @@ Markdown file git tracks:
 3. The reference against the server (when no FILE is named): every field
    `INFO lock` reports is named in the monitoring section of
    docs/src/operations.md and every `lock_*` name there is a field; every
-   command the module registers is named in docs/src/commands.md.
+   command the module registers is named in docs/src/commands.md; every
+   error of that page's tables is a replayed session's reply or, less its
+   numbers and placeholders, text of the module's source.
 
 4. Rust code. Every ```rust block is `rust` or `rust,no_run` (never
    `ignore`), and every file with one is compiled as doc tests by
@@ -532,6 +534,38 @@ MONITORING = (BOOK / "operations.md", "## Monitoring with `INFO lock`")
 COMMANDS_PAGE = BOOK / "commands.md"
 
 
+def check_error_tables(found):
+    """Every error of the Commands page's tables (a row starting with a
+    code span such as `ERR ...`, `RECOVERING ...`) is either the reply of a
+    replayed session, or its text (less the numbers and the N/n/m
+    placeholders) is in the module's source (core/src, src): an error
+    reworded in the code, and not replayed (the waiters' errors,
+    exhaustion, TRYAGAIN), must not keep its old text here."""
+    problems = []
+    source = "".join(p.read_text(encoding="utf-8") for d in ("core/src", "src")
+                     for p in sorted((ROOT / d).rglob("*.rs")))
+    source = re.sub(r"\\\n\s*", "", source)  # a string literal continued over lines
+    replies = {line[len("(error) "):] for session in found
+               if not (session.directive and session.directive[0] == "skip")
+               for _n, _c, expected in session.steps for line in expected if line.startswith("(error) ")}
+    text = COMMANDS_PAGE.read_text(encoding="utf-8")
+    rows = 0
+    for number, line in enumerate(text.split("\n"), 1):
+        m = re.match(r"^\| `([A-Z]+ [^`]*)`", line)
+        if not m:
+            continue
+        rows += 1
+        error = m.group(1)
+        if error in replies:
+            continue
+        fragments = [f.strip() for f in re.split(r"\b(?:\d+|N|n|m)\b|…|<[^>]+>|\(none\)", error)]
+        missing = [f for f in fragments if len(f) >= 8 and f not in source]
+        if missing:
+            problems.append(f"{COMMANDS_PAGE.relative_to(ROOT)}:{number}: the error `{error}` is neither a "
+                            f"replayed reply nor in the module's source (not found: {missing})")
+    return problems, rows
+
+
 def check_reference(binary, cli):
     """What the server reports, against the reference pages: every field
     of `INFO lock` is named in the monitoring section and every `lock_*`
@@ -608,6 +642,10 @@ def main():
             problems += found_here
             replayed += 1
         if not chosen:
+            table_problems, rows = check_error_tables(found)
+            print(f"check-docs: {rows} errors in the Commands page's tables, each replayed or in the "
+                  f"module's source ({len(table_problems)} problems)")
+            problems += table_problems
             reference, field_count, command_count = check_reference(binary, cli)
             print(f"check-docs: {field_count} INFO lock fields and {command_count} module commands, "
                   f"each in the reference pages ({len(reference)} problems)")
