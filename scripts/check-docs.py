@@ -239,7 +239,7 @@ def book_view_problems():
     place is checked above, but mdBook does not rewrite an included link,
     so in the book it points outside it (a dead link in the built book).
     Such a file names other places in the repository as text."""
-    warnings = []
+    problems = []
     for page in sorted(BOOK.rglob("*.md")):
         own = page.read_text(encoding="utf-8")
         if not INCLUDE.search(own):
@@ -252,8 +252,8 @@ def book_view_problems():
                 continue  # BENCHMARKS.md's charts: `make docs` copies them beside the book
             goal = (page.parent / target.partition("#")[0]).resolve()
             if not goal.exists() or BOOK not in goal.parents:
-                warnings.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
-    return warnings
+                problems.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
+    return problems
 
 
 def doctest_files():
