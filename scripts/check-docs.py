@@ -5,14 +5,19 @@ of scripts/test-matrix.py, on the first server of the matrix).
     scripts/check-docs.py [--links-only] [FILE.md ...]
 
 What it checks, in README.md, ARCHITECTURE.md, BENCHMARKS.md, the
-packages' READMEs and every page of the book (docs/src/):
+packages' READMEs, every page of the book (docs/src/) and every other
+Markdown file git tracks:
 
-1. Links. Every relative link names a file or folder that exists, and its
+1. Links. Every relative link (inline, also when its text runs over a line
+   break, an image, or a reference definition `[name]: target`) names a
+   file or folder that exists, and its
    `#anchor` a heading of the target (the slug GitHub and mdBook both
    make: lower case, punctuation dropped, spaces to `-`, `-1` for a
    repeat). A page of the book links only inside the book (docs/src/),
    since the book is built from that folder alone; pages that
-   `{{#include}}` a file have that file's headings. Every page of docs/src/
+   `{{#include}}` a file have that file's headings, and every relative
+   link the included file brings must resolve inside the book too (mdBook
+   does not rewrite it). Every page of docs/src/
    is listed in its SUMMARY.md (or it would be left out of the book).
 
 2. redis-cli sessions. A session is a fenced block whose info string is
@@ -27,16 +32,27 @@ packages' READMEs and every page of the book (docs/src/):
    are (a) fencing tokens and other readings of the wall clock in
    microseconds (16 digits, the first 1 to 3): each number in the block stands for one value of the run, the
    same number for the same value, and their order must be the block's
-   order; (b) the integer right after a `"pttl"` field: any value from 0 to
-   the block's, rounded up to the next thousand, and so the time left in a
-   `RECOVERING` refusal; (c) the time redis-cli
+   order; (b) the integer right after a `"pttl"` field: any value from the
+   block's less TIME_SLACK (10 s) to the block's rounded up to the next
+   thousand, and so the time left in a `RECOVERING` refusal; (c) the time redis-cli
    prints after a slow reply (`(1.00s)`). A comment line just before
    the block, `<!-- session: args debug yes -->`, gives the module's load
    arguments; `<!-- session: skip REASON -->` skips it (counted and
-   printed). A block of another kind that shows the prompt is an error, so
-   no session escapes the check.
+   printed). A block of another kind that shows the prompt or redis-cli's
+   reply forms (`(integer)`, `(error)`, `(nil)`) is an error, and so is a
+   ```console block with no command, so no session escapes the check; a
+   block indented in a list item is read without its indentation. A
+   command that does not reply within STEP_TIMEOUT seconds fails the check
+   (a `WAIT 0` that nothing ends would otherwise hang `make test`).
 
-3. Rust code. Every ```rust block is `rust` or `rust,no_run` (never
+3. The reference against the server (when no FILE is named): every field
+   `INFO lock` reports is named in the monitoring section of
+   docs/src/operations.md and every `lock_*` name there is a field; every
+   command the module registers is named in docs/src/commands.md; every
+   error of that page's tables is a replayed session's reply or, less its
+   numbers and placeholders, text of the module's source.
+
+4. Rust code. Every ```rust block is `rust` or `rust,no_run` (never
    `ignore`), and every file with one is compiled as doc tests by
    `cargo test --doc` (`client/src/lib.rs` includes it with
    `include_str!` under `cfg(doctest)`); this script checks that the file
@@ -52,6 +68,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import random
 from pathlib import Path
@@ -66,6 +83,11 @@ FENCE = re.compile(r"^(\s*)(```+|~~~+)(.*)$")
 LINK = re.compile(r"(?<!\!)\[([^\]]*)\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 INCLUDE = re.compile(r"\{\{#include\s+([^}\s]+)\s*\}\}")
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+REFDEF = re.compile(r"^ {0,3}\[[^\]]+\]:[ \t]*<?([^\s>]+)>?", re.M)
+# An inline code span, which may run over a line break (not a blank line).
+CODE_SPAN = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")
+# What redis-cli prints for a reply: a block showing it is a session.
+REPLY_FORM = re.compile(r"^\s*(\d+\)\s+)*\((integer|error|nil)\)")
 DIRECTIVE = re.compile(r"^<!--\s*session:\s*(\w+)\s*(.*?)\s*-->$")
 
 
@@ -78,6 +100,14 @@ def markdown_files():
         if readme.exists():
             files.append(readme)
     files.extend(sorted(BOOK.rglob("*.md")))
+    # And every other Markdown file of the repository (bench/analysis.md,
+    # tests/fixtures/README.md, a suite's README added later), so that a
+    # session or a link in one is not left out by omission.
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--", "*.md"],
+                            capture_output=True, text=True)
+    if listed.returncode == 0:
+        files.extend(sorted(ROOT / name for name in listed.stdout.split("\0")
+                            if name and ROOT / name not in files))
     return [f for f in files if f.exists()]
 
 
@@ -94,12 +124,16 @@ def blocks(text):
             outside.append(lines[i])
             i += 1
             continue
-        fence, info = m.group(2), m.group(3).strip()
+        indent, fence, info = len(m.group(1)), m.group(2), m.group(3).strip()
         before = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         body, start = [], i + 1
         i += 1
         while i < len(lines) and not lines[i].strip().startswith(fence):
-            body.append(lines[i])
+            # A block indented in a list item: its lines without that
+            # indentation (as Markdown reads them).
+            line = lines[i]
+            cut = len(line) - len(line.lstrip(" "))
+            body.append(line[min(indent, cut):])
             i += 1
         found.append((start, info, body, before))
         outside.extend([None] * (len(body) + 2))
@@ -120,6 +154,22 @@ def expand(path, seen=()):
         return expand(target, seen + (path,)) if target.exists() else m.group(0)
 
     return INCLUDE.sub(put, text)
+
+
+def link_targets(outside):
+    """(line number, target) of every link in the text outside code blocks
+    (`outside` as blocks() gives it): inline links and images, also when
+    the link's text runs over a line break, and reference definitions
+    (`[name]: target`). Code spans are left out."""
+    prose = "\n".join("" if line is None else line for line in outside)
+    prose = CODE_SPAN.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), prose)
+    found = []
+    for m in LINK.finditer(prose):
+        group = 2 if m.group(2) else 3
+        found.append((prose.count("\n", 0, m.start(group)) + 1, m.group(group)))
+    for m in REFDEF.finditer(prose):
+        found.append((prose.count("\n", 0, m.start(1)) + 1, m.group(1)))
+    return sorted(found)
 
 
 def slug(heading):
@@ -151,33 +201,28 @@ def check_links(files):
     for path in files:
         text = path.read_text(encoding="utf-8")
         _, outside = blocks(text)
-        for number, line in enumerate(outside, 1):
-            if line is None:
+        for number, target in link_targets(outside):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                continue  # a URL (https:, mailto:)
+            count += 1
+            where = f"{path.relative_to(ROOT)}:{number}"
+            file_part, _, anchor = target.partition("#")
+            goal = (path.parent / file_part).resolve() if file_part else path
+            if not goal.exists():
+                problems.append(f"{where}: link to {target}: no such file")
                 continue
-            line = re.sub(r"`[^`]*`", "", line)
-            for m in LINK.finditer(line):
-                target = m.group(2) or m.group(3)
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
-                    continue  # a URL (https:, mailto:)
-                count += 1
-                where = f"{path.relative_to(ROOT)}:{number}"
-                file_part, _, anchor = target.partition("#")
-                goal = (path.parent / file_part).resolve() if file_part else path
-                if not goal.exists():
-                    problems.append(f"{where}: link to {target}: no such file")
+            in_book = BOOK in path.parents
+            if in_book and BOOK != goal and BOOK not in goal.parents:
+                problems.append(f"{where}: link to {target} leaves the book (docs/src/)")
+                continue
+            if anchor:
+                if goal.suffix != ".md" or goal.is_dir():
+                    problems.append(f"{where}: link to {target}: an anchor into a file that is not Markdown")
                     continue
-                in_book = BOOK in path.parents
-                if in_book and BOOK != goal and BOOK not in goal.parents:
-                    problems.append(f"{where}: link to {target} leaves the book (docs/src/)")
-                    continue
-                if anchor:
-                    if goal.suffix != ".md" or goal.is_dir():
-                        problems.append(f"{where}: link to {target}: an anchor into a file that is not Markdown")
-                        continue
-                    if goal not in cache:
-                        cache[goal] = anchors(goal)
-                    if anchor not in cache[goal]:
-                        problems.append(f"{where}: link to {target}: {goal.relative_to(ROOT)} has no heading #{anchor}")
+                if goal not in cache:
+                    cache[goal] = anchors(goal)
+                if anchor not in cache[goal]:
+                    problems.append(f"{where}: link to {target}: {goal.relative_to(ROOT)} has no heading #{anchor}")
     summary = BOOK / "SUMMARY.md"
     if summary.exists() and any(BOOK in f.parents for f in files):
         listed = {(BOOK / m.group(2)).resolve() for m in LINK.finditer(summary.read_text(encoding="utf-8"))
@@ -188,30 +233,27 @@ def check_links(files):
     return problems, count
 
 
-def book_view_warnings():
+def book_view_problems():
     """Links that an included file (a package's README, ARCHITECTURE.md)
     brings into the book and that do not resolve there: the file's own
-    place is checked above; in the book they point outside it. Printed,
-    not failed: such a file is written for its own folder."""
-    warnings = []
+    place is checked above, but mdBook does not rewrite an included link,
+    so in the book it points outside it (a dead link in the built book).
+    Such a file names other places in the repository as text."""
+    problems = []
     for page in sorted(BOOK.rglob("*.md")):
         own = page.read_text(encoding="utf-8")
         if not INCLUDE.search(own):
             continue
         _, outside = blocks(expand(page))
-        for line in outside:
-            if line is None:
+        for _number, target in link_targets(outside):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
                 continue
-            for m in LINK.finditer(re.sub(r"`[^`]*`", "", line)):
-                target = m.group(2) or m.group(3)
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
-                    continue
-                if re.fullmatch(r"bench/[\w.-]+\.svg", target):
-                    continue  # BENCHMARKS.md's charts: `make docs` copies them beside the book
-                goal = (page.parent / target.partition("#")[0]).resolve()
-                if not goal.exists() or BOOK not in goal.parents:
-                    warnings.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
-    return warnings
+            if re.fullmatch(r"bench/[\w.-]+\.svg", target):
+                continue  # BENCHMARKS.md's charts: `make docs` copies them beside the book
+            goal = (page.parent / target.partition("#")[0]).resolve()
+            if not goal.exists() or BOOK not in goal.parents:
+                problems.append(f"{page.relative_to(ROOT)}: an included link to {target} points outside the book")
+    return problems
 
 
 def doctest_files():
@@ -234,6 +276,11 @@ def check_rust(files):
                                 "string (```sh, ```text, ```console, ```rust, ...)")
         for start, info, _body, _before in blocks(path.read_text(encoding="utf-8"))[0]:
             words = [w.strip() for w in info.split(",")]
+            if words and words[0] != "rust" and (words[0].lower() in ("rs", "rust")
+                                                 or words[0] in ("no_run", "ignore", "should_panic", "compile_fail")):
+                problems.append(f"{path.relative_to(ROOT)}:{start}: write ```rust (or ```rust,no_run), "
+                                f"not ```{info}: only those are checked here as doc tests")
+                continue
             if not words or words[0] != "rust":
                 continue
             count += 1
@@ -275,10 +322,12 @@ def sessions(files):
     found, problems = [], []
     for path in files:
         for start, info, body, before in blocks(path.read_text(encoding="utf-8"))[0]:
-            shows_prompt = any(line.startswith(PROMPT) for line in body)
+            shows_prompt = any(line.lstrip().startswith(PROMPT.rstrip()) for line in body)
+            shows_reply = any(REPLY_FORM.match(line) for line in body)
             if info != "console":
-                if shows_prompt:
-                    problems.append(f"{path.relative_to(ROOT)}:{start}: a block showing `{PROMPT}` "
+                if shows_prompt or shows_reply:
+                    problems.append(f"{path.relative_to(ROOT)}:{start}: a block showing "
+                                    f"{'`' + PROMPT + '`' if shows_prompt else 'redis-cli replies'} "
                                     "must be a ```console session (so that it is replayed)")
                 continue
             m = DIRECTIVE.match(before)
@@ -288,6 +337,9 @@ def sessions(files):
             session = Session(path, start, body, directive)
             if not (directive and directive[0] == "skip"):
                 problems.extend(session.problems)
+                if not session.steps and not session.problems:
+                    problems.append(f"{path.relative_to(ROOT)}:{start}: a ```console block with no "
+                                    f"command (`{PROMPT}...`): nothing to replay")
             found.append(session)
     return found, problems
 
@@ -355,8 +407,15 @@ class Server:
 # bound 9007199254740991, are matched exactly.
 BIG = re.compile(r"(?<!\d)[1-3]\d{15}(?!\d)")
 INTEGER = re.compile(r"\(integer\) (-?\d+)$")
+# A pttl (or the recovery window's time left) may be this many ms below the
+# block's value (the run took longer than the block's), no more: a reply in
+# other units, or a lease that ended early, must not pass.
+TIME_SLACK = 10000
 # The time left of the recovery window in its refusal: a countdown, like pttl.
 COUNTDOWN = re.compile(r"^\(error\) RECOVERING .* for another (\d+) ms")
+# The longest a documented command may take to reply (a WAIT that blocks
+# for a few seconds is fine; one that never returns must not hang the check).
+STEP_TIMEOUT = 60
 # What redis-cli prints after a reply that took long (a WAIT that blocked).
 ELAPSED = re.compile(r"\(\d+\.\d+s\)")
 
@@ -372,11 +431,12 @@ def compare(session, step_number, expected, actual, bindings, previous):
     for i, (want, got) in enumerate(zip(expected, actual)):
         before = expected[i - 1] if i else previous
         if before.rstrip().endswith('"pttl"') and INTEGER.search(want):
-            limit = -(-int(INTEGER.search(want).group(1)) // 1000) * 1000
+            shown = int(INTEGER.search(want).group(1))
+            low, limit = max(0, shown - TIME_SLACK), -(-shown // 1000) * 1000
             m = INTEGER.search(got)
             same_frame = want[:INTEGER.search(want).start()] == (got[:m.start()] if m else None)
-            if not (m and same_frame and 0 <= int(m.group(1)) <= limit):
-                problems.append(f"{where}: expected a pttl from 0 to {limit} as `{want}`, got `{got}`")
+            if not (m and same_frame and low <= int(m.group(1)) <= limit):
+                problems.append(f"{where}: expected a pttl from {low} to {limit} as `{want}`, got `{got}`")
             continue
         if ELAPSED.fullmatch(want):
             if not ELAPSED.fullmatch(got):
@@ -384,10 +444,11 @@ def compare(session, step_number, expected, actual, bindings, previous):
             continue
         countdown = COUNTDOWN.search(want)
         if countdown:
-            limit = -(-int(countdown.group(1)) // 1000) * 1000
+            shown = int(countdown.group(1))
+            low, limit = max(0, shown - TIME_SLACK), -(-shown // 1000) * 1000
             m = re.fullmatch(re.escape(want[:countdown.start(1)]) + r"(\d+)" + re.escape(want[countdown.end(1):]), got)
-            if not (m and 0 <= int(m.group(1)) <= limit):
-                problems.append(f"{where}: expected `{want}` with a time left from 0 to {limit}, got `{got}`")
+            if not (m and low <= int(m.group(1)) <= limit):
+                problems.append(f"{where}: expected `{want}` with a time left from {low} to {limit}, got `{got}`")
             continue
         pattern = "".join(f"({BIG.pattern})" if BIG.fullmatch(part) else re.escape(part)
                           for part in re.split(f"({BIG.pattern})", want))
@@ -440,13 +501,19 @@ def replay(session, binary, cli):
                 child.stdin.write(f"{sent}\nECHO {marker}\n")
                 child.stdin.flush()
                 actual = []
+                timed_out = threading.Event()
+                timer = threading.Timer(STEP_TIMEOUT, lambda: (timed_out.set(), child.kill()))
+                timer.start()
                 while True:
                     line = child.stdout.readline()
                     if not line:
-                        problems.append(f"{session.where(number)}: redis-cli ended before the reply: {actual}")
+                        timer.cancel()
+                        why = f"no reply within {STEP_TIMEOUT} s" if timed_out.is_set() else "redis-cli ended before the reply"
+                        problems.append(f"{session.where(number)}: {why}: {actual}")
                         return problems
                     line = line.rstrip("\n")
                     if line == f'"{marker}"':
+                        timer.cancel()
                         break
                     actual.append(line)
                 before = dict(bindings)
@@ -463,6 +530,84 @@ def replay(session, binary, cli):
     return problems
 
 
+MONITORING = (BOOK / "operations.md", "## Monitoring with `INFO lock`")
+COMMANDS_PAGE = BOOK / "commands.md"
+
+
+def check_error_tables(found):
+    """Every error of the Commands page's tables (a row starting with a
+    code span such as `ERR ...`, `RECOVERING ...`) is either the reply of a
+    replayed session, or its text (less the numbers and the N/n/m
+    placeholders) is in the module's source (core/src, src): an error
+    reworded in the code, and not replayed (the waiters' errors,
+    exhaustion, TRYAGAIN), must not keep its old text here."""
+    problems = []
+    source = "".join(p.read_text(encoding="utf-8") for d in ("core/src", "src")
+                     for p in sorted((ROOT / d).rglob("*.rs")))
+    source = re.sub(r"\\\n\s*", "", source)  # a string literal continued over lines
+    replies = {line[len("(error) "):] for session in found
+               if not (session.directive and session.directive[0] == "skip")
+               for _n, _c, expected in session.steps for line in expected if line.startswith("(error) ")}
+    text = COMMANDS_PAGE.read_text(encoding="utf-8")
+    rows = 0
+    for number, line in enumerate(text.split("\n"), 1):
+        m = re.match(r"^\| `([A-Z]+ [^`]*)`", line)
+        if not m:
+            continue
+        rows += 1
+        error = m.group(1)
+        if error in replies:
+            continue
+        fragments = [f.strip() for f in re.split(r"\b(?:\d+|N|n|m)\b|…|<[^>]+>|\(none\)", error)]
+        missing = [f for f in fragments if len(f) >= 8 and f not in source]
+        if missing:
+            problems.append(f"{COMMANDS_PAGE.relative_to(ROOT)}:{number}: the error `{error}` is neither a "
+                            f"replayed reply nor in the module's source (not found: {missing})")
+    return problems, rows
+
+
+def check_reference(binary, cli):
+    """What the server reports, against the reference pages: every field
+    of `INFO lock` is named in the monitoring section and every `lock_*`
+    name there is a field; every command the module registers is named in
+    the commands page. A field or command added, renamed or removed
+    without its documentation fails."""
+    problems = []
+    page, heading = MONITORING
+    lines = page.read_text(encoding="utf-8").split("\n")
+    if heading not in lines:
+        return [f"{page.relative_to(ROOT)}: no heading `{heading}` (the INFO lock fields' list)"], 0, 0
+    section = []
+    for line in lines[lines.index(heading) + 1:]:
+        if line.startswith("## "):
+            break
+        section.append(line)
+    documented = set(re.findall(r"\block_[a-z0-9_]+\b", "\n".join(section)))
+    commands_text = COMMANDS_PAGE.read_text(encoding="utf-8")
+    server = Server(binary, cli, [])
+    try:
+        info = server.ask("INFO lock")
+        listed = server.ask("COMMAND LIST FILTERBY MODULE lock")
+    finally:
+        server.stop()
+    fields = set(re.findall(r"^(lock_[a-z0-9_]+):", info, re.M))
+    where = f"{page.relative_to(ROOT)}:{lines.index(heading) + 1}"
+    if not fields:
+        problems.append(f"{where}: INFO lock reported no fields: {info[:200]!r}")
+    for name in sorted(fields - documented):
+        problems.append(f"{where}: INFO lock reports {name}, which the section does not name")
+    for name in sorted(documented - fields):
+        problems.append(f"{where}: the section names {name}, which INFO lock does not report")
+    commands = set(listed.split())
+    if not commands:
+        problems.append(f"{COMMANDS_PAGE.relative_to(ROOT)}: the module registered no commands: {listed[:200]!r}")
+    for name in sorted(commands):
+        if not re.search(rf"(?<![\w.]){re.escape(name.upper())}(?![\w.])", commands_text):
+            problems.append(f"{COMMANDS_PAGE.relative_to(ROOT)}: the module has {name.upper()}, "
+                            "which the page does not name")
+    return problems, len(fields), len(commands)
+
+
 def main():
     argv = sys.argv[1:]
     links_only = "--links-only" in argv
@@ -472,8 +617,8 @@ def main():
     link_problems, links = check_links(files)
     problems += link_problems
     print(f"check-docs: {links} relative links in {len(files)} files, {len(link_problems)} broken")
-    for warning in book_view_warnings():
-        print(f"check-docs: warning: {warning}")
+    book_problems = book_view_problems()
+    problems += book_problems
     if not links_only:
         rust_problems, rust_blocks = check_rust(files)
         problems += rust_problems
@@ -496,6 +641,15 @@ def main():
             found_here = replay(session, binary, cli)
             problems += found_here
             replayed += 1
+        if not chosen:
+            table_problems, rows = check_error_tables(found)
+            print(f"check-docs: {rows} errors in the Commands page's tables, each replayed or in the "
+                  f"module's source ({len(table_problems)} problems)")
+            problems += table_problems
+            reference, field_count, command_count = check_reference(binary, cli)
+            print(f"check-docs: {field_count} INFO lock fields and {command_count} module commands, "
+                  f"each in the reference pages ({len(reference)} problems)")
+            problems += reference
         steps = sum(len(s.steps) for s in found)
         print(f"check-docs: {len(found)} redis-cli sessions ({steps} commands): {replayed} replayed on "
               f"{subprocess.run([binary, '--version'], capture_output=True, text=True).stdout.strip()}, "

@@ -446,9 +446,9 @@ fn observe_node_error(node: &str, error: &redis_lock_client::NodeError) {
 }
 
 /// The control: with the raise switched off, the same moves give holder 4
-/// a token below holder 3's, as the README's bound says (the old master's
-/// clock led by more than the time between the two grants). This is what
-/// the raise fixes.
+/// a token below holder 3's, as the clock bound in docs/src/client.md
+/// (Redis Cluster) says (the old master's clock led by more than the time
+/// between the two grants). This is what the raise fixes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_the_raise_a_token_goes_backwards_after_a_free_slot_moves() {
     let cluster = RedisCluster::start(3, 0);
