@@ -149,6 +149,7 @@ python-lint:
 # are there.
 node-lint:
 	cd node && $(CARGO) fmt -- --check
+	python3 scripts/check-napi-unwind.py
 	cd node && CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --all-targets -- -D warnings
 	@if [ -x node/node_modules/.bin/tsc ] && [ -f node/native/binding.d.ts ] && [ -f node/dist/index.d.ts ]; then \
 		cd node && node_modules/.bin/tsc -p tsconfig.json --noEmit && node_modules/.bin/tsc -p tsconfig.types.json; \

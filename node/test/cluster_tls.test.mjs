@@ -36,7 +36,7 @@ test("a Redis Cluster as the lock service", async () => {
   for (const key of keys) {
     const lock = await rl.lock(key);
     assert.equal(await rl.tryLock(key), null);
-    tokens.push(await lock.token());
+    tokens.push(await lock.fencingToken());
     await lock.release();
   }
   assert.ok(tokens.every((t) => typeof t === "bigint" && t > 0n));
@@ -50,10 +50,10 @@ test("a Redis Cluster as the lock service", async () => {
     }
     return false;
   }, 10_000, "waiter queued on the shard");
-  const t1 = await holder.token();
+  const t1 = await holder.fencingToken();
   await holder.release();
   const next = await waiter;
-  assert.ok((await next.token()) > t1);
+  assert.ok((await next.fencingToken()) > t1);
   await next.release();
 });
 
@@ -79,7 +79,7 @@ test("TLS nodes with a private CA", async (t) => {
   const ca = readFileSync(path.join(dir, "ca.crt"), "utf8");
   const rl = new Redlock([`rediss://127.0.0.1:${tlsPort}`], { ttl: 10_000, nodeTimeout: 2_000, tls: { ca } });
   const lock = await rl.lock("tls:1");
-  const token = await lock.token();
+  const token = await lock.fencingToken();
   const held = await command(server.port, "LOCK.INFO", "tls:1");
   assert.equal(held[held.indexOf("owner") + 1], lock.owner, "held on the node, seen over plain TCP");
   assert.equal(held[held.indexOf("token") + 1], token);
