@@ -180,9 +180,10 @@ cluster-stop:
 demo: build
 	$(CARGO) run --release -p redis-lock-client --example demo
 
-# Benchmarks against SET NX PX, Lua and Redisson locks and the rslock crate;
+# Benchmarks against SET NX PX, Lua and Redisson locks and the rslock crate,
+# and (section 12) the Node.js package against redlock and redis-semaphore;
 # writes BENCHMARKS.md. QUICK=1 for a short run; BENCH_ARGS="--only 1,2" to
-# pick sections (1 acquire .. 7 scale).
+# pick sections (1 acquire .. 12 Node.js clients).
 bench: build
 	QUICK=$(QUICK) scripts/bench.sh $(BENCH_ARGS)
 

@@ -24,6 +24,31 @@ use redis_lock_client::{
 use tokio::sync::watch;
 
 // ---------------------------------------------------------------------------
+// Runtime
+
+/// napi's tokio runtime with `REDISLOCK_NATIVE_THREADS` worker threads
+/// (default 1; napi's own default is one per core). Every future here waits
+/// on the network; more workers mostly add cross-thread wake-ups (futex,
+/// eventfd) to each operation. Built when the addon is loaded; if building
+/// fails, napi's default runtime is used.
+#[napi_derive::module_init]
+fn init() {
+    let threads = std::env::var("REDISLOCK_NATIVE_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+        .unwrap_or(1);
+    if let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("redislock-rt")
+        .enable_all()
+        .build()
+    {
+        napi::bindgen_prelude::create_custom_tokio_runtime(runtime);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Errors
 
 /// A JSON string literal.
