@@ -167,6 +167,7 @@ python-lint:
 # are there.
 node-lint:
 	cd node && $(CARGO) fmt -- --check
+	python3 scripts/check-napi-unwind.py
 	cd node && CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --all-targets -- -D warnings
 	@if [ -x node/node_modules/.bin/tsc ] && [ -f node/native/binding.d.ts ] && [ -f node/dist/index.d.ts ]; then \
 		cd node && node_modules/.bin/tsc -p tsconfig.json --noEmit && node_modules/.bin/tsc -p tsconfig.types.json; \
@@ -197,9 +198,10 @@ cluster-stop:
 demo: build
 	$(CARGO) run --release -p redis-lock-client --example demo
 
-# Benchmarks against SET NX PX, Lua and Redisson locks and the rslock crate;
+# Benchmarks against SET NX PX, Lua and Redisson locks and the rslock crate,
+# and (section 12) the Node.js package against redlock and redis-semaphore;
 # writes BENCHMARKS.md. QUICK=1 for a short run; BENCH_ARGS="--only 1,2" to
-# pick sections (1 acquire .. 7 scale).
+# pick sections (1 acquire .. 12 Node.js clients).
 bench: build
 	QUICK=$(QUICK) scripts/bench.sh $(BENCH_ARGS)
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make bench: the module's commands against SET NX PX / Lua / Redisson locks,
-# and the Redlock client against rslock and an ideal script client, in one
-# run on redis-server processes the benchmark starts on loopback and always
-# stops. Prints a table of ratios and writes BENCHMARKS.md (+ SVG charts).
+# and the Redlock client against rslock and an ideal script client, and the
+# Node.js package against redlock and redis-semaphore (section 12, through
+# scripts/node-bench.sh: needs node and npm), in one run on redis-server
+# processes the benchmark starts on loopback and always stops. Prints a table
+# of ratios and writes BENCHMARKS.md (+ SVG charts).
 #
 #   scripts/bench.sh [--only 1,2,...] [--out FILE]    full run (under 15 min)
 #   QUICK=1 scripts/bench.sh                           quick run (about 2 min)

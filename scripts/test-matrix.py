@@ -33,6 +33,8 @@ Environment:
   CARGO_TEST_ARGS   a filter passed to every test binary (e.g. waiting)
   CARGO             cargo command (default cargo)
   TEST_EXTRAS       0 leaves out the memcheck pass and the fuzz round
+  TEST_NODE18       0 leaves out the Node tests' second run, under Node 18
+                    (on Redis 7.0 only; scripts/node-test.sh --node18)
   TEST_STEP_TIMEOUT seconds after which a step is taken as hung and killed
                     with its process group (default 1500)
 
@@ -56,6 +58,8 @@ FAULT_PACKAGES = {"chaos", "soak"}
 # The one suite that keeps the machine busy (five servers, dozens of
 # clients, floors on what a run achieved): never two of it at once.
 HEAVY = ("chaos", "chaos")
+# The server whose node job also runs the Node tests under Node 18.
+NODE18_ON = "redis"
 # A step (one test binary, one suite) that runs longer is taken as hung.
 STEP_TIMEOUT = int(os.environ.get("TEST_STEP_TIMEOUT", "1500"))
 
@@ -228,7 +232,11 @@ def main():
         py_step = (f"python on {version}", python + ["-p", "no:cacheprovider"], ROOT, py_env)
         jobs.append(Job(name, "python", [py_step], needs=python_build))
         node_step = (f"node on {version}", node, ROOT, dict(env, NODE_TEST_BUILT="1"))
-        jobs.append(Job(name, "node", [node_step], needs=node_build))
+        node_steps = [node_step]
+        # The oldest Node the package supports, on one server (about 30 s).
+        if name == NODE18_ON and os.environ.get("TEST_NODE18", "1") == "1":
+            node_steps.append((f"node 18 on {version}", node + ["--node18"], ROOT, dict(env, NODE_TEST_BUILT="1")))
+        jobs.append(Job(name, "node", node_steps, needs=node_build))
 
     # Heavy jobs first in the queue, so that their one-at-a-time chain
     # starts at once (the memcheck pass first: it is slow by nature and

@@ -10,7 +10,8 @@
 //! `--quick` (or `QUICK=1`) runs every section with fewer requests, shorter
 //! windows and one round (about two minutes). `--only` runs some sections
 //! (1 acquire, 2 release, 3 re-entry, 4 memory, 5 clients, 6 contention,
-//! 7 scale, 8 do no harm, 9 shared locks and semaphores, 10 fenced writes, 11 native anchors).
+//! 7 scale, 8 do no harm, 9 shared locks and semaphores, 10 fenced writes, 11 native anchors,
+//! 12 Node.js clients: needs node and npm).
 //! `--out` writes the report elsewhere than BENCHMARKS.md at the workspace
 //! root (the charts go beside it).
 
@@ -22,6 +23,7 @@ mod contention;
 mod fenced;
 mod host;
 mod micro;
+mod node;
 mod report;
 mod server;
 mod shared;
@@ -165,7 +167,7 @@ fn parse_args() -> Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9,10,11]"
+                    "redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9,10,11,12]"
                 );
                 std::process::exit(0);
             }
@@ -301,6 +303,11 @@ fn run() -> Result<bool> {
     if wanted(11) {
         if let Err(e) = anchors::run(&plan, &mut report) {
             fail(&mut report, 11, e);
+        }
+    }
+    if wanted(12) {
+        if let Err(e) = node::run(&plan, &mut report) {
+            fail(&mut report, 12, e);
         }
     }
 

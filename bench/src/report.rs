@@ -67,7 +67,7 @@ pub struct Report {
     pub expiry_series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
-pub const SECTIONS: [(u8, &str); 11] = [
+pub const SECTIONS: [(u8, &str); 12] = [
     (1, "Acquire on fresh keys"),
     (2, "Release"),
     (3, "Re-entrant acquire"),
@@ -82,6 +82,10 @@ pub const SECTIONS: [(u8, &str); 11] = [
         "Fenced writes: LOCK.FENCED vs HSET and the Lua fence script",
     ),
     (11, "Native anchors: the servers' own lock commands"),
+    (
+        12,
+        "Node.js clients: redislock-native vs redlock and redis-semaphore",
+    ),
 ];
 
 pub fn loadavg() -> String {

@@ -69,14 +69,49 @@ enum Taken {
     Reentered(Acquired, OpGuard),
 }
 
+/// How long an acquisition may take.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Patience {
+    /// One attempt, no retry and no wait.
+    Once,
+    /// The client's `retry_count` and `acquire_timeout`.
+    Config,
+    /// Until this long has passed (retries unbounded in number).
+    For(std::time::Duration),
+}
+
+impl Patience {
+    pub(crate) fn patient(self) -> bool {
+        !matches!(self, Patience::Once)
+    }
+
+    /// The deadline's length: this call's (at most a year, as the
+    /// client's settings), else the client's.
+    pub(crate) fn timeout(self, config: &crate::Config) -> Option<std::time::Duration> {
+        match self {
+            Patience::For(wait) => Some(wait.min(crate::config::MAX_DURATION)),
+            _ => config.acquire_timeout,
+        }
+    }
+
+    /// Whether attempt number `attempts` may be followed by another.
+    pub(crate) fn retries_left(self, config: &crate::Config, attempts: u32) -> bool {
+        match self {
+            Patience::Once => false,
+            Patience::Config => attempts <= config.retry_count,
+            Patience::For(_) => true,
+        }
+    }
+}
+
 impl LockCore {
     #[cfg_attr(
         feature = "tracing",
         tracing::instrument(level = "debug", skip(self), fields(resource = %self.resource(), owner = %self.owner()), err(Display))
     )]
-    pub(crate) async fn acquire(self: &Arc<Self>, patient: bool) -> Result<Acquired> {
+    pub(crate) async fn acquire(self: &Arc<Self>, patience: Patience) -> Result<Acquired> {
         let started = Instant::now();
-        let result = self.acquire_unrecorded(patient).await;
+        let result = self.acquire_unrecorded(patience).await;
         let waited = match &result {
             Ok(acquired) => acquired.attempts > 1,
             Err(Error::NotAcquired { attempts, .. }) => *attempts > 1,
@@ -86,7 +121,7 @@ impl LockCore {
         result
     }
 
-    async fn acquire_unrecorded(self: &Arc<Self>, patient: bool) -> Result<Acquired> {
+    async fn acquire_unrecorded(self: &Arc<Self>, patience: Patience) -> Result<Acquired> {
         let core = Arc::clone(self);
         // Dropped with the caller's future: the task stops retrying or
         // waiting when it sees the sender gone.
@@ -98,9 +133,9 @@ impl LockCore {
                 return Ok(Taken::Reentered(acquired, op));
             }
             let (grant, op) = if core.client().nodes().len() == 1 {
-                core.acquire_single(patient, gone, op).await
+                core.acquire_single(patience, gone, op).await
             } else {
-                (core.acquire_quorum(patient, gone).await, Some(op))
+                (core.acquire_quorum(patience, gone).await, Some(op))
             };
             Ok(Taken::Fresh(Won {
                 core,

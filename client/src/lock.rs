@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::acquire::Patience;
 use crate::error::Result;
 use crate::handle::LockCore;
 use crate::kind::Kind;
@@ -46,12 +47,20 @@ impl Lock {
     /// this handle already holds it, adds a hold instead (see reentrancy in
     /// the crate docs).
     pub async fn acquire(&self) -> Result<Acquired> {
-        self.core.acquire(true).await
+        self.core.acquire(Patience::Config).await
+    }
+
+    /// [`Lock::acquire`] with a deadline of its own: tries (or, on one
+    /// node, waits on the server) until `wait` has passed, however many
+    /// attempts that takes, in place of the client's `retry_count` and
+    /// `acquire_timeout`. One client serves every deadline.
+    pub async fn acquire_for(&self, wait: Duration) -> Result<Acquired> {
+        self.core.acquire(Patience::For(wait)).await
     }
 
     /// One attempt, no retry and no wait.
     pub async fn try_acquire(&self) -> Result<Acquired> {
-        self.core.acquire(false).await
+        self.core.acquire(Patience::Once).await
     }
 
     /// Renews the lease to the lock's TTL on every node that still holds it;
@@ -115,6 +124,17 @@ impl Lock {
             ));
         };
         Ok(cmd.query_async(store).await)
+    }
+
+    /// The fencing token of this hold if [`Lock::fencing_token`] has
+    /// already computed it (and nothing since made it stale), without a
+    /// round trip; `None` when not held or not yet computed.
+    pub fn known_fencing_token(&self) -> Option<u64> {
+        let state = self.core.state();
+        if state.holds == 0 {
+            return None;
+        }
+        state.fence
     }
 
     /// Time left in which the lock is certainly held, if it is.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::acquire::Patience;
 use crate::error::{Error, NodeError, Result};
 use crate::handle::{answers, trace_outcomes, Grant, LockCore};
 use crate::ledger::Ledger;
@@ -68,12 +69,12 @@ impl LockCore {
     /// Redlock: rounds with random pauses between them until one wins.
     pub(crate) async fn acquire_quorum(
         &self,
-        patient: bool,
+        patience: Patience,
         mut gone: oneshot::Receiver<()>,
     ) -> Result<Grant> {
         let config = self.client().config();
         let started = Instant::now();
-        let deadline = config.acquire_timeout.map(|timeout| started + timeout);
+        let deadline = patience.timeout(config).map(|timeout| started + timeout);
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -102,7 +103,7 @@ impl LockCore {
                     return Err(Error::Node { node, error });
                 }
             }
-            let retries_left = patient && attempts <= config.retry_count;
+            let retries_left = patience.retries_left(config, attempts);
             let delay = timing::random_retry_delay(config.retry_delay, config.retry_jitter);
             // Another attempt is one acquire round and one undo round after
             // the pause: start it only if it can end before the deadline.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::acquire::Patience;
 use crate::error::{Error, Result};
 use crate::handle::{answers, Grant, LockCore, OpGuard};
 use crate::outcome::{Acquired, NodeOutcome, Reply};
@@ -32,18 +33,18 @@ impl LockCore {
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
         &self,
-        patient: bool,
+        patience: Patience,
         gone: oneshot::Receiver<()>,
         op: OpGuard,
     ) -> (Result<Grant>, Option<OpGuard>) {
         let mut op = Some(op);
-        let result = self.acquire_single_with(patient, gone, &mut op).await;
+        let result = self.acquire_single_with(patience, gone, &mut op).await;
         (result, op)
     }
 
     async fn acquire_single_with(
         &self,
-        patient: bool,
+        patience: Patience,
         mut gone: oneshot::Receiver<()>,
         op: &mut Option<OpGuard>,
     ) -> Result<Grant> {
@@ -58,8 +59,8 @@ impl LockCore {
             return Err(single_node_failure(round.outcomes));
         }
         let deadline = started
-            + config
-                .acquire_timeout
+            + patience
+                .timeout(config)
                 .unwrap_or_else(|| config.retry_budget());
         let not_acquired = |attempts, outcomes| Error::NotAcquired {
             attempts,
@@ -72,7 +73,7 @@ impl LockCore {
         let room = deadline.saturating_duration_since(Instant::now());
         // The reply allowance: one round, with its acknowledgements.
         let allowance = config.round_timeout();
-        if !patient || room <= allowance {
+        if !patience.patient() || room <= allowance {
             return Err(not_acquired(1, round.outcomes));
         }
         let outcome = |result| NodeOutcome {

@@ -14,6 +14,7 @@ export const {
   LockExpiredError,
   NodeError,
   NotHeldError,
+  TokenPendingError,
   ConfigError,
   StaleTokenError,
   StoreError,

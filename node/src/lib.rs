@@ -10,7 +10,6 @@
 //! Errors cross as a JavaScript `Error` whose message is
 //! `REDISLOCK:{"code":…,"message":…,…}` (JSON); the wrapper parses it.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +22,31 @@ use redis_lock_client::{
     Acknowledge, Acquired, Error, Extended, Lock, LockStatus, NodeOutcome, Release, Watchdog,
 };
 use tokio::sync::watch;
+
+// ---------------------------------------------------------------------------
+// Runtime
+
+/// napi's tokio runtime with `REDISLOCK_NATIVE_THREADS` worker threads
+/// (default 1; napi's own default is one per core). Every future here waits
+/// on the network; more workers mostly add cross-thread wake-ups (futex,
+/// eventfd) to each operation. Built when the addon is loaded; if building
+/// fails, napi's default runtime is used.
+#[napi_derive::module_init]
+fn init() {
+    let threads = std::env::var("REDISLOCK_NATIVE_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+        .unwrap_or(1);
+    if let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("redislock-rt")
+        .enable_all()
+        .build()
+    {
+        napi::bindgen_prelude::create_custom_tokio_runtime(runtime);
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -283,12 +307,11 @@ fn make_tls(o: &NativeOptions) -> napi::Result<Option<redis_lock_client::Tls>> {
 // ---------------------------------------------------------------------------
 // Redlock
 
-/// How to make a client: the nodes, and everything but the acquire deadline.
+/// How to reach the nodes.
 struct Recipe {
     nodes: Vec<String>,
     cluster: bool,
     tls: Option<redis_lock_client::Tls>,
-    config: redis_lock_client::Config,
 }
 
 impl Recipe {
@@ -310,16 +333,14 @@ impl Recipe {
     }
 }
 
-/// The clients of one `Redlock`: the default one, and one per distinct
-/// `wait` asked for (the acquire deadline is a client setting in the
-/// crate), as in the Python package.
+/// The client of one `Redlock`: one for every `wait` (a handle carries its
+/// own acquire deadline, `Lock::acquire_for`), so the number of clients
+/// and connections does not grow with the distinct waits asked for.
 #[napi]
 pub struct NativeRedlock {
-    recipe: Arc<Recipe>,
     /// napi's runtime, for what a finalizer on Node's thread drops.
     runtime: Option<tokio::runtime::Handle>,
     default: redis_lock_client::Redlock,
-    by_wait: Mutex<HashMap<u128, redis_lock_client::Redlock>>,
 }
 
 #[napi]
@@ -337,41 +358,10 @@ impl NativeRedlock {
             nodes,
             cluster,
             tls,
-            config: config.clone(),
         };
         let default = recipe.make(config).map_err(map_err)?;
         let runtime = within_runtime_if_available(|| tokio::runtime::Handle::try_current().ok());
-        Ok(NativeRedlock {
-            recipe: Arc::new(recipe),
-            runtime,
-            default,
-            by_wait: Mutex::new(HashMap::new()),
-        })
-    }
-
-    fn client_for(&self, wait: Option<f64>) -> napi::Result<redis_lock_client::Redlock> {
-        let Some(wait) = wait.map(|w| millis("wait", w)).transpose()? else {
-            return Ok(self.default.clone());
-        };
-        if wait.is_zero() {
-            return Ok(self.default.clone());
-        }
-        let mut by_wait = self
-            .by_wait
-            .lock()
-            .map_err(|_| coded("RUNTIME", "a thread panicked holding the client cache", &[]))?;
-        if let Some(client) = by_wait.get(&wait.as_nanos()) {
-            return Ok(client.clone());
-        }
-        let config = redis_lock_client::Config {
-            acquire_timeout: Some(wait),
-            // The deadline decides, not the number of attempts.
-            retry_count: u32::MAX,
-            ..self.recipe.config.clone()
-        };
-        let client = self.recipe.make(config).map_err(map_err)?;
-        by_wait.insert(wait.as_nanos(), client.clone());
-        Ok(client)
+        Ok(NativeRedlock { runtime, default })
     }
 
     /// A handle (not yet acquired): kind "exclusive", "shared" or "permit"
@@ -385,7 +375,12 @@ impl NativeRedlock {
         permits: Option<u32>,
         wait: Option<f64>,
     ) -> napi::Result<NativeLock> {
-        let client = self.client_for(wait)?;
+        let client = &self.default;
+        // No wait (or 0): the client's retry_count and acquireTimeout.
+        let wait = wait
+            .map(|w| millis("wait", w))
+            .transpose()?
+            .filter(|w| !w.is_zero());
         let ttl = ttl_millis(ttl)?;
         let lock = match kind.as_str() {
             "exclusive" => client.lock(resource, ttl),
@@ -400,7 +395,7 @@ impl NativeRedlock {
             }
         }
         .map_err(map_err)?;
-        Ok(NativeLock::new(lock, self.runtime.clone()))
+        Ok(NativeLock::new(lock, wait, self.runtime.clone()))
     }
 
     /// Checks that every answering node has the module loaded (and WAITAOF
@@ -412,15 +407,15 @@ impl NativeRedlock {
     }
 
     /// Nodes that must agree: N/2 + 1.
-    #[napi(getter)]
-    pub fn quorum(&self) -> u32 {
-        self.default.quorum() as u32
+    #[napi(getter, catch_unwind)]
+    pub fn quorum(&self) -> napi::Result<u32> {
+        Ok(self.default.quorum() as u32)
     }
 
     /// The nodes' names (host:port), in the order given.
-    #[napi(getter)]
-    pub fn node_names(&self) -> Vec<String> {
-        self.default.node_names()
+    #[napi(getter, catch_unwind)]
+    pub fn node_names(&self) -> napi::Result<Vec<String>> {
+        Ok(self.default.node_names())
     }
 }
 
@@ -522,14 +517,21 @@ pub struct NativeLock {
     resource: String,
     owner: String,
     ttl: Duration,
+    /// The acquire deadline of `acquire` (None: the client's settings).
+    wait: Option<Duration>,
     runtime: Option<tokio::runtime::Handle>,
 }
 
 impl NativeLock {
-    fn new(lock: Lock, runtime: Option<tokio::runtime::Handle>) -> NativeLock {
+    fn new(
+        lock: Lock,
+        wait: Option<Duration>,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> NativeLock {
         let (cancel, _) = watch::channel(0);
         NativeLock {
             runtime,
+            wait,
             resource: lock.resource().to_string(),
             owner: lock.owner().to_string(),
             ttl: lock.ttl(),
@@ -580,19 +582,23 @@ impl NativeLock {
     /// `abort(ticket)` with this call's `ticket`.
     #[napi]
     pub async fn acquire(&self, try_once: bool, ticket: u32) -> napi::Result<NativeAcquired> {
-        let held = self.held()?;
         let mut cancelled = self.cancel.subscribe();
         let ticket = u64::from(ticket);
+        let wait = self.wait;
         let acquire = async {
+            let held = self.unwatched_if_idle().await?;
             let lock = held.lock();
-            if try_once {
+            let result = if try_once {
                 lock.try_acquire().await
+            } else if let Some(wait) = wait {
+                lock.acquire_for(wait).await
             } else {
                 lock.acquire().await
-            }
+            };
+            result.map(NativeAcquired::from).map_err(map_err)
         };
         tokio::select! {
-            result = acquire => result.map(NativeAcquired::from).map_err(map_err),
+            result = acquire => result,
             _ = cancelled.wait_for(|t| *t == ticket) => Err(coded(
                 "ABORTED",
                 "the acquisition was aborted; anything it was granted is released",
@@ -602,9 +608,10 @@ impl NativeLock {
     }
 
     /// Drops the pending acquisition started with `ticket`.
-    #[napi]
-    pub fn abort(&self, ticket: u32) {
+    #[napi(catch_unwind)]
+    pub fn abort(&self, ticket: u32) -> napi::Result<()> {
         self.cancel.send_replace(u64::from(ticket));
+        Ok(())
     }
 
     /// Renews the lease to the TTL (or `ttl` ms) on every node still
@@ -665,6 +672,16 @@ impl NativeLock {
         }
     }
 
+    /// The fencing token of this hold once `token()` computed it (no round
+    /// trip); null when not held or not computed yet.
+    #[napi(getter, catch_unwind)]
+    pub fn known_token(&self) -> napi::Result<Option<u64>> {
+        Ok(self
+            .held()
+            .ok()
+            .and_then(|h| h.lock().known_fencing_token()))
+    }
+
     /// A fencing token greater than that of every earlier holder (a
     /// bigint; written back to a quorum on first use in each hold).
     #[napi]
@@ -703,6 +720,12 @@ impl NativeLock {
             .fenced(&mut connection, &fence_key, &cmd)
             .await
             .map_err(map_err)?;
+        if let Err(e) = &reply {
+            if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+                // The connection broke: the next write opens a new one.
+                store.forget().await;
+            }
+        }
         match reply {
             Ok(value) => Ok(value_json(&value)),
             Err(e) => {
@@ -772,52 +795,52 @@ impl NativeLock {
     }
 
     /// Time left (ms) in which the lock is certainly held, if it is.
-    #[napi(getter)]
-    pub fn validity(&self) -> Option<f64> {
-        self.held().ok().and_then(|h| h.lock().validity()).map(ms)
+    #[napi(getter, catch_unwind)]
+    pub fn validity(&self) -> napi::Result<Option<f64>> {
+        Ok(self.held().ok().and_then(|h| h.lock().validity()).map(ms))
     }
 
     /// Held and certainly valid (and, under a watchdog, no loss reported).
-    #[napi(getter)]
-    pub fn is_held(&self) -> bool {
-        match self.held().ok().as_deref() {
+    #[napi(getter, catch_unwind)]
+    pub fn is_held(&self) -> napi::Result<bool> {
+        Ok(match self.held().ok().as_deref() {
             Some(Held::Plain(lock)) => lock.is_held(),
             Some(Held::Watched(watchdog)) => watchdog.is_held(),
             None => false,
-        }
+        })
     }
 
     /// Under a watchdog that reported the loss (or whose validity ended).
-    #[napi(getter)]
-    pub fn is_lost(&self) -> bool {
-        match self.held().ok().as_deref() {
+    #[napi(getter, catch_unwind)]
+    pub fn is_lost(&self) -> napi::Result<bool> {
+        Ok(match self.held().ok().as_deref() {
             Some(Held::Watched(watchdog)) => watchdog.is_lost(),
             Some(Held::Plain(lock)) => lock.holds() > 0 && lock.validity().is_none(),
             None => false,
-        }
+        })
     }
 
     /// Nested acquisitions not yet released (0: not held).
-    #[napi(getter)]
-    pub fn holds(&self) -> u32 {
-        self.held().map_or(0, |h| h.lock().holds())
+    #[napi(getter, catch_unwind)]
+    pub fn holds(&self) -> napi::Result<u32> {
+        Ok(self.held().map_or(0, |h| h.lock().holds()))
     }
 
-    #[napi(getter)]
-    pub fn resource(&self) -> String {
-        self.resource.clone()
+    #[napi(getter, catch_unwind)]
+    pub fn resource(&self) -> napi::Result<String> {
+        Ok(self.resource.clone())
     }
 
     /// This handle's owner id, the same on every node.
-    #[napi(getter)]
-    pub fn owner(&self) -> String {
-        self.owner.clone()
+    #[napi(getter, catch_unwind)]
+    pub fn owner(&self) -> napi::Result<String> {
+        Ok(self.owner.clone())
     }
 
     /// The lease length (ms) used by acquire and extend.
-    #[napi(getter)]
-    pub fn ttl(&self) -> f64 {
-        ms(self.ttl)
+    #[napi(getter, catch_unwind)]
+    pub fn ttl(&self) -> napi::Result<f64> {
+        Ok(ms(self.ttl))
     }
 }
 
@@ -825,6 +848,38 @@ impl NativeLock {
     fn put_back(&self, held: Arc<Held>) -> napi::Result<()> {
         self.slot()?.held = Some(held);
         Ok(())
+    }
+
+    /// The handle for a new acquisition. A watchdog left from an earlier
+    /// hold (a release that raced another operation could not stop it)
+    /// watches nothing any more: stop it, so that this hold starts plain
+    /// and `watch()` can hand it to a new watchdog. (A re-entry keeps the
+    /// running watchdog.)
+    async fn unwatched_if_idle(&self) -> napi::Result<Arc<Held>> {
+        let held = self.held()?;
+        if !matches!(*held, Held::Watched(_)) || held.lock().holds() > 0 {
+            return Ok(held);
+        }
+        drop(held);
+        let Some(taken) = self.slot()?.held.take() else {
+            return Err(map_err(Error::NotHeld));
+        };
+        match Arc::try_unwrap(taken) {
+            Ok(Held::Watched(watchdog)) => {
+                let plain = Arc::new(Held::Plain(watchdog.stop().await));
+                self.put_back(Arc::clone(&plain))?;
+                Ok(plain)
+            }
+            Ok(plain) => {
+                let plain = Arc::new(plain);
+                self.put_back(Arc::clone(&plain))?;
+                Ok(plain)
+            }
+            Err(shared) => {
+                self.put_back(shared)?;
+                Err(busy())
+            }
+        }
     }
 }
 
@@ -891,6 +946,12 @@ impl NativeStore {
 }
 
 impl NativeStore {
+    /// Drops the cached connection (a write through it failed on the
+    /// connection itself), so that the next write opens a new one.
+    async fn forget(&self) {
+        *self.connection.lock().await = None;
+    }
+
     async fn connection(&self) -> napi::Result<redis::aio::MultiplexedConnection> {
         let mut connection = self.connection.lock().await;
         if let Some(c) = connection.as_ref() {

@@ -12,10 +12,12 @@ import { command, freePort, Server, Servers, waitUntil } from "./servers.mjs";
 const servers = new Servers();
 after(() => servers.stopAll());
 
-test("a Redis Cluster as the lock service", async () => {
+const RANGES = [[0, 5460], [5461, 10922], [10923, 16383]];
+
+/** Three module-loaded masters, slots split in three (RANGES), met. */
+async function startCluster() {
   const nodes = await servers.start(3, ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]);
-  // Slots split in three, then the nodes meet.
-  const ranges = [[0, 5460], [5461, 10922], [10923, 16383]];
+  const ranges = RANGES;
   for (const [i, node] of nodes.entries()) {
     const [from, to] = ranges[i];
     assert.equal(await command(node.port, "CLUSTER", "ADDSLOTSRANGE", String(from), String(to)), "OK");
@@ -29,6 +31,11 @@ test("a Redis Cluster as the lock service", async () => {
       return info.includes("cluster_state:ok") && info.includes("cluster_known_nodes:3");
     }, 30_000, `cluster ok on ${node.port}`);
   }
+  return nodes;
+}
+
+test("a Redis Cluster as the lock service", async () => {
+  const nodes = await startCluster();
   const rl = new Redlock([nodes[0].url], { ttl: 10_000, nodeTimeout: 1_000, cluster: true });
   assert.equal(rl.quorum, 1);
   const keys = ["a", "b", "c", "orders:1", "orders:2", "orders:3"];
@@ -36,7 +43,7 @@ test("a Redis Cluster as the lock service", async () => {
   for (const key of keys) {
     const lock = await rl.lock(key);
     assert.equal(await rl.tryLock(key), null);
-    tokens.push(await lock.token());
+    tokens.push(await lock.fencingToken());
     await lock.release();
   }
   assert.ok(tokens.every((t) => typeof t === "bigint" && t > 0n));
@@ -50,12 +57,73 @@ test("a Redis Cluster as the lock service", async () => {
     }
     return false;
   }, 10_000, "waiter queued on the shard");
-  const t1 = await holder.token();
+  const t1 = await holder.fencingToken();
   await holder.release();
   const next = await waiter;
-  assert.ok((await next.token()) > t1);
+  assert.ok((await next.fencingToken()) > t1);
   await next.release();
 });
+
+/** Moves `slot` (and `key`, if there) from node `from` to node `to` by
+ * hand: SETSLOT importing/migrating, MIGRATE, SETSLOT ... NODE everywhere. */
+async function moveSlot(nodes, from, to, slot, key) {
+  const id = async (node) => await command(node.port, "CLUSTER", "MYID");
+  const [fromId, toId] = [await id(nodes[from]), await id(nodes[to])];
+  assert.equal(await command(nodes[to].port, "CLUSTER", "SETSLOT", String(slot), "IMPORTING", fromId), "OK");
+  assert.equal(await command(nodes[from].port, "CLUSTER", "SETSLOT", String(slot), "MIGRATING", toId), "OK");
+  if (key !== undefined) {
+    const moved = await command(nodes[from].port, "MIGRATE", "127.0.0.1", String(nodes[to].port), key, "0", "5000");
+    assert.ok(moved === "OK" || moved === "NOKEY", String(moved));
+  }
+  for (const node of nodes) {
+    assert.equal(await command(node.port, "CLUSTER", "SETSLOT", String(slot), "NODE", toId), "OK");
+  }
+}
+
+test("a slot moved while its lock is held, and while it is free: tokens never go backwards", async () => {
+  const nodes = await startCluster();
+  const rl = new Redlock([nodes[0].url], { ttl: 20_000, nodeTimeout: 1_000, cluster: true, fenced: true });
+  const key = "reshard:1";
+  const slot = Number(await command(nodes[0].port, "CLUSTER", "KEYSLOT", key));
+  const owner = RANGES.findIndex(([a, b]) => slot >= a && slot <= b);
+  const other = (owner + 1) % 3;
+  // The target's counter runs far ahead of the owner's: a token from it
+  // must still rise after the slot goes back to the owner.
+  const k = await keyInSlotRange(nodes[other].port, RANGES[other]);
+  for (let i = 0; i < 30; i++) {
+    assert.equal(typeof (await command(nodes[other].port, "LOCK.ACQUIRE", k, `pump-${i}`, "10000")), "bigint");
+    assert.equal(await command(nodes[other].port, "LOCK.RELEASE", k, `pump-${i}`), 0n);
+  }
+  const tokens = [];
+  // Held while its slot moves: still held (on the new node), then released.
+  const held = await rl.lock(key);
+  tokens.push(held.token);
+  await moveSlot(nodes, owner, other, slot, key);
+  const info = await command(nodes[other].port, "LOCK.INFO", key);
+  assert.equal(info[info.indexOf("owner") + 1], held.owner, "moved with its slot");
+  assert.ok((await held.extend()).validity > 0, "extended on the new node");
+  assert.equal(await rl.tryLock(key), null, "still exclusive after the move");
+  await held.release();
+  assert.equal(await command(nodes[other].port, "EXISTS", key), 0n);
+  const there = await rl.lock(key);
+  tokens.push(there.token);
+  await there.release();
+  // Free while its slot moves back: the old node's counter is behind.
+  await moveSlot(nodes, other, owner, slot, undefined);
+  const back = await rl.lock(key);
+  tokens.push(back.token);
+  await back.release();
+  for (let i = 1; i < tokens.length; i++) assert.ok(tokens[i] > tokens[i - 1], `tokens ${tokens}`);
+});
+
+/** A key whose slot is in `range` (found with CLUSTER KEYSLOT). */
+async function keyInSlotRange(port, [a, b]) {
+  for (let i = 0; ; i++) {
+    const k = `pump:${i}`;
+    const slot = Number(await command(port, "CLUSTER", "KEYSLOT", k));
+    if (slot >= a && slot <= b) return k;
+  }
+}
 
 test("TLS nodes with a private CA", async (t) => {
   const binary = process.env.REDIS_LOCK_TLS_SERVER || process.env.REDIS_LOCK_SERVER || "redis-server";
@@ -79,7 +147,7 @@ test("TLS nodes with a private CA", async (t) => {
   const ca = readFileSync(path.join(dir, "ca.crt"), "utf8");
   const rl = new Redlock([`rediss://127.0.0.1:${tlsPort}`], { ttl: 10_000, nodeTimeout: 2_000, tls: { ca } });
   const lock = await rl.lock("tls:1");
-  const token = await lock.token();
+  const token = await lock.fencingToken();
   const held = await command(server.port, "LOCK.INFO", "tls:1");
   assert.equal(held[held.indexOf("owner") + 1], lock.owner, "held on the node, seen over plain TCP");
   assert.equal(held[held.indexOf("token") + 1], token);

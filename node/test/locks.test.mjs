@@ -40,9 +40,9 @@ describe("single node", () => {
     assert.ok(lock.isHeld);
     assert.equal(lock.holds, 1);
     assert.ok(lock.validity > 9_000 && lock.validity <= 10_000, `validity ${lock.validity}`);
-    const token = await lock.token();
+    const token = await lock.fencingToken();
     assert.equal(typeof token, "bigint");
-    assert.equal(await lock.token(), token, "stable within a hold");
+    assert.equal(await lock.fencingToken(), token, "stable within a hold");
     const held = await info("orders:1001");
     assert.equal(held.owner, lock.owner);
     assert.equal(held.token, token, "the node's token, exactly");
@@ -84,7 +84,7 @@ describe("single node", () => {
     const tokens = [];
     for (let i = 0; i < 5; i++) {
       const lock = await rl.lock("fenced-seq");
-      tokens.push(await lock.token());
+      tokens.push(await lock.fencingToken());
       await lock[Symbol.asyncDispose]();
       assert.equal(lock.holds, 0);
     }
@@ -180,7 +180,7 @@ describe("single node", () => {
     const permits = [await api.permit(), await api.permit(), await api.permit()];
     assert.ok(permits.every((p) => p.isHeld));
     assert.equal(await api.tryPermit(), null, "a fourth permit");
-    const tokens = await Promise.all(permits.map((p) => p.token()));
+    const tokens = await Promise.all(permits.map((p) => p.fencingToken()));
     assert.equal(new Set(tokens).size, 3, "each permit a token of its own");
     await permits[0].release();
     const fourth = await api.tryPermit();
@@ -222,7 +222,7 @@ describe("single node", () => {
     // The first holder's lock passes on (as by a lease end or a failover).
     assert.equal(await command(server.port, "DEL", "lock:order:7"), 1n);
     const second = await rl.lock("lock:order:7");
-    assert.ok((await second.token()) > (await first.token()));
+    assert.ok((await second.fencingToken()) > (await first.fencingToken()));
     assert.equal(await second.fenced("fence:order:7", ["HSET", "order:7", "status", "shipped"], server.url), 0);
     const stale = await first.fenced("fence:order:7", ["HSET", "order:7", "status", "refunded"]).then(
       () => assert.fail("a stale write went through"),
@@ -231,7 +231,7 @@ describe("single node", () => {
     assert.ok(stale instanceof StaleTokenError, String(stale));
     assert.equal(stale.code, "STALE");
     assert.equal(await command(server.port, "HGET", "order:7", "status"), "shipped");
-    assert.equal(await command(server.port, "LOCK.FENCEGET", "fence:order:7"), await second.token());
+    assert.equal(await command(server.port, "LOCK.FENCEGET", "fence:order:7"), await second.fencingToken());
     // The write's own error is a StoreError, not a stale token.
     await assert.rejects(second.fenced("fence:order:7", ["NOSUCHCOMMAND"]), (e) => e instanceof StoreError && !(e instanceof StaleTokenError));
     await assert.rejects(second.fenced("fence:order:7", []), ConfigError);

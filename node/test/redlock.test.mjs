@@ -20,7 +20,7 @@ describe("three masters", () => {
     assert.equal(rl.quorum, 2);
     // Push one node's counter far ahead: the next holder's token must pass it.
     const a = await rl.lock("fence:q");
-    const ta = await a.token();
+    const ta = await a.fencingToken();
     await a.release();
     for (let i = 0; i < 20; i++) {
       assert.equal(typeof (await command(nodes[0].port, "LOCK.ACQUIRE", "fence:q", `other-${i}`, "10000")), "bigint");
@@ -28,7 +28,7 @@ describe("three masters", () => {
       assert.equal(await command(nodes[0].port, "LOCK.RELEASE", "fence:q", `other-${i}`), 0n);
     }
     const b = await rl.lock("fence:q");
-    const tb = await b.token();
+    const tb = await b.fencingToken();
     assert.ok(tb > ta, `${tb} > ${ta}`);
     await b.release();
     // Node 0 restarts from its AOF; node 1 is down: the majority is 0 and 2.
@@ -36,7 +36,7 @@ describe("three masters", () => {
     await nodes[0].start();
     await nodes[1].kill();
     const c = await rl.lock("fence:q", { wait: 20_000 });
-    const tc = await c.token();
+    const tc = await c.fencingToken();
     assert.ok(tc > tb, `${tc} > ${tb} after the restart`);
     await c.release();
     await nodes[1].start();

@@ -12,7 +12,7 @@ let violations = 0;
 for (let i = 0; i < Number(iterations); i++) {
   const lock = await rl.lock("xproc", { wait: 60_000 });
   try {
-    tokens.push(String(await lock.token()));
+    tokens.push(String(await lock.fencingToken()));
     if ((await command(port, "INCR", "xproc:inside")) !== 1n) violations++;
     const seen = Number((await command(port, "GET", "xproc:total")) ?? 0);
     await new Promise((r) => setTimeout(r, 5));

@@ -81,6 +81,15 @@ export class NotHeldError extends RedisLockError {
   }
 }
 
+/** `lock.token` was read before this hold's token was fetched: acquire
+ * with `{ fenced: true }` (or `await lock.fencingToken()` first). */
+export class TokenPendingError extends RedisLockError {
+  constructor(message: string) {
+    super(message, "TOKEN_PENDING");
+    this.name = "TokenPendingError";
+  }
+}
+
 /** A setting or argument that can never work. */
 export class ConfigError extends RedisLockError {
   constructor(message: string) {

@@ -17,6 +17,7 @@ import {
   LockNotAcquiredError,
   NodeOutcome,
   NotHeldError,
+  TokenPendingError,
 } from "./errors";
 
 export * from "./errors";
@@ -81,6 +82,9 @@ export interface RedlockOptions {
   /** The store of `lock.fenced` when none is passed (default: the only
    * node of a single-node client). */
   store?: string;
+  /** Fetch every lock's fencing token as part of its acquisition, so that
+   * `lock.token` is there at once (default false; see `LockOptions.fenced`). */
+  fenced?: boolean;
 }
 
 /** Options of one acquisition. */
@@ -95,6 +99,10 @@ export interface LockOptions {
   /** Renew the lease until released (the crate's watchdog); a loss aborts
    * `lock.signal` and emits `lost`. */
   watchdog?: boolean;
+  /** Fetch the fencing token before the acquisition resolves (one more
+   * round: the token is written back to a quorum), so that `lock.token` is
+   * a `bigint` at once. Default: the Redlock's `fenced` option. */
+  fenced?: boolean;
 }
 
 export interface Acquired {
@@ -270,9 +278,25 @@ export class Lock extends EventEmitter {
     return released;
   }
 
-  /** A fencing token greater than every earlier holder's (written back to a
-   * quorum on first use in each hold, then cached). */
-  token(): Promise<bigint> {
+  /**
+   * This hold's fencing token, a `bigint` greater than every earlier
+   * holder's: `db.update(..., { fence: lock.token })`. There once the
+   * token was fetched in this hold: acquire with `{ fenced: true }`, or
+   * `await lock.fencingToken()` first. Throws TokenPendingError before
+   * that, NotHeldError when nothing is held: never a missing fence.
+   */
+  get token(): bigint {
+    const token = call(() => this.#native.knownToken);
+    if (token !== null && token !== undefined) return token;
+    if (this.holds === 0) throw new NotHeldError("lock.token: the handle holds nothing: acquire it first");
+    throw new TokenPendingError(
+      "lock.token: this hold's fencing token was not fetched yet: acquire with { fenced: true }, or await lock.fencingToken()",
+    );
+  }
+
+  /** Fetches this hold's fencing token (written back to a quorum on first
+   * use in each hold, then cached: `lock.token` returns it from then on). */
+  fencingToken(): Promise<bigint> {
     return wrap(this.#native.token());
   }
 
@@ -459,15 +483,28 @@ export class Redlock extends EventEmitter {
   async acquireAs(resource: string, kind: Kind, permits: number | undefined, options: LockOptions): Promise<Lock> {
     const lock = this.#handle(resource, kind, permits, options);
     await lock.acquire({ signal: options.signal });
-    if (options.watchdog) lock.watch();
+    await this.#finish(lock, options);
     return lock;
+  }
+
+  /** The token and the watchdog an acquisition asked for; if either
+   * fails, the lock is released before the error is thrown (the caller
+   * never gets the handle, so nobody else would release it). */
+  async #finish(lock: Lock, options: LockOptions): Promise<void> {
+    try {
+      if (options.fenced ?? this.#options.fenced) await lock.fencingToken();
+      if (options.watchdog) lock.watch();
+    } catch (e) {
+      await lock.releaseAll().catch(() => undefined);
+      throw e;
+    }
   }
 
   /** @internal */
   async tryAs(resource: string, kind: Kind, permits: number | undefined, options: LockOptions): Promise<Lock | null> {
     const lock = this.#handle(resource, kind, permits, { ...options, wait: undefined });
     if (!(await lock.tryAcquire())) return null;
-    if (options.watchdog) lock.watch();
+    await this.#finish(lock, options);
     return lock;
   }
 

@@ -8,8 +8,10 @@ const rl = new Redlock(["redis://127.0.0.1:6379"], options);
 const same: typeof Redlock = Default;
 
 export async function use(signal: AbortSignal): Promise<[bigint, number, string, number | null]> {
-  await using lock = await rl.lock("orders:1001", { wait: 5_000, signal });
-  const token: bigint = await lock.token();
+  await using lock = await rl.lock("orders:1001", { wait: 5_000, signal, fenced: true });
+  const token: bigint = lock.token; // the issue's `{ fence: lock.token }`
+  const fetched: bigint = await lock.fencingToken();
+  void fetched;
   const n: number = await rl.using("x", async (s: AbortSignal, l: Lock) => (s.aborted ? 0 : l.holds));
   const code: string = new LockLostError("x").code;
   rl.on("lost", (error: LockLostError, lost: Lock) => void [error, lost]);
