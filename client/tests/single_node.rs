@@ -109,3 +109,97 @@ async fn an_error_reply_is_surfaced() {
         redis::Value::BulkString(b"value".to_vec())
     );
 }
+
+/// `Lock::acquire_for`: a deadline of the call's own, whatever the client's
+/// `retry_count` and `acquire_timeout` say, on one node (a server-side
+/// wait) and on three (retries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acquire_for_waits_its_own_deadline_whatever_the_config() {
+    for nodes in [1, 3] {
+        let cluster = Cluster::start(nodes);
+        // The client's own patience: no retry, no wait at all.
+        let config = Config {
+            retry_count: 0,
+            acquire_timeout: None,
+            ..test_config()
+        };
+        let redlock = cluster.client_with(config);
+        let first = redlock
+            .acquire("own-deadline", Duration::from_secs(30))
+            .await
+            .unwrap();
+        let second = redlock
+            .lock("own-deadline", Duration::from_secs(10))
+            .unwrap();
+        // With the client's settings (its retry budget: no retry, on one
+        // node a wait of a few ms on the server): refused.
+        match second.acquire().await {
+            Err(Error::NotAcquired { .. }) => {}
+            other => panic!("{nodes} nodes: {other:?}"),
+        }
+        // With a deadline of its own: still refused while held, and only
+        // near that deadline (it returns by it: a server-side wait ends a
+        // reply allowance before it, and the last retry is the last whose
+        // rounds and pause fit before it).
+        let started = std::time::Instant::now();
+        match second.acquire_for(Duration::from_secs(2)).await {
+            Err(Error::NotAcquired { .. }) => {}
+            other => panic!("{nodes} nodes: {other:?}"),
+        }
+        let config = test_config();
+        let allowance = config.node_timeout * 3 + config.retry_delay + config.retry_jitter;
+        assert!(
+            started.elapsed() >= Duration::from_secs(2) - allowance,
+            "{nodes} nodes: gave up after {:?}, well before its 2 s",
+            started.elapsed()
+        );
+        // Granted once the holder lets go, within a long deadline.
+        let waiter = tokio::spawn(async move {
+            let acquired = second.acquire_for(Duration::from_secs(20)).await;
+            (acquired, second)
+        });
+        let server = &cluster.servers[0];
+        if nodes == 1 {
+            assert!(
+                testkit::wait_until(Duration::from_secs(10), || info_int(
+                    server,
+                    "own-deadline",
+                    "waiters"
+                ) == Some(1)),
+                "no server-side waiter appeared"
+            );
+        }
+        first.release().await.unwrap();
+        let (acquired, second) = waiter.await.unwrap();
+        acquired.unwrap_or_else(|e| panic!("{nodes} nodes: {e}"));
+        assert_eq!(
+            holder(server, "own-deadline").as_deref(),
+            Some(second.owner())
+        );
+        second.release().await.unwrap();
+    }
+}
+
+/// `Lock::known_fencing_token`: nothing before the token is computed or
+/// once the lock is released; the computed token, without a round trip,
+/// in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_known_fencing_token_is_the_computed_one_while_held() {
+    let cluster = Cluster::start(3);
+    let redlock = cluster.client();
+    let lock = redlock.lock("known", Duration::from_secs(10)).unwrap();
+    assert_eq!(lock.known_fencing_token(), None, "not held");
+    lock.acquire().await.unwrap();
+    assert_eq!(lock.known_fencing_token(), None, "not computed yet");
+    let token = lock.fencing_token().await.unwrap();
+    assert_eq!(lock.known_fencing_token(), Some(token));
+    lock.release().await.unwrap();
+    assert_eq!(lock.known_fencing_token(), None, "released");
+    // A new hold has a new token, unknown until computed again.
+    lock.acquire().await.unwrap();
+    assert_eq!(lock.known_fencing_token(), None, "a new hold's token");
+    let next = lock.fencing_token().await.unwrap();
+    assert!(next > token);
+    assert_eq!(lock.known_fencing_token(), Some(next));
+    lock.release().await.unwrap();
+}
