@@ -112,8 +112,9 @@
 //! the shared connection) and the wait undone on the shared connection
 //! after it: nothing sent on the waiting connection runs after that, so
 //! neither a late grant nor a stale undo lands after the handle's next
-//! command (a cluster's waiting connection, which has no client id, is
-//! unblocked and undone on its own connection instead); the acquisition
+//! command (a cluster's waiting connection, which has no client id, ends
+//! by its own server-side timeout and is undone on its own connection
+//! after it, instead); the acquisition
 //! itself returns by [`Config::acquire_timeout`].
 //! (Without a tokio runtime, as when a runtime shuts down, nothing can run
 //! in the background: the leases then end by themselves.)

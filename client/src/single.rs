@@ -26,9 +26,11 @@ impl LockCore {
     /// connection killed on the server through the shared connection, and
     /// is undone there after the kill: nothing sent on the waiting
     /// connection runs after that (no late grant, no stale undo), and the
-    /// undo is ahead of the handle's next command. Without a client id (a
-    /// cluster) or if the kill fails, the wait is ended with `CLIENT
-    /// UNBLOCK` and undone on its own connection, after the wait there.
+    /// undo is ahead of the handle's next command. If the kill fails, the
+    /// wait is ended with `CLIENT UNBLOCK` and undone on its own
+    /// connection, after the wait there; without a client id (a cluster's
+    /// waiting connection) it is not ended early: it ends by its own
+    /// server-side timeout, and is undone on its own connection after it.
     ///
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
