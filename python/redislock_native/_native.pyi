@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import TracebackType
 from typing import Any, List, Optional, Sequence, Type, Union
 
@@ -158,6 +159,11 @@ class Redlock:
     acquisition: None uses the Config's retries and acquire_timeout, 0 makes
     one attempt, anything else retries (or waits on the server, with one
     node) until then.
+
+    TLS: ``rediss://`` URLs; ``tls_ca`` (a PEM file of the CA to trust
+    instead of the system's roots), ``tls_cert`` and ``tls_key`` (PEM files
+    of a client certificate and its key, for servers with
+    ``tls-auth-clients yes``).
     """
 
     def __init__(
@@ -167,6 +173,9 @@ class Redlock:
         ttl: float = 10.0,
         config: Optional[Config] = None,
         cluster: bool = False,
+        tls_ca: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_cert: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_key: Optional[Union[str, os.PathLike[str]]] = None,
     ) -> None: ...
     def lock(
         self,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import os
 from types import TracebackType
 from typing import Any, Callable, Optional, Sequence, Type, TypeVar, Union
 
@@ -150,8 +151,19 @@ class AsyncRedlock:
         ttl: float = 10.0,
         config: Optional[Config] = None,
         cluster: bool = False,
+        tls_ca: Optional[Union[str, "os.PathLike[str]"]] = None,
+        tls_cert: Optional[Union[str, "os.PathLike[str]"]] = None,
+        tls_key: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
-        self.sync = Redlock(nodes, ttl=ttl, config=config, cluster=cluster)
+        self.sync = Redlock(
+            nodes,
+            ttl=ttl,
+            config=config,
+            cluster=cluster,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
 
     def lock(
         self,

@@ -341,6 +341,7 @@ impl Config {
 struct Clients {
     nodes: Vec<String>,
     cluster: bool,
+    tls: Option<redis_lock_client::Tls>,
     config: redis_lock_client::Config,
     default: ManuallyDrop<blocking::Redlock>,
     by_wait: Mutex<HashMap<u128, ManuallyDrop<blocking::Redlock>>>,
@@ -349,7 +350,7 @@ struct Clients {
 
 impl Clients {
     fn make(&self, config: redis_lock_client::Config) -> Result<blocking::Redlock, Error> {
-        make_client(&self.nodes, self.cluster, config)
+        make_client(&self.nodes, self.cluster, self.tls.as_ref(), config)
     }
 
     /// The client whose acquisitions wait `wait` at most (None: the
@@ -397,13 +398,64 @@ impl Drop for Clients {
 fn make_client(
     nodes: &[String],
     cluster: bool,
+    tls: Option<&redis_lock_client::Tls>,
     config: redis_lock_client::Config,
 ) -> Result<blocking::Redlock, Error> {
-    if cluster {
-        blocking::Redlock::cluster_with_config(nodes.to_vec(), config)
-    } else {
-        blocking::Redlock::with_config(nodes.to_vec(), config)
+    match (cluster, tls) {
+        (true, None) => blocking::Redlock::cluster_with_config(nodes.to_vec(), config),
+        (true, Some(tls)) => blocking::Redlock::cluster_tls(nodes.to_vec(), tls, config),
+        (false, None) => blocking::Redlock::with_config(nodes.to_vec(), config),
+        (false, Some(tls)) => {
+            blocking::Redlock::with_config(nodes.iter().map(|n| tls.node(n.as_str())), config)
+        }
     }
+}
+
+/// A PEM file named by a `tls_*` argument.
+fn read_pem(py: Python<'_>, name: &str, path: &std::path::Path) -> PyResult<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        raise(
+            py,
+            "ConfigError",
+            format!("{name}: cannot read the PEM file {}: {e}", path.display()),
+            vec![],
+        )
+    })
+}
+
+/// The TLS settings of the `tls_*` arguments; None when none is given
+/// (a `rediss://` URL then trusts the system's roots).
+fn tls_settings(
+    py: Python<'_>,
+    ca: Option<std::path::PathBuf>,
+    cert: Option<std::path::PathBuf>,
+    key: Option<std::path::PathBuf>,
+) -> PyResult<Option<redis_lock_client::Tls>> {
+    let mut tls = redis_lock_client::Tls::new();
+    let mut any = false;
+    if let Some(ca) = ca {
+        tls = tls.ca_pem(read_pem(py, "tls_ca", &ca)?);
+        any = true;
+    }
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            tls = tls.client_pem(
+                read_pem(py, "tls_cert", &cert)?,
+                read_pem(py, "tls_key", &key)?,
+            );
+            any = true;
+        }
+        (None, None) => {}
+        _ => {
+            return Err(raise(
+                py,
+                "ConfigError",
+                "tls_cert and tls_key go together: give both (mutual TLS) or neither".into(),
+                vec![],
+            ))
+        }
+    }
+    Ok(any.then_some(tls))
 }
 
 /// Locks over one Redis node or N independent masters with the redis-lock
@@ -471,14 +523,22 @@ enum HandleKind {
 #[pymethods]
 impl Redlock {
     #[new]
-    #[pyo3(signature = (nodes, *, ttl = 10.0, config = None, cluster = false))]
+    #[pyo3(signature = (
+        nodes, *, ttl = 10.0, config = None, cluster = false,
+        tls_ca = None, tls_cert = None, tls_key = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         nodes: Nodes,
         ttl: f64,
         config: Option<PyRef<'_, Config>>,
         cluster: bool,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
     ) -> PyResult<Redlock> {
+        let tls = tls_settings(py, tls_ca, tls_cert, tls_key)?;
         let nodes = match nodes {
             Nodes::One(node) => vec![node],
             Nodes::Many(nodes) => nodes,
@@ -487,14 +547,15 @@ impl Redlock {
         let ttl = ttl_seconds(ttl)?;
         config.validate_ttl(ttl).or_raise(py)?;
         let default = {
-            let (nodes, config) = (nodes.clone(), config.clone());
-            py.allow_threads(move || make_client(&nodes, cluster, config))
+            let (nodes, config, tls) = (nodes.clone(), config.clone(), tls.clone());
+            py.allow_threads(move || make_client(&nodes, cluster, tls.as_ref(), config))
                 .or_raise(py)?
         };
         Ok(Redlock {
             clients: Arc::new(Clients {
                 nodes,
                 cluster,
+                tls,
                 config,
                 default: ManuallyDrop::new(default),
                 by_wait: Mutex::new(HashMap::new()),
