@@ -114,7 +114,10 @@
 //! neither a late grant nor a stale undo lands after the handle's next
 //! command (a cluster's waiting connection, which has no client id, is
 //! unblocked and undone on its own connection instead); the acquisition
-//! itself returns by [`Config::acquire_timeout`].
+//! itself returns by [`Config::acquire_timeout`], as
+//! [`Error::NotAcquired`] with the node's timeout as its outcome when the
+//! wait's reply has not come by then (the node said busy; a reply late
+//! past the deadline is a slow or loaded node, not a failed one).
 //! (Without a tokio runtime, as when a runtime shuts down, nothing can run
 //! in the background: the leases then end by themselves.)
 //!
