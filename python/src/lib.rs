@@ -5,6 +5,8 @@
 //! errors to the exceptions of `redislock_native._errors`, and refuses a
 //! handle used in a process forked from the one that made it.
 
+mod aio;
+
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, RwLock};
@@ -473,6 +475,19 @@ enum Nodes {
 }
 
 impl Redlock {
+    /// Nodes, cluster mode and settings, for the asyncio core.
+    fn parts(&self) -> (Vec<String>, bool, redis_lock_client::Config) {
+        (
+            self.clients.nodes.clone(),
+            self.clients.cluster,
+            self.clients.config.clone(),
+        )
+    }
+
+    fn default_ttl(&self) -> Duration {
+        self.ttl
+    }
+
     fn check(&self, py: Python<'_>) -> PyResult<()> {
         fork_check(py, self.clients.pid)
     }
@@ -1246,5 +1261,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Semaphore>()?;
     m.add_class::<Lock>()?;
     m.add_class::<Release>()?;
+    m.add_class::<aio::AsyncRedlockCore>()?;
+    m.add_class::<aio::AsyncLockCore>()?;
     Ok(())
 }
