@@ -1,7 +1,9 @@
 """make bench, Python section: lock+unlock cycles per second and client CPU
 per cycle of redislock_native against redis-py's Lock (one node) and
 pottery's Redlock (five masters), on the same module-loaded servers in the
-same run, at 1, 16 and 64 threads. Each thread locks and unlocks a resource
+same run, at 1, 16 and 64 threads, and
+with asyncio at 1, 16 and 64 tasks against redis.asyncio's Lock and pottery's
+AIORedlock. Each thread locks and unlocks a resource
 of its own in a loop (no contention: the client's own cost is measured).
 Client CPU is this process's CPU time (every thread, the Rust client's
 runtime threads included) per cycle; the servers are other processes.
@@ -15,6 +17,7 @@ Prints a Markdown section and, with --out, appends it to that file.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import socket
 import subprocess
@@ -23,12 +26,14 @@ import tempfile
 import threading
 import time
 from importlib.metadata import version
-from typing import Callable, List, Tuple
+from typing import Awaitable, Callable, List, Tuple
 
 import pottery
 import redis
+import redis.asyncio
 
 from redislock_native import Config, Redlock
+from redislock_native.aio import AsyncRedlock
 
 THREADS = (1, 16, 64)
 
@@ -122,6 +127,42 @@ def run(
     return total / wall, cpu / max(total, 1) * 1e6
 
 
+def run_async(
+    make: Callable[[], Callable[[int], Callable[[], Awaitable[None]]]], tasks: int, seconds: float
+) -> Tuple[float, float]:
+    """As run(), with `tasks` asyncio tasks on one event loop; `make` builds
+    the clients inside the loop."""
+
+    async def main() -> Tuple[float, float]:
+        factory = make()
+        cycles = [0] * tasks
+        stop = asyncio.Event()
+
+        async def worker(i: int) -> None:
+            cycle = factory(i)
+            await cycle()
+            await ready.wait()
+            n = 0
+            while not stop.is_set():
+                await cycle()
+                n += 1
+            cycles[i] = n
+
+        ready = asyncio.Event()
+        workers = [asyncio.ensure_future(worker(i)) for i in range(tasks)]
+        await asyncio.sleep(0.2)
+        ready.set()
+        cpu0, t0 = time.process_time(), time.monotonic()
+        await asyncio.sleep(seconds)
+        stop.set()
+        await asyncio.gather(*workers)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
+        total = sum(cycles)
+        return total / wall, cpu / max(total, 1) * 1e6
+
+    return asyncio.run(main())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", default="redis-server")
@@ -194,6 +235,71 @@ def main() -> None:
                     f"{theirs_label} {t_rate:.0f}/s {t_cpu:.0f} us/cycle (load {load:.1f})",
                     flush=True,
                 )
+
+        # asyncio: tasks on one event loop (clients made inside it).
+        def ours_async(nodes: List[Server]):
+            def make():
+                rl = AsyncRedlock([s.url for s in nodes], ttl=10.0, config=config)
+
+                def factory(i: int):
+                    name = f"bench:ours-aio:{len(nodes)}:{i}"
+
+                    async def cycle() -> None:
+                        lock = await rl.acquire(name)
+                        await lock.release()
+
+                    return cycle
+
+                return factory
+
+            return make
+
+        def redis_py_async():
+            client = redis.asyncio.Redis(port=one[0].port, max_connections=128)
+
+            def factory(i: int):
+                name = f"bench:redis-py-aio:{i}"
+
+                async def cycle() -> None:
+                    lock = client.lock(name, timeout=10.0)
+                    if not await lock.acquire(blocking=False):
+                        raise RuntimeError("redis-py lock not acquired")
+                    await lock.release()
+
+                return cycle
+
+            return factory
+
+        def pottery_async():
+            masters = {redis.asyncio.Redis(port=s.port, max_connections=128) for s in five}
+
+            def factory(i: int):
+                name = f"bench:pottery-aio:{i}"
+
+                async def cycle() -> None:
+                    lock = pottery.AIORedlock(key=name, masters=masters, auto_release_time=10.0)
+                    if not await lock.acquire(blocking=False):
+                        raise RuntimeError("pottery lock not acquired")
+                    await lock.release()
+
+                return cycle
+
+            return factory
+
+        for label, ours_make, theirs_label, theirs_make in (
+            ("one node, asyncio", ours_async(one), "redis.asyncio Lock", redis_py_async),
+            ("five masters, asyncio", ours_async(five), "pottery AIORedlock", pottery_async),
+        ):
+            for tasks in THREADS:
+                load = os.getloadavg()[0]
+                o_rate, o_cpu = run_async(ours_make, tasks, args.seconds)
+                t_rate, t_cpu = run_async(theirs_make, tasks, args.seconds)
+                rows.append((label, tasks, o_rate, o_cpu, theirs_label, t_rate, t_cpu, load))
+                print(
+                    f"{label} x{tasks}: ours {o_rate:.0f}/s {o_cpu:.0f} us/cycle; "
+                    f"{theirs_label} {t_rate:.0f}/s {t_cpu:.0f} us/cycle (load {load:.1f})",
+                    flush=True,
+                )
     finally:
         for s in servers:
             s.stop()
@@ -203,7 +309,7 @@ def main() -> None:
     ).stdout.strip()
     python = ".".join(map(str, sys.version_info[:3]))
     header = (
-        "| nodes | threads | redislock_native cycles/s | CPU µs/cycle | compared with "
+        "| nodes | threads/tasks | redislock_native cycles/s | CPU µs/cycle | compared with "
         "| its cycles/s | its CPU µs/cycle | cycles/s ratio | CPU ratio | load |"
     )
     lines = [
@@ -212,10 +318,10 @@ def main() -> None:
         "",
         f"Run by `make bench` (`bench/python/bench_python.py`), {args.seconds:g} s per "
         f"figure, on {server_version.split(' sha=')[0]}, CPython {python}, "
-        f"redis-py {version('redis')}, pottery {version('pottery')}. Each thread locks "
-        "and unlocks a resource of its own (uncontended); client CPU is the benchmark "
+        f"redis-py {version('redis')}, pottery {version('pottery')}. Each thread (or task) "
+        "locks and unlocks a resource of its own (uncontended); client CPU is the benchmark "
         "process's CPU time per cycle (all its threads), the servers being other "
-        "processes. Targets: at 16 and 64 threads at least 2x their cycles/s and at most "
+        "processes. Targets: at 16 and 64 threads/tasks at least 2x their cycles/s and at most "
         "0.5x their CPU per cycle.",
         "",
         header,
