@@ -4,7 +4,9 @@
 # Node.js package against redlock and redis-semaphore (section 12, through
 # scripts/node-bench.sh: needs node and npm), in one run on redis-server
 # processes the benchmark starts on loopback and always stops. Prints a table
-# of ratios and writes BENCHMARKS.md (+ SVG charts).
+# of ratios and writes BENCHMARKS.md (+ SVG charts); then the Python
+# client's section against redis-py and pottery (scripts/python-bench.sh) is
+# appended to it.
 #
 #   scripts/bench.sh [--only 1,2,...] [--out FILE]    full run (under 15 min)
 #   QUICK=1 scripts/bench.sh                           quick run (about 2 min)
@@ -24,4 +26,16 @@ if [ -n "${QUICK:-}" ] && [ "${QUICK}" != 0 ]; then
     args+=(--quick)
 fi
 cargo build --release -p redis-lock -p bench
-exec cargo run --release --quiet -p bench -- "${args[@]}" "$@"
+cargo run --release --quiet -p bench -- "${args[@]}" "$@"
+
+# The Python client's section (scripts/python-bench.sh), appended to the
+# report the bench crate just wrote; skipped with PYTHON_BENCH=0.
+if [ "${PYTHON_BENCH:-1}" != 0 ]; then
+    out="$ROOT/BENCHMARKS.md"
+    prev=""
+    for arg in "$@"; do
+        [ "$prev" = "--out" ] && out="$arg"
+        prev="$arg"
+    done
+    scripts/python-bench.sh "$out"
+fi

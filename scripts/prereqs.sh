@@ -3,7 +3,8 @@
 # redis-server (and redis-tools for redis-cli, redis-benchmark),
 # libclang-dev (bindgen, used by the redis-module crate), valgrind (the
 # memcheck pass of `make test`) and iproute2 (the chaos suite's network
-# namespaces). As root it runs
+# namespaces), postgresql and openssl (the Python client's PostgreSQL
+# fencing and TLS tests). As root it runs
 # apt-get itself; otherwise it prints the exact command and stops.
 #
 # `scripts/prereqs.sh valkey` also installs Valkey for the tests: Debian
@@ -60,6 +61,10 @@ has_libclang || missing+=(libclang-dev)
 command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 # `ip` for the chaos suite's network namespaces (its network phase).
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+# initdb/pg_ctl for the Python client's PostgreSQL fencing test.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+# openssl for the Python client's TLS test (its certificates).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo is not installed. Install Rust from https://rustup.rs (rustup), then run make again." >&2
     exit 1

@@ -7,7 +7,9 @@
 #
 # Prerequisites: python3 with venv (installed with apt-get as root when
 # missing, like scripts/prereqs.sh does), and pip reaching the package index
-# for maturin, pytest and redis-py (the store client of the fenced-write tests).
+# for maturin, pytest, redis-py (the store client of the fenced-write tests)
+# and psycopg (the PostgreSQL fencing test; PostgreSQL itself is Debian's
+# `postgresql`, which scripts/prereqs.sh installs).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +40,7 @@ if [ "${PYTHON_TEST_BUILT:-0}" != 1 ]; then
     if [ ! -x "$VENV/bin/python" ]; then
         python3 -m venv "$VENV"
     fi
-    "$VENV/bin/python" -m pip install --quiet 'maturin>=1.5,<2' pytest 'redis>=5,<8'
+    "$VENV/bin/python" -m pip install --quiet 'maturin>=1.5,<2' pytest 'redis>=5,<8' 'psycopg[binary]>=3.1,<4'
 
     if [ ! -f "$ROOT/target/release/libredis_lock.so" ]; then
         (cd "$ROOT" && cargo build --release -p redis-lock)

@@ -115,7 +115,10 @@
 //! command (a cluster's waiting connection, which has no client id, ends
 //! by its own server-side timeout and is undone on its own connection
 //! after it, instead); the acquisition
-//! itself returns by [`Config::acquire_timeout`].
+//! itself returns by [`Config::acquire_timeout`], as
+//! [`Error::NotAcquired`] with the node's timeout as its outcome when the
+//! wait's reply has not come by then (the node said busy; a reply late
+//! past the deadline is a slow or loaded node, not a failed one).
 //! (Without a tokio runtime, as when a runtime shuts down, nothing can run
 //! in the background: the leases then end by themselves.)
 //!

@@ -26,11 +26,14 @@ impl LockCore {
     /// connection killed on the server through the shared connection, and
     /// is undone there after the kill: nothing sent on the waiting
     /// connection runs after that (no late grant, no stale undo), and the
-    /// undo is ahead of the handle's next command. If the kill fails, the
-    /// wait is ended with `CLIENT UNBLOCK` and undone on its own
-    /// connection, after the wait there; without a client id (a cluster's
-    /// waiting connection) it is not ended early: it ends by its own
-    /// server-side timeout, and is undone on its own connection after it.
+    /// undo is ahead of the handle's next command. Such a wait (or a
+    /// waiting connection that does not open in time) is `NotAcquired`, its
+    /// outcome the timeout: the node said busy, and a late reply is a slow
+    /// or loaded node, not a failed one. If the kill fails, the wait is
+    /// ended with `CLIENT UNBLOCK` and undone on its own connection, after
+    /// the wait there; without a client id (a cluster's waiting
+    /// connection) it is not ended early: it ends by its own server-side
+    /// timeout, and is undone on its own connection after it.
     ///
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
@@ -87,6 +90,11 @@ impl LockCore {
             .await
         {
             Ok(conn) => conn,
+            // The node said busy a moment ago: a slow connection is a wait
+            // that did not succeed in time, not a failed node.
+            Err(error @ crate::error::NodeError::Timeout(_)) => {
+                return Err(not_acquired(1, vec![outcome(Err(error))]));
+            }
             Err(error) => {
                 crate::metrics::node_error(node.name(), &error);
                 return Err(single_node_failure(vec![outcome(Err(error))]));
@@ -175,14 +183,23 @@ impl LockCore {
                     }
                     drop(op);
                 });
-                let error = match other {
+                match other {
+                    // The waiting connection failed: the node's failure.
                     Some(Err(error)) => {
                         crate::metrics::node_error(node.name(), &error);
-                        error
+                        Err(single_node_failure(vec![outcome(Err(error))]))
                     }
-                    _ => crate::error::NodeError::Timeout(sent.elapsed()),
-                };
-                Err(single_node_failure(vec![outcome(Err(error))]))
+                    // No answer by the deadline: the node said busy and the
+                    // wait ran out (a wait's timeout reply that comes late on
+                    // a loaded machine or a paused node): not acquired, as
+                    // with N nodes, not a node failure.
+                    _ => Err(not_acquired(
+                        2,
+                        vec![outcome(Err(crate::error::NodeError::Timeout(
+                            sent.elapsed(),
+                        )))],
+                    )),
+                }
             }
         }
     }

@@ -202,4 +202,55 @@ async fn the_known_fencing_token_is_the_computed_one_while_held() {
     assert!(next > token);
     assert_eq!(lock.known_fencing_token(), Some(next));
     lock.release().await.unwrap();
+
+/// A wait whose timeout reply comes after the acquire deadline (a loaded
+/// machine; here the server is paused across the deadline) is "not
+/// acquired", with the node's timeout as its outcome: the node said busy,
+/// it did not fail. It was a node error before (`no reply within …`, "check
+/// that the node is up"), seen as a flaky error of the Python client's
+/// `acquire(wait=1.0)` on a loaded CI machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_answered_after_the_deadline_is_not_acquired() {
+    let cluster = Cluster::start(1);
+    let server = &cluster.servers[0];
+    block(server, "late");
+    let config = Config {
+        acquire_timeout: Some(Duration::from_secs(1)),
+        ..test_config()
+    };
+    let redlock = cluster.client_with(config);
+    let lock = redlock.lock("late", Duration::from_secs(10)).unwrap();
+    let waiting = tokio::spawn(async move { (lock.acquire().await, lock) });
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || info_int(
+            server, "late", "waiters"
+        ) == Some(1)),
+        "no server-side waiter appeared"
+    );
+    // Paused before its wait times out: the reply comes after the deadline.
+    server.pause();
+    let (result, lock) = waiting.await.unwrap();
+    server.resume();
+    match result {
+        Err(Error::NotAcquired {
+            attempts: 2,
+            outcomes,
+            ..
+        }) => assert!(
+            matches!(
+                outcomes.as_slice(),
+                [o] if matches!(o.result, Err(NodeError::Timeout(_)))
+            ),
+            "{outcomes:?}"
+        ),
+        other => panic!("expected NotAcquired after the deadline, got {other:?}"),
+    }
+    // The wait is ended and undone once the server runs again.
+    assert!(testkit::wait_until(Duration::from_secs(10), || info_int(
+        server, "late", "waiters"
+    ) == Some(
+        0
+    )));
+    assert_eq!(holder(server, "late").as_deref(), Some("blocker"));
+    assert_eq!(lock.holds(), 0);
 }

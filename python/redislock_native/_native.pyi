@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from types import TracebackType
-from typing import Any, List, Optional, Sequence, Type, Union
+from typing import Any, Awaitable, List, Optional, Sequence, Type, Union
 
 from typing_extensions import Self
 
@@ -158,6 +159,11 @@ class Redlock:
     acquisition: None uses the Config's retries and acquire_timeout, 0 makes
     one attempt, anything else retries (or waits on the server, with one
     node) until then.
+
+    TLS: ``rediss://`` URLs; ``tls_ca`` (a PEM file of the CA to trust
+    instead of the system's roots), ``tls_cert`` and ``tls_key`` (PEM files
+    of a client certificate and its key, for servers with
+    ``tls-auth-clients yes``).
     """
 
     def __init__(
@@ -167,6 +173,9 @@ class Redlock:
         ttl: float = 10.0,
         config: Optional[Config] = None,
         cluster: bool = False,
+        tls_ca: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_cert: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_key: Optional[Union[str, os.PathLike[str]]] = None,
     ) -> None: ...
     def lock(
         self,
@@ -207,3 +216,50 @@ class Redlock:
 def stale_token_from(error: BaseException) -> Optional[BaseException]:
     """The StaleToken a store client's exception stands for (chained to
     it), or None when it is not a stale-token refusal."""
+
+class AsyncLockCore:
+    """The native core of ``redislock_native.aio.AsyncLock``: its methods
+    return awaitables resolved by the async Rust client."""
+
+    def acquire(self) -> Awaitable[None]: ...
+    def try_acquire(self) -> Awaitable[bool]: ...
+    def extend(self, ttl: Optional[float] = None) -> Awaitable[float]: ...
+    def release(self, all: bool = False) -> Awaitable[Release]: ...
+    def token(self) -> Awaitable[int]: ...
+    def start_watchdog(self) -> Awaitable[None]: ...
+    def stop_watchdog(self) -> Awaitable[None]: ...
+    def lost(self) -> Awaitable[bool]: ...
+    @property
+    def watched(self) -> bool: ...
+    @property
+    def is_lost(self) -> bool: ...
+    @property
+    def is_held(self) -> bool: ...
+    @property
+    def validity(self) -> float: ...
+    @property
+    def holds(self) -> int: ...
+    @property
+    def resource(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+
+class AsyncRedlockCore:
+    """The native core of ``redislock_native.aio.AsyncRedlock``."""
+
+    def __init__(
+        self,
+        sync: Redlock,
+        tls_ca: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_cert: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_key: Optional[Union[str, os.PathLike[str]]] = None,
+    ) -> None: ...
+    def handle(
+        self,
+        kind: str,
+        resource: str,
+        *,
+        ttl: Optional[float] = None,
+        wait: Optional[float] = None,
+        permits: int = 0,
+    ) -> AsyncLockCore: ...

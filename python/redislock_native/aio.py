@@ -1,59 +1,59 @@
-"""asyncio front end: the blocking client's calls run on the event loop's
-default executor (a thread each), so the loop keeps running while a call
-waits on the network. Every rule is still the Rust client's.
+"""asyncio front end, native: the async Rust client runs on a tokio runtime
+of its own and every network call is an awaitable that resolves on the
+event loop when the Rust future finishes (pyo3-async-runtimes); no thread
+per call. Every rule is still the Rust client's.
 
 >>> from redislock_native.aio import AsyncRedlock
 >>> rl = AsyncRedlock(["redis://127.0.0.1:6379"], ttl=10.0)   # doctest: +SKIP
 >>> async with rl.lock("orders:1001", wait=5.0) as lock:       # doctest: +SKIP
 ...     print(await lock.token(), lock.validity)
 
-A cancelled acquisition still finishes on its thread; a lock it won then
-belongs to a handle nobody holds, which releases it when it is collected
-(at once, in CPython).
+Cancelling a task that awaits an acquisition drops the Rust future: the
+client stops retrying, releases a grant it won anyway, and ends a
+single-node wait on the server. A task cancelled inside ``async with``
+releases on exit.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import inspect
+import os
 from types import TracebackType
-from typing import Any, Callable, Optional, Sequence, Type, TypeVar, Union
+from typing import Any, Optional, Sequence, Type, Union
 
-from ._native import Config, Lock, Redlock, Release, Semaphore, stale_token_from
+from ._native import AsyncLockCore, AsyncRedlockCore, Config, Redlock, Release, stale_token_from
 
 __all__ = ["AsyncLock", "AsyncRedlock", "AsyncSemaphore"]
 
-T = TypeVar("T")
-
-
-async def _run(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
-
 
 class AsyncLock:
-    """A :class:`Lock` whose network calls are awaited. ``async with``
-    acquires on entry when it holds nothing and releases on exit."""
+    """A lock handle whose network calls are awaited. ``async with``
+    acquires on entry when it holds nothing and releases on exit; with
+    ``watchdog=True`` it also hands the lock to a watchdog and raises
+    LockLost on exit if the lock was lost meanwhile."""
 
-    def __init__(self, lock: Lock) -> None:
-        self.sync = lock
+    def __init__(self, core: AsyncLockCore, watchdog: bool = False) -> None:
+        self.core = core
+        self._watchdog_in_with = watchdog
 
     async def acquire(self) -> None:
-        await _run(self.sync.acquire)
+        await self.core.acquire()
+
+    async def try_acquire(self) -> bool:
+        return await self.core.try_acquire()
 
     async def extend(self, ttl: Optional[float] = None) -> float:
-        return await _run(self.sync.extend, ttl)
+        return await self.core.extend(ttl)
 
     async def release(self) -> Release:
-        return await _run(self.sync.release)
+        return await self.core.release()
 
     async def release_all(self) -> Release:
-        return await _run(self.sync.release_all)
+        return await self.core.release(all=True)
 
     async def token(self) -> int:
         """The fencing token of this hold (a network round the first time)."""
-        return await _run(lambda: self.sync.token)
+        return await self.core.token()
 
     async def fenced(self, store: Any, fence_key: Union[str, bytes], *command: Any) -> Any:
         """Runs ``command`` on ``store`` as ``LOCK.FENCED fence_key <token>
@@ -78,36 +78,61 @@ class AsyncLock:
         return reply
 
     async def start_watchdog(self) -> None:
-        await _run(self.sync.start_watchdog)
+        await self.core.start_watchdog()
 
     async def stop_watchdog(self) -> None:
-        await _run(self.sync.stop_watchdog)
+        await self.core.stop_watchdog()
+
+    async def lost(self) -> bool:
+        """Resolves when the watchdog stops watching: True when the lock
+        was lost (stop the work done under it), False when the watchdog was
+        stopped. Needs a watchdog."""
+        return await self.core.lost()
 
     def check(self) -> None:
-        self.sync.check()
+        """Raises LockLost once the watchdog has found the lock lost."""
+        if self.core.is_lost:
+            from ._errors import LockLost
+
+            raise LockLost("the lock was lost (its watchdog could not renew it); acquire it again")
+
+    @property
+    def watched(self) -> bool:
+        return self.core.watched
 
     @property
     def validity(self) -> float:
-        return self.sync.validity
+        return self.core.validity
 
     @property
     def is_held(self) -> bool:
-        return self.sync.is_held
+        return self.core.is_held
 
     @property
     def is_lost(self) -> bool:
-        return self.sync.is_lost
+        return self.core.is_lost
 
     @property
     def holds(self) -> int:
-        return self.sync.holds
+        return self.core.holds
 
     @property
     def resource(self) -> str:
-        return self.sync.resource
+        return self.core.resource
+
+    @property
+    def owner(self) -> str:
+        return self.core.owner
 
     async def __aenter__(self) -> AsyncLock:  # noqa: PYI034 (Self needs 3.11)
-        await _run(self.sync.__enter__)
+        if self.core.holds == 0:
+            await self.core.acquire()
+        if self._watchdog_in_with:
+            try:
+                await self.core.start_watchdog()
+            except BaseException:
+                await self.core.release(all=True)
+                raise
         return self
 
     async def __aexit__(
@@ -116,28 +141,47 @@ class AsyncLock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> bool:
-        return await _run(self.sync.__exit__, exc_type, exc, tb)
+        lost = self.core.is_lost
+        if self.core.holds > 0 or self.core.watched:
+            await self.core.release(all=True)
+        if lost and exc_type is None:
+            self.check_lost_on_exit()
+        return False
+
+    def check_lost_on_exit(self) -> None:
+        from ._errors import LockLost
+
+        raise LockLost("the lock was lost while the block ran (its watchdog could not renew it)")
 
 
 class AsyncSemaphore:
-    """A :class:`Semaphore` whose permits are awaited."""
+    """``permits`` leased permits on one resource, awaited."""
 
-    def __init__(self, semaphore: Semaphore) -> None:
-        self.sync = semaphore
+    def __init__(self, redlock: AsyncRedlock, resource: str, permits: int) -> None:
+        self._redlock = redlock
+        self.resource = resource
+        self.permits = permits
 
     def permit(
         self, *, ttl: Optional[float] = None, wait: Optional[float] = None, watchdog: bool = False
     ) -> AsyncLock:
-        return AsyncLock(self.sync.permit(ttl=ttl, wait=wait, watchdog=watchdog))
+        return AsyncLock(
+            self._redlock.core.handle(
+                "permit", self.resource, ttl=ttl, wait=wait, permits=self.permits
+            ),
+            watchdog,
+        )
 
     async def acquire(
         self, *, ttl: Optional[float] = None, wait: Optional[float] = None
     ) -> AsyncLock:
-        return AsyncLock(await _run(self.sync.acquire, ttl=ttl, wait=wait))
+        permit = self.permit(ttl=ttl, wait=wait)
+        await permit.acquire()
+        return permit
 
     async def try_acquire(self, *, ttl: Optional[float] = None) -> Optional[AsyncLock]:
-        lock = await _run(self.sync.try_acquire, ttl=ttl)
-        return None if lock is None else AsyncLock(lock)
+        permit = self.permit(ttl=ttl, wait=0)
+        return permit if await permit.try_acquire() else None
 
 
 class AsyncRedlock:
@@ -150,8 +194,22 @@ class AsyncRedlock:
         ttl: float = 10.0,
         config: Optional[Config] = None,
         cluster: bool = False,
+        tls_ca: Optional[Union[str, "os.PathLike[str]"]] = None,
+        tls_cert: Optional[Union[str, "os.PathLike[str]"]] = None,
+        tls_key: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
-        self.sync = Redlock(nodes, ttl=ttl, config=config, cluster=cluster)
+        # The blocking client checks the arguments and settings (and serves
+        # semaphore() checks); the async core uses the same ones.
+        self.sync = Redlock(
+            nodes,
+            ttl=ttl,
+            config=config,
+            cluster=cluster,
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
+        self.core = AsyncRedlockCore(self.sync, tls_ca, tls_cert, tls_key)
 
     def lock(
         self,
@@ -161,7 +219,7 @@ class AsyncRedlock:
         wait: Optional[float] = None,
         watchdog: bool = False,
     ) -> AsyncLock:
-        return AsyncLock(self.sync.lock(resource, ttl=ttl, wait=wait, watchdog=watchdog))
+        return AsyncLock(self.core.handle("exclusive", resource, ttl=ttl, wait=wait), watchdog)
 
     def read_lock(
         self,
@@ -171,19 +229,22 @@ class AsyncRedlock:
         wait: Optional[float] = None,
         watchdog: bool = False,
     ) -> AsyncLock:
-        return AsyncLock(self.sync.read_lock(resource, ttl=ttl, wait=wait, watchdog=watchdog))
+        return AsyncLock(self.core.handle("shared", resource, ttl=ttl, wait=wait), watchdog)
 
     async def acquire(
         self, resource: str, *, ttl: Optional[float] = None, wait: Optional[float] = None
     ) -> AsyncLock:
-        return AsyncLock(await _run(self.sync.acquire, resource, ttl=ttl, wait=wait))
+        lock = self.lock(resource, ttl=ttl, wait=wait)
+        await lock.acquire()
+        return lock
 
     async def try_lock(self, resource: str, *, ttl: Optional[float] = None) -> Optional[AsyncLock]:
-        lock = await _run(self.sync.try_lock, resource, ttl=ttl)
-        return None if lock is None else AsyncLock(lock)
+        lock = self.lock(resource, ttl=ttl, wait=0)
+        return lock if await lock.try_acquire() else None
 
     def semaphore(self, resource: str, *, permits: int) -> AsyncSemaphore:
-        return AsyncSemaphore(self.sync.semaphore(resource, permits=permits))
+        self.sync.semaphore(resource, permits=permits)  # the crate's checks
+        return AsyncSemaphore(self, resource, permits)
 
     @property
     def quorum(self) -> int:

@@ -5,6 +5,8 @@
 //! errors to the exceptions of `redislock_native._errors`, and refuses a
 //! handle used in a process forked from the one that made it.
 
+mod aio;
+
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, RwLock};
@@ -341,6 +343,7 @@ impl Config {
 struct Clients {
     nodes: Vec<String>,
     cluster: bool,
+    tls: Option<redis_lock_client::Tls>,
     config: redis_lock_client::Config,
     default: ManuallyDrop<blocking::Redlock>,
     by_wait: Mutex<HashMap<u128, ManuallyDrop<blocking::Redlock>>>,
@@ -349,7 +352,7 @@ struct Clients {
 
 impl Clients {
     fn make(&self, config: redis_lock_client::Config) -> Result<blocking::Redlock, Error> {
-        make_client(&self.nodes, self.cluster, config)
+        make_client(&self.nodes, self.cluster, self.tls.as_ref(), config)
     }
 
     /// The client whose acquisitions wait `wait` at most (None: the
@@ -397,13 +400,64 @@ impl Drop for Clients {
 fn make_client(
     nodes: &[String],
     cluster: bool,
+    tls: Option<&redis_lock_client::Tls>,
     config: redis_lock_client::Config,
 ) -> Result<blocking::Redlock, Error> {
-    if cluster {
-        blocking::Redlock::cluster_with_config(nodes.to_vec(), config)
-    } else {
-        blocking::Redlock::with_config(nodes.to_vec(), config)
+    match (cluster, tls) {
+        (true, None) => blocking::Redlock::cluster_with_config(nodes.to_vec(), config),
+        (true, Some(tls)) => blocking::Redlock::cluster_tls(nodes.to_vec(), tls, config),
+        (false, None) => blocking::Redlock::with_config(nodes.to_vec(), config),
+        (false, Some(tls)) => {
+            blocking::Redlock::with_config(nodes.iter().map(|n| tls.node(n.as_str())), config)
+        }
     }
+}
+
+/// A PEM file named by a `tls_*` argument.
+fn read_pem(py: Python<'_>, name: &str, path: &std::path::Path) -> PyResult<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        raise(
+            py,
+            "ConfigError",
+            format!("{name}: cannot read the PEM file {}: {e}", path.display()),
+            vec![],
+        )
+    })
+}
+
+/// The TLS settings of the `tls_*` arguments; None when none is given
+/// (a `rediss://` URL then trusts the system's roots).
+fn tls_settings(
+    py: Python<'_>,
+    ca: Option<std::path::PathBuf>,
+    cert: Option<std::path::PathBuf>,
+    key: Option<std::path::PathBuf>,
+) -> PyResult<Option<redis_lock_client::Tls>> {
+    let mut tls = redis_lock_client::Tls::new();
+    let mut any = false;
+    if let Some(ca) = ca {
+        tls = tls.ca_pem(read_pem(py, "tls_ca", &ca)?);
+        any = true;
+    }
+    match (cert, key) {
+        (Some(cert), Some(key)) => {
+            tls = tls.client_pem(
+                read_pem(py, "tls_cert", &cert)?,
+                read_pem(py, "tls_key", &key)?,
+            );
+            any = true;
+        }
+        (None, None) => {}
+        _ => {
+            return Err(raise(
+                py,
+                "ConfigError",
+                "tls_cert and tls_key go together: give both (mutual TLS) or neither".into(),
+                vec![],
+            ))
+        }
+    }
+    Ok(any.then_some(tls))
 }
 
 /// Locks over one Redis node or N independent masters with the redis-lock
@@ -421,6 +475,19 @@ enum Nodes {
 }
 
 impl Redlock {
+    /// Nodes, cluster mode and settings, for the asyncio core.
+    fn parts(&self) -> (Vec<String>, bool, redis_lock_client::Config) {
+        (
+            self.clients.nodes.clone(),
+            self.clients.cluster,
+            self.clients.config.clone(),
+        )
+    }
+
+    fn default_ttl(&self) -> Duration {
+        self.ttl
+    }
+
     fn check(&self, py: Python<'_>) -> PyResult<()> {
         fork_check(py, self.clients.pid)
     }
@@ -429,6 +496,11 @@ impl Redlock {
         ttl.map_or(Ok(self.ttl), ttl_seconds)
     }
 
+    /// A handle; with `then_acquire` also acquired, in the same stretch
+    /// without the GIL (one GIL hand-off fewer per lock: they are the
+    /// client's main CPU cost when many threads lock at once). A handle
+    /// whose acquisition fails is dropped holding nothing.
+    #[allow(clippy::too_many_arguments)]
     fn handle(
         &self,
         py: Python<'_>,
@@ -436,6 +508,7 @@ impl Redlock {
         ttl: Option<f64>,
         wait: Option<f64>,
         watchdog: bool,
+        then_acquire: bool,
     ) -> PyResult<Lock> {
         self.check(py)?;
         let ttl = self.ttl_or_default(ttl)?;
@@ -444,13 +517,17 @@ impl Redlock {
         let inner = py
             .allow_threads(|| -> Result<blocking::Lock, Error> {
                 let client = clients.for_wait(wait)?;
-                match kind {
+                let lock = match kind {
                     HandleKind::Exclusive(resource) => client.lock(resource, ttl),
                     HandleKind::Shared(resource) => client.lock_shared(resource, ttl),
                     HandleKind::Permit(resource, permits) => {
                         client.semaphore(resource, permits)?.permit(ttl)
                     }
+                }?;
+                if then_acquire {
+                    lock.acquire()?;
                 }
+                Ok(lock)
             })
             .or_raise(py)?;
         Ok(Lock::new(
@@ -471,14 +548,22 @@ enum HandleKind {
 #[pymethods]
 impl Redlock {
     #[new]
-    #[pyo3(signature = (nodes, *, ttl = 10.0, config = None, cluster = false))]
+    #[pyo3(signature = (
+        nodes, *, ttl = 10.0, config = None, cluster = false,
+        tls_ca = None, tls_cert = None, tls_key = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         nodes: Nodes,
         ttl: f64,
         config: Option<PyRef<'_, Config>>,
         cluster: bool,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
     ) -> PyResult<Redlock> {
+        let tls = tls_settings(py, tls_ca, tls_cert, tls_key)?;
         let nodes = match nodes {
             Nodes::One(node) => vec![node],
             Nodes::Many(nodes) => nodes,
@@ -487,14 +572,15 @@ impl Redlock {
         let ttl = ttl_seconds(ttl)?;
         config.validate_ttl(ttl).or_raise(py)?;
         let default = {
-            let (nodes, config) = (nodes.clone(), config.clone());
-            py.allow_threads(move || make_client(&nodes, cluster, config))
+            let (nodes, config, tls) = (nodes.clone(), config.clone(), tls.clone());
+            py.allow_threads(move || make_client(&nodes, cluster, tls.as_ref(), config))
                 .or_raise(py)?
         };
         Ok(Redlock {
             clients: Arc::new(Clients {
                 nodes,
                 cluster,
+                tls,
                 config,
                 default: ManuallyDrop::new(default),
                 by_wait: Mutex::new(HashMap::new()),
@@ -518,7 +604,14 @@ impl Redlock {
         wait: Option<f64>,
         watchdog: bool,
     ) -> PyResult<Lock> {
-        self.handle(py, HandleKind::Exclusive(resource), ttl, wait, watchdog)
+        self.handle(
+            py,
+            HandleKind::Exclusive(resource),
+            ttl,
+            wait,
+            watchdog,
+            false,
+        )
     }
 
     /// Acquires an exclusive lock on `resource` and returns it.
@@ -530,9 +623,13 @@ impl Redlock {
         ttl: Option<f64>,
         wait: Option<f64>,
     ) -> PyResult<Lock> {
-        let lock = self.handle(py, HandleKind::Exclusive(resource), ttl, wait, false)?;
-        lock.acquire(py)?;
-        Ok(lock)
+        // wait=0: one attempt, with the message of Lock.acquire.
+        if wait == Some(0.0) {
+            let lock = self.handle(py, HandleKind::Exclusive(resource), ttl, wait, false, false)?;
+            lock.acquire(py)?;
+            return Ok(lock);
+        }
+        self.handle(py, HandleKind::Exclusive(resource), ttl, wait, false, true)
     }
 
     /// One attempt at an exclusive lock, no waiting: the Lock, or None when
@@ -544,7 +641,14 @@ impl Redlock {
         resource: String,
         ttl: Option<f64>,
     ) -> PyResult<Option<Lock>> {
-        let lock = self.handle(py, HandleKind::Exclusive(resource), ttl, Some(0.0), false)?;
+        let lock = self.handle(
+            py,
+            HandleKind::Exclusive(resource),
+            ttl,
+            Some(0.0),
+            false,
+            false,
+        )?;
         Ok(lock.try_acquire(py)?.then_some(lock))
     }
 
@@ -559,7 +663,7 @@ impl Redlock {
         wait: Option<f64>,
         watchdog: bool,
     ) -> PyResult<Lock> {
-        self.handle(py, HandleKind::Shared(resource), ttl, wait, watchdog)
+        self.handle(py, HandleKind::Shared(resource), ttl, wait, watchdog, false)
     }
 
     /// A semaphore of `permits` leased permits on `resource`.
@@ -648,6 +752,7 @@ impl Semaphore {
             ttl,
             wait,
             watchdog,
+            false,
         )
     }
 
@@ -868,7 +973,18 @@ impl Drop for Lock {
             return;
         }
         // SAFETY: taken once, here; the field is not used again.
-        let state = unsafe { ManuallyDrop::take(&mut self.state) };
+        let mut state = unsafe { ManuallyDrop::take(&mut self.state) };
+        // A handle that holds nothing has nothing to release: dropped here,
+        // without a GIL hand-off.
+        let idle = match state.get_mut() {
+            Ok(State::Plain(lock)) => lock.holds() == 0,
+            Ok(State::Gone) => true,
+            _ => false,
+        };
+        if idle {
+            drop(state);
+            return;
+        }
         // Dropping a held handle (or a watchdog) releases it, a network
         // round: without the GIL.
         Python::with_gil(|py| py.allow_threads(move || drop(state)));
@@ -1145,5 +1261,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Semaphore>()?;
     m.add_class::<Lock>()?;
     m.add_class::<Release>()?;
+    m.add_class::<aio::AsyncRedlockCore>()?;
+    m.add_class::<aio::AsyncLockCore>()?;
     Ok(())
 }

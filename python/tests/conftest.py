@@ -4,11 +4,12 @@ redis-lock module loaded, on free loopback ports, always stopped."""
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Iterator, List
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import pytest
 
@@ -23,6 +24,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (port + 10000) is free too, below
+    the ephemeral range (a cluster node's port must be 55535 or less)."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20000, 30000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 def command(port: int, *args: str) -> bytes:
     """One RESP command to 127.0.0.1:port; the raw reply."""
     parts = [b"*%d\r\n" % len(args)]
@@ -35,28 +52,51 @@ def command(port: int, *args: str) -> bytes:
 
 
 class Server:
-    def __init__(self, tmp: Path) -> None:
+    """A server with the module on a free port. ``aof``: an append-only file
+    fsynced on every write, so that ``kill9()`` + ``restart()`` keeps what
+    was acknowledged. ``args``: more server arguments; ``binary``: another
+    server binary (a TLS-capable one)."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        aof: bool = False,
+        args: Sequence[str] = (),
+        binary: Optional[str] = None,
+        port: Optional[int] = None,
+    ) -> None:
         if not Path(MODULE).exists():
             pytest.fail(f"module not built: {MODULE} (cargo build --release -p redis-lock)")
-        self.port = free_port()
+        self.port = port or free_port()
+        self.dir = tmp / f"node-{self.port}"
+        self.dir.mkdir(exist_ok=True)
         self.log = tmp / f"server-{self.port}.log"
+        self.binary = binary or SERVER
+        self.args = [
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--loadmodule",
+            MODULE,
+            "--save",
+            "",
+            "--dir",
+            str(self.dir),
+            *(
+                ["--appendonly", "yes", "--appendfsync", "always"]
+                if aof
+                else ["--appendonly", "no"]
+            ),
+            *args,
+        ]
+        self.start()
+
+    def start(self) -> None:
         self.proc = subprocess.Popen(
-            [
-                SERVER,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--loadmodule",
-                MODULE,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(tmp),
-            ],
-            stdout=self.log.open("wb"),
+            [self.binary, *self.args],
+            stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 20
@@ -75,6 +115,15 @@ class Server:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}"
 
+    def kill9(self) -> None:
+        """SIGKILL, as a crash: nothing is flushed or saved."""
+        self.stop()
+
+    def restart(self) -> None:
+        """Starts it again on the same port and directory (after kill9)."""
+        self.stop()
+        self.start()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
@@ -82,11 +131,11 @@ class Server:
 
 
 @pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Callable[[int], List[Server]]]:
+def servers(tmp_path: Path) -> Iterator[Callable[..., List[Server]]]:
     started: List[Server] = []
 
-    def start(n: int) -> List[Server]:
-        new = [Server(tmp_path) for _ in range(n)]
+    def start(n: int, **options: Any) -> List[Server]:
+        new = [Server(tmp_path, **options) for _ in range(n)]
         started.extend(new)
         return new
 
@@ -98,7 +147,7 @@ def servers(tmp_path: Path) -> Iterator[Callable[[int], List[Server]]]:
 
 
 @pytest.fixture
-def server(servers: Callable[[int], List[Server]]) -> Server:
+def server(servers: Callable[..., List[Server]]) -> Server:
     return servers(1)[0]
 
 

@@ -65,3 +65,70 @@ def test_async_fenced_write(server):
         await store.aclose()
 
     asyncio.run(main())
+
+
+def test_async_calls_take_no_thread_each(server):
+    # Native awaitables: 40 tasks waiting on the server at once run no
+    # Python thread (the executor front end ran one per call in flight).
+    import threading
+
+    async def main():
+        rl = AsyncRedlock(server.url, ttl=10.0)
+        held = await rl.acquire("queue")
+        before = threading.active_count()
+        order = []
+
+        async def waiter(i):
+            lock = await rl.acquire("queue", wait=60.0)
+            order.append(i)
+            await lock.release()
+
+        tasks = [asyncio.ensure_future(waiter(i)) for i in range(40)]
+        await asyncio.sleep(0.5)
+        assert threading.active_count() == before
+        await held.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        assert sorted(order) == list(range(40))
+
+    asyncio.run(main())
+
+
+def test_async_watchdog_lost_awaitable(servers):
+    from redislock_native import LockLost
+
+    nodes = servers(3)
+
+    async def main():
+        rl = AsyncRedlock([n.url for n in nodes], ttl=3.0)
+        with pytest.raises(LockLost):
+            async with rl.lock("async-majority", watchdog=True) as lock:
+                assert lock.watched and lock.is_held
+                nodes[0].kill9()
+                nodes[1].kill9()
+                assert await asyncio.wait_for(lock.lost(), 60) is True
+                assert lock.is_lost and not lock.is_held
+                with pytest.raises(LockLost):
+                    lock.check()
+        assert not lock.is_held
+
+    asyncio.run(main())
+
+
+def test_async_watchdog_renews_and_stops(server):
+    async def main():
+        rl = AsyncRedlock(server.url, ttl=3.0)
+        lock = await rl.acquire("async-renewed")
+        await lock.start_watchdog()
+        lost = asyncio.ensure_future(lock.lost())
+        started = asyncio.get_running_loop().time()
+        while asyncio.get_running_loop().time() - started < 4.0:
+            await asyncio.sleep(0.1)
+        assert lock.is_held and not lost.done()
+        assert await rl.try_lock("async-renewed") is None
+        await lock.stop_watchdog()
+        assert await asyncio.wait_for(lost, 10) is False
+        assert lock.is_held and not lock.watched
+        await lock.release()
+        assert await rl.try_lock("async-renewed") is not None
+
+    asyncio.run(main())

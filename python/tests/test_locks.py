@@ -411,3 +411,38 @@ def test_watchdog_started_and_stopped_by_hand(server):
     lock.release()
     with pytest.raises(NotHeld):
         lock.start_watchdog()
+
+
+def test_a_wait_answered_after_its_deadline_is_not_acquired(server):
+    # The flaky error of test_gil_released_while_waiting on a loaded CI
+    # machine: the server's reply to a wait that ran out came after the
+    # client's deadline, and acquire(wait=...) raised NodeError ("no reply
+    # within ... ms; check that the node is up") instead of LockNotAcquired.
+    # Here the server is paused across the deadline.
+    import signal
+
+    from test_proof import waiters
+
+    rl = Redlock(server.url, ttl=10.0)
+    held = rl.acquire("late")
+    result = []
+
+    def wait() -> None:
+        try:
+            rl.acquire("late", wait=1.0)
+            result.append("acquired")
+        except Exception as e:  # noqa: BLE001 - checked below
+            result.append(e)
+
+    t = threading.Thread(target=wait)
+    t.start()
+    wait_until(lambda: waiters(server.port, "late") == 1)
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        t.join(30)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    assert len(result) == 1 and isinstance(result[0], LockNotAcquired), result
+    assert any("no reply" in detail for _, detail in result[0].outcomes), result[0].outcomes
+    held.release()
+    wait_until(lambda: rl.try_lock("late") is not None)

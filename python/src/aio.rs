@@ -1,0 +1,484 @@
+//! The native asyncio core: the async Rust client on a tokio runtime of
+//! its own (pyo3-async-runtimes'), each network call an awaitable that
+//! resolves on the event loop when the Rust future finishes. No thread per
+//! call; cancelling the awaiting task drops the Rust future, and the client
+//! finishes or undoes what it had started (an acquisition whose caller is
+//! gone stops retrying, a grant it won anyway is released, a single-node
+//! wait is ended on the server). `redislock_native.aio` wraps these classes.
+
+use std::collections::HashMap;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use redis_lock_client::{Error, Lock, Watchdog};
+
+use crate::{fork_check, map_err, pid, raise, seconds, ttl_seconds, Release};
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+fn py_err(error: Error) -> PyErr {
+    Python::with_gil(|py| map_err(py, error))
+}
+
+fn state_err(why: &str) -> PyErr {
+    Python::with_gil(|py| raise(py, "RedisLockError", why.to_string(), vec![]))
+}
+
+/// The async clients of one AsyncRedlock: the default one and one per
+/// distinct `wait` (the acquire deadline is a client setting).
+struct Clients {
+    nodes: Vec<String>,
+    cluster: bool,
+    tls: Option<redis_lock_client::Tls>,
+    config: redis_lock_client::Config,
+    default: ManuallyDrop<redis_lock_client::Redlock>,
+    by_wait: Mutex<HashMap<u128, ManuallyDrop<redis_lock_client::Redlock>>>,
+    pid: u32,
+}
+
+fn make(
+    nodes: &[String],
+    cluster: bool,
+    tls: Option<&redis_lock_client::Tls>,
+    config: redis_lock_client::Config,
+) -> Result<redis_lock_client::Redlock, Error> {
+    // Connections spawn their tasks on the runtime they are made in.
+    let _entered = runtime().enter();
+    match (cluster, tls) {
+        (true, None) => redis_lock_client::Redlock::cluster_with_config(nodes.to_vec(), config),
+        (true, Some(tls)) => redis_lock_client::Redlock::cluster_tls(nodes.to_vec(), tls, config),
+        (false, None) => redis_lock_client::Redlock::with_config(nodes.to_vec(), config),
+        (false, Some(tls)) => redis_lock_client::Redlock::with_config(
+            nodes.iter().map(|n| tls.node(n.as_str())),
+            config,
+        ),
+    }
+}
+
+impl Clients {
+    fn for_wait(&self, wait: Option<Duration>) -> Result<redis_lock_client::Redlock, Error> {
+        let Some(wait) = wait.filter(|w| !w.is_zero()) else {
+            return Ok((*self.default).clone());
+        };
+        let mut by_wait = self
+            .by_wait
+            .lock()
+            .map_err(|_| Error::Runtime("a thread panicked holding the client cache".into()))?;
+        if let Some(client) = by_wait.get(&wait.as_nanos()) {
+            return Ok((**client).clone());
+        }
+        let config = redis_lock_client::Config {
+            acquire_timeout: Some(wait),
+            retry_count: u32::MAX,
+            ..self.config.clone()
+        };
+        let client = make(&self.nodes, self.cluster, self.tls.as_ref(), config)?;
+        by_wait.insert(wait.as_nanos(), ManuallyDrop::new(client.clone()));
+        Ok(client)
+    }
+}
+
+impl Drop for Clients {
+    fn drop(&mut self) {
+        // In a forked child the runtime's threads do not exist: leave it.
+        if pid() != self.pid {
+            return;
+        }
+        let _entered = runtime().enter();
+        // SAFETY: each ManuallyDrop is taken once, here, and not used again.
+        drop(unsafe { ManuallyDrop::take(&mut self.default) });
+        if let Ok(mut by_wait) = self.by_wait.lock() {
+            for (_, mut client) in by_wait.drain() {
+                drop(unsafe { ManuallyDrop::take(&mut client) });
+            }
+        }
+    }
+}
+
+/// The native core of `redislock_native.aio.AsyncRedlock`.
+#[pyclass(module = "redislock_native", frozen)]
+pub struct AsyncRedlockCore {
+    clients: Arc<Clients>,
+    ttl: Duration,
+}
+
+#[pymethods]
+impl AsyncRedlockCore {
+    /// The same nodes, settings and TTL as `sync` (a Redlock), with TLS
+    /// settings given again (they are not readable back from it).
+    #[new]
+    #[pyo3(signature = (sync, tls_ca = None, tls_cert = None, tls_key = None))]
+    fn new(
+        py: Python<'_>,
+        sync: PyRef<'_, crate::Redlock>,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_cert: Option<std::path::PathBuf>,
+        tls_key: Option<std::path::PathBuf>,
+    ) -> PyResult<AsyncRedlockCore> {
+        let tls = crate::tls_settings(py, tls_ca, tls_cert, tls_key)?;
+        let (nodes, cluster, config) = sync.parts();
+        let default = {
+            let (nodes, config, tls) = (nodes.clone(), config.clone(), tls.clone());
+            py.allow_threads(move || make(&nodes, cluster, tls.as_ref(), config))
+                .map_err(|e| map_err(py, e))?
+        };
+        Ok(AsyncRedlockCore {
+            clients: Arc::new(Clients {
+                nodes,
+                cluster,
+                tls,
+                config,
+                default: ManuallyDrop::new(default),
+                by_wait: Mutex::new(HashMap::new()),
+                pid: pid(),
+            }),
+            ttl: sync.default_ttl(),
+        })
+    }
+
+    /// A handle, not acquired: kind "exclusive", "shared" or "permit"
+    /// (with `permits`).
+    #[pyo3(signature = (kind, resource, *, ttl = None, wait = None, permits = 0))]
+    fn handle(
+        &self,
+        py: Python<'_>,
+        kind: &str,
+        resource: String,
+        ttl: Option<f64>,
+        wait: Option<f64>,
+        permits: u32,
+    ) -> PyResult<AsyncLockCore> {
+        fork_check(py, self.clients.pid)?;
+        let ttl = ttl.map_or(Ok(self.ttl), ttl_seconds)?;
+        let wait = wait.map(|w| seconds("wait", w)).transpose()?;
+        let client = self.clients.for_wait(wait).map_err(|e| map_err(py, e))?;
+        let _entered = runtime().enter();
+        let lock = match kind {
+            "exclusive" => client.lock(resource, ttl),
+            "shared" => client.lock_shared(resource, ttl),
+            "permit" => client
+                .semaphore(resource, permits)
+                .and_then(|s| s.permit(ttl)),
+            _ => Err(Error::InvalidConfig(format!("unknown lock kind {kind:?}"))),
+        }
+        .map_err(|e| map_err(py, e))?;
+        Ok(AsyncLockCore {
+            resource: lock.resource().to_string(),
+            owner: lock.owner().to_string(),
+            state: ManuallyDrop::new(Arc::new(Mutex::new(State::Plain(Arc::new(lock))))),
+            try_only: wait.is_some_and(|w| w.is_zero()),
+            pid: self.clients.pid,
+            _clients: Arc::clone(&self.clients),
+        })
+    }
+}
+
+enum State {
+    Plain(Arc<Lock>),
+    /// The holds it had when the watchdog took it.
+    Watched(Arc<Watchdog>, u32),
+    /// Between states (a watchdog starting or stopping), or given up.
+    Gone,
+}
+
+const IN_FLIGHT: &str =
+    "another operation on this lock is in flight: await it before starting or stopping the watchdog";
+const WATCHED: &str = "a watchdog renews this lock: call stop_watchdog() first";
+
+/// The native core of `redislock_native.aio.AsyncLock`.
+#[pyclass(module = "redislock_native", frozen)]
+pub struct AsyncLockCore {
+    state: ManuallyDrop<Arc<Mutex<State>>>,
+    resource: String,
+    owner: String,
+    try_only: bool,
+    pid: u32,
+    _clients: Arc<Clients>,
+}
+
+impl AsyncLockCore {
+    fn plain(&self, py: Python<'_>) -> PyResult<Arc<Lock>> {
+        fork_check(py, self.pid)?;
+        match &*self.lock_state()? {
+            State::Plain(lock) => Ok(Arc::clone(lock)),
+            State::Watched(..) => Err(raise(py, "RedisLockError", WATCHED.into(), vec![])),
+            State::Gone => Err(map_err(py, Error::NotHeld)),
+        }
+    }
+
+    fn lock_state(&self) -> PyResult<std::sync::MutexGuard<'_, State>> {
+        self.state
+            .lock()
+            .map_err(|_| state_err("a thread panicked while using this lock handle"))
+    }
+
+    fn read<T>(
+        &self,
+        plain: impl Fn(&Lock) -> T,
+        watched: impl Fn(&Watchdog, u32) -> T,
+        gone: T,
+    ) -> PyResult<T> {
+        Ok(match &*self.lock_state()? {
+            State::Plain(lock) => plain(lock),
+            State::Watched(w, holds) => watched(w, *holds),
+            State::Gone => gone,
+        })
+    }
+}
+
+impl Drop for AsyncLockCore {
+    fn drop(&mut self) {
+        if pid() != self.pid {
+            return;
+        }
+        // SAFETY: taken once, here; the field is not used again.
+        let state = unsafe { ManuallyDrop::take(&mut self.state) };
+        // A held lock (or a watchdog) releases itself in the background on
+        // the runtime when dropped.
+        let _entered = runtime().enter();
+        drop(state);
+    }
+}
+
+#[pymethods]
+impl AsyncLockCore {
+    /// Awaitable: acquires (or adds a hold); with wait=0 one attempt.
+    fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lock = self.plain(py)?;
+        let try_only = self.try_only;
+        let resource = self.resource.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            if !try_only {
+                return lock.acquire().await.map(|_| ()).map_err(py_err);
+            }
+            match lock.try_acquire().await {
+                Ok(_) => Ok(()),
+                Err(Error::NotAcquired { .. }) => Err(Python::with_gil(|py| {
+                    raise(
+                        py,
+                        "LockNotAcquired",
+                        format!("{resource} is held elsewhere (one attempt, wait=0): pass wait=... to wait for it"),
+                        vec![],
+                    )
+                })),
+                Err(e) => Err(py_err(e)),
+            }
+        })
+    }
+
+    /// Awaitable: one attempt; True when acquired.
+    fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lock = self.plain(py)?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            match lock.try_acquire().await {
+                Ok(_) => Ok(true),
+                Err(Error::NotAcquired { .. }) => Ok(false),
+                Err(e) => Err(py_err(e)),
+            }
+        })
+    }
+
+    /// Awaitable: renews the lease; the new validity in seconds.
+    #[pyo3(signature = (ttl = None))]
+    fn extend<'py>(&self, py: Python<'py>, ttl: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+        let ttl = ttl.map(ttl_seconds).transpose()?;
+        let lock = self.plain(py)?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let extended = match ttl {
+                Some(ttl) => lock.extend_with(ttl).await,
+                None => lock.extend().await,
+            }
+            .map_err(py_err)?;
+            Ok(extended.validity.as_secs_f64())
+        })
+    }
+
+    /// Awaitable: releases one hold (`all`: every hold); under a watchdog
+    /// stops it and releases every hold.
+    #[pyo3(signature = (all = false))]
+    fn release<'py>(&self, py: Python<'py>, all: bool) -> PyResult<Bound<'py, PyAny>> {
+        fork_check(py, self.pid)?;
+        let state = Arc::clone(&self.state);
+        let watched = {
+            let mut guard = self.lock_state()?;
+            match &*guard {
+                State::Watched(..) => match std::mem::replace(&mut *guard, State::Gone) {
+                    State::Watched(w, holds) => match Arc::try_unwrap(w) {
+                        Ok(w) => Some(w),
+                        Err(w) => {
+                            *guard = State::Watched(w, holds);
+                            return Err(state_err(IN_FLIGHT));
+                        }
+                    },
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
+        if let Some(watchdog) = watched {
+            return pyo3_async_runtimes::tokio::future_into_py(py, async move {
+                let lock = watchdog.stop().await;
+                let released = lock.release_all().await;
+                if let Ok(mut guard) = state.lock() {
+                    *guard = State::Plain(Arc::new(lock));
+                }
+                released.map(Release::from).map_err(py_err)
+            });
+        }
+        let lock = self.plain(py)?;
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let released = if all {
+                lock.release_all().await
+            } else {
+                lock.release().await
+            };
+            released.map(Release::from).map_err(py_err)
+        })
+    }
+
+    /// Awaitable: the fencing token of this hold.
+    fn token<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        fork_check(py, self.pid)?;
+        let (plain, watched) = match &*self.lock_state()? {
+            State::Plain(lock) => (Some(Arc::clone(lock)), None),
+            State::Watched(w, _) => (None, Some(Arc::clone(w))),
+            State::Gone => return Err(map_err(py, Error::NotHeld)),
+        };
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let token = match (plain, watched) {
+                (Some(lock), _) => lock.fencing_token().await,
+                (_, Some(w)) => w.fencing_token().await,
+                _ => Err(Error::NotHeld),
+            };
+            token.map_err(py_err)
+        })
+    }
+
+    /// Awaitable: hands the held lock to a watchdog.
+    fn start_watchdog<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        fork_check(py, self.pid)?;
+        {
+            let mut guard = self.lock_state()?;
+            match std::mem::replace(&mut *guard, State::Gone) {
+                State::Plain(lock) => {
+                    if !lock.is_held() {
+                        *guard = State::Plain(lock);
+                        return Err(map_err(py, Error::NotHeld));
+                    }
+                    let holds = lock.holds();
+                    let lock = match Arc::try_unwrap(lock) {
+                        Ok(lock) => lock,
+                        Err(lock) => {
+                            *guard = State::Plain(lock);
+                            return Err(state_err(IN_FLIGHT));
+                        }
+                    };
+                    let _entered = runtime().enter();
+                    match lock.watchdog() {
+                        Ok(w) => *guard = State::Watched(Arc::new(w), holds),
+                        Err(e) => return Err(map_err(py, e)),
+                    }
+                }
+                other => *guard = other,
+            }
+        }
+        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(()) })
+    }
+
+    /// Awaitable: stops the watchdog; the lock stays held.
+    fn stop_watchdog<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        fork_check(py, self.pid)?;
+        let state = Arc::clone(&self.state);
+        let watchdog = {
+            let mut guard = self.lock_state()?;
+            match std::mem::replace(&mut *guard, State::Gone) {
+                State::Watched(w, holds) => match Arc::try_unwrap(w) {
+                    Ok(w) => Some(w),
+                    Err(w) => {
+                        *guard = State::Watched(w, holds);
+                        return Err(state_err(IN_FLIGHT));
+                    }
+                },
+                other => {
+                    *guard = other;
+                    None
+                }
+            }
+        };
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            if let Some(watchdog) = watchdog {
+                let lock = watchdog.stop().await;
+                if let Ok(mut guard) = state.lock() {
+                    *guard = State::Plain(Arc::new(lock));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Awaitable: resolves when the watchdog stops watching: True when the
+    /// lock was lost, False when the watchdog was stopped.
+    fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        fork_check(py, self.pid)?;
+        let lost =
+            match &*self.lock_state()? {
+                State::Watched(w, _) => w.lost(),
+                _ => return Err(raise(
+                    py,
+                    "RedisLockError",
+                    "no watchdog renews this lock: lost() needs watchdog=True or start_watchdog()"
+                        .into(),
+                    vec![],
+                )),
+            };
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            Ok(matches!(
+                lost.await,
+                redis_lock_client::LockStatus::Lost { .. }
+            ))
+        })
+    }
+
+    #[getter]
+    fn watched(&self) -> PyResult<bool> {
+        self.read(|_| false, |_, _| true, false)
+    }
+
+    #[getter]
+    fn is_lost(&self) -> PyResult<bool> {
+        self.read(|_| false, |w, _| w.is_lost(), false)
+    }
+
+    #[getter]
+    fn is_held(&self) -> PyResult<bool> {
+        self.read(|l| l.is_held(), |w, _| w.is_held(), false)
+    }
+
+    #[getter]
+    fn validity(&self) -> PyResult<f64> {
+        self.read(
+            |l| l.validity().map_or(0.0, |v| v.as_secs_f64()),
+            |w, _| w.validity().map_or(0.0, |v| v.as_secs_f64()),
+            0.0,
+        )
+    }
+
+    #[getter]
+    fn holds(&self) -> PyResult<u32> {
+        self.read(|l| l.holds(), |_, holds| holds, 0)
+    }
+
+    #[getter]
+    fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    #[getter]
+    fn owner(&self) -> &str {
+        &self.owner
+    }
+}
