@@ -303,6 +303,11 @@ impl Lock {
         self.runtime.block_on(self.inner()?.acquire())?
     }
 
+    /// See [`crate::Lock::acquire_for`].
+    pub fn acquire_for(&self, wait: Duration) -> Result<Acquired> {
+        self.runtime.block_on(self.inner()?.acquire_for(wait))?
+    }
+
     /// See [`crate::Lock::try_acquire`].
     pub fn try_acquire(&self) -> Result<Acquired> {
         self.runtime.block_on(self.inner()?.try_acquire())?

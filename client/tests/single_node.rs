@@ -202,6 +202,7 @@ async fn the_known_fencing_token_is_the_computed_one_while_held() {
     assert!(next > token);
     assert_eq!(lock.known_fencing_token(), Some(next));
     lock.release().await.unwrap();
+}
 
 /// A wait whose timeout reply comes after the acquire deadline (a loaded
 /// machine; here the server is paused across the deadline) is "not

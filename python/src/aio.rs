@@ -6,7 +6,6 @@
 //! gone stops retrying, a grant it won anyway is released, a single-node
 //! wait is ended on the server). `redislock_native.aio` wraps these classes.
 
-use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,15 +27,10 @@ fn state_err(why: &str) -> PyErr {
     Python::with_gil(|py| raise(py, "RedisLockError", why.to_string(), vec![]))
 }
 
-/// The async clients of one AsyncRedlock: the default one and one per
-/// distinct `wait` (the acquire deadline is a client setting).
+/// The async client of one AsyncRedlock (one for every `wait`: a handle's
+/// own deadline goes to `Lock::acquire_for`).
 struct Clients {
-    nodes: Vec<String>,
-    cluster: bool,
-    tls: Option<redis_lock_client::Tls>,
-    config: redis_lock_client::Config,
     default: ManuallyDrop<redis_lock_client::Redlock>,
-    by_wait: Mutex<HashMap<u128, ManuallyDrop<redis_lock_client::Redlock>>>,
     pid: u32,
 }
 
@@ -59,29 +53,6 @@ fn make(
     }
 }
 
-impl Clients {
-    fn for_wait(&self, wait: Option<Duration>) -> Result<redis_lock_client::Redlock, Error> {
-        let Some(wait) = wait.filter(|w| !w.is_zero()) else {
-            return Ok((*self.default).clone());
-        };
-        let mut by_wait = self
-            .by_wait
-            .lock()
-            .map_err(|_| Error::Runtime("a thread panicked holding the client cache".into()))?;
-        if let Some(client) = by_wait.get(&wait.as_nanos()) {
-            return Ok((**client).clone());
-        }
-        let config = redis_lock_client::Config {
-            acquire_timeout: Some(wait),
-            retry_count: u32::MAX,
-            ..self.config.clone()
-        };
-        let client = make(&self.nodes, self.cluster, self.tls.as_ref(), config)?;
-        by_wait.insert(wait.as_nanos(), ManuallyDrop::new(client.clone()));
-        Ok(client)
-    }
-}
-
 impl Drop for Clients {
     fn drop(&mut self) {
         // In a forked child the runtime's threads do not exist: leave it.
@@ -91,11 +62,6 @@ impl Drop for Clients {
         let _entered = runtime().enter();
         // SAFETY: each ManuallyDrop is taken once, here, and not used again.
         drop(unsafe { ManuallyDrop::take(&mut self.default) });
-        if let Ok(mut by_wait) = self.by_wait.lock() {
-            for (_, mut client) in by_wait.drain() {
-                drop(unsafe { ManuallyDrop::take(&mut client) });
-            }
-        }
     }
 }
 
@@ -121,19 +87,12 @@ impl AsyncRedlockCore {
     ) -> PyResult<AsyncRedlockCore> {
         let tls = crate::tls_settings(py, tls_ca, tls_cert, tls_key)?;
         let (nodes, cluster, config) = sync.parts();
-        let default = {
-            let (nodes, config, tls) = (nodes.clone(), config.clone(), tls.clone());
-            py.allow_threads(move || make(&nodes, cluster, tls.as_ref(), config))
-                .map_err(|e| map_err(py, e))?
-        };
+        let default = py
+            .allow_threads(move || make(&nodes, cluster, tls.as_ref(), config))
+            .map_err(|e| map_err(py, e))?;
         Ok(AsyncRedlockCore {
             clients: Arc::new(Clients {
-                nodes,
-                cluster,
-                tls,
-                config,
                 default: ManuallyDrop::new(default),
-                by_wait: Mutex::new(HashMap::new()),
                 pid: pid(),
             }),
             ttl: sync.default_ttl(),
@@ -155,7 +114,7 @@ impl AsyncRedlockCore {
         fork_check(py, self.clients.pid)?;
         let ttl = ttl.map_or(Ok(self.ttl), ttl_seconds)?;
         let wait = wait.map(|w| seconds("wait", w)).transpose()?;
-        let client = self.clients.for_wait(wait).map_err(|e| map_err(py, e))?;
+        let client = &*self.clients.default;
         let _entered = runtime().enter();
         let lock = match kind {
             "exclusive" => client.lock(resource, ttl),
@@ -171,6 +130,7 @@ impl AsyncRedlockCore {
             owner: lock.owner().to_string(),
             state: ManuallyDrop::new(Arc::new(Mutex::new(State::Plain(Arc::new(lock))))),
             try_only: wait.is_some_and(|w| w.is_zero()),
+            wait: wait.filter(|w| !w.is_zero()),
             pid: self.clients.pid,
             _clients: Arc::clone(&self.clients),
         })
@@ -196,6 +156,8 @@ pub struct AsyncLockCore {
     resource: String,
     owner: String,
     try_only: bool,
+    /// Made with a `wait` above 0: each acquisition's own deadline.
+    wait: Option<Duration>,
     pid: u32,
     _clients: Arc<Clients>,
 }
@@ -249,11 +211,15 @@ impl AsyncLockCore {
     /// Awaitable: acquires (or adds a hold); with wait=0 one attempt.
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let lock = self.plain(py)?;
-        let try_only = self.try_only;
+        let (try_only, wait) = (self.try_only, self.wait);
         let resource = self.resource.clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             if !try_only {
-                return lock.acquire().await.map(|_| ()).map_err(py_err);
+                let acquired = match wait {
+                    Some(wait) => lock.acquire_for(wait).await,
+                    None => lock.acquire().await,
+                };
+                return acquired.map(|_| ()).map_err(py_err);
             }
             match lock.try_acquire().await {
                 Ok(_) => Ok(()),

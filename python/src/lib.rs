@@ -7,9 +7,8 @@
 
 mod aio;
 
-use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
@@ -338,46 +337,15 @@ impl Config {
 // ---------------------------------------------------------------------------
 // Redlock
 
-/// The clients of one `Redlock`: the default one, and one per distinct
-/// `wait` asked for (the acquire deadline is a client setting in the crate).
+/// The client of one `Redlock` (one for every `wait`: a handle's own
+/// deadline goes to `Lock::acquire_for`).
 struct Clients {
+    /// What it was made from (for the asyncio client made from it).
     nodes: Vec<String>,
     cluster: bool,
-    tls: Option<redis_lock_client::Tls>,
     config: redis_lock_client::Config,
     default: ManuallyDrop<blocking::Redlock>,
-    by_wait: Mutex<HashMap<u128, ManuallyDrop<blocking::Redlock>>>,
     pid: u32,
-}
-
-impl Clients {
-    fn make(&self, config: redis_lock_client::Config) -> Result<blocking::Redlock, Error> {
-        make_client(&self.nodes, self.cluster, self.tls.as_ref(), config)
-    }
-
-    /// The client whose acquisitions wait `wait` at most (None: the
-    /// configured retries and acquire_timeout).
-    fn for_wait(&self, wait: Option<Duration>) -> Result<blocking::Redlock, Error> {
-        let Some(wait) = wait.filter(|w| !w.is_zero()) else {
-            return Ok((*self.default).clone());
-        };
-        let mut by_wait = self
-            .by_wait
-            .lock()
-            .map_err(|_| Error::Runtime("a thread panicked holding the client cache".into()))?;
-        if let Some(client) = by_wait.get(&wait.as_nanos()) {
-            return Ok((**client).clone());
-        }
-        let config = redis_lock_client::Config {
-            acquire_timeout: Some(wait),
-            // The deadline decides, not the number of attempts.
-            retry_count: u32::MAX,
-            ..self.config.clone()
-        };
-        let client = self.make(config)?;
-        by_wait.insert(wait.as_nanos(), ManuallyDrop::new(client.clone()));
-        Ok(client)
-    }
 }
 
 impl Drop for Clients {
@@ -389,11 +357,6 @@ impl Drop for Clients {
         // SAFETY: each ManuallyDrop is taken once, here, and not used again.
         let default = unsafe { ManuallyDrop::take(&mut self.default) };
         drop(default);
-        if let Ok(mut by_wait) = self.by_wait.lock() {
-            for (_, mut client) in by_wait.drain() {
-                drop(unsafe { ManuallyDrop::take(&mut client) });
-            }
-        }
     }
 }
 
@@ -516,7 +479,7 @@ impl Redlock {
         let clients = Arc::clone(&self.clients);
         let inner = py
             .allow_threads(|| -> Result<blocking::Lock, Error> {
-                let client = clients.for_wait(wait)?;
+                let client = &*clients.default;
                 let lock = match kind {
                     HandleKind::Exclusive(resource) => client.lock(resource, ttl),
                     HandleKind::Shared(resource) => client.lock_shared(resource, ttl),
@@ -525,17 +488,15 @@ impl Redlock {
                     }
                 }?;
                 if then_acquire {
-                    lock.acquire()?;
+                    match wait.filter(|w| !w.is_zero()) {
+                        Some(wait) => lock.acquire_for(wait)?,
+                        None => lock.acquire()?,
+                    };
                 }
                 Ok(lock)
             })
             .or_raise(py)?;
-        Ok(Lock::new(
-            inner,
-            wait.is_some_and(|w| w.is_zero()),
-            watchdog,
-            &self.clients,
-        ))
+        Ok(Lock::new(inner, wait, watchdog, &self.clients))
     }
 }
 
@@ -572,7 +533,7 @@ impl Redlock {
         let ttl = ttl_seconds(ttl)?;
         config.validate_ttl(ttl).or_raise(py)?;
         let default = {
-            let (nodes, config, tls) = (nodes.clone(), config.clone(), tls.clone());
+            let (nodes, config) = (nodes.clone(), config.clone());
             py.allow_threads(move || make_client(&nodes, cluster, tls.as_ref(), config))
                 .or_raise(py)?
         };
@@ -580,10 +541,8 @@ impl Redlock {
             clients: Arc::new(Clients {
                 nodes,
                 cluster,
-                tls,
                 config,
                 default: ManuallyDrop::new(default),
-                by_wait: Mutex::new(HashMap::new()),
                 pid: pid(),
             }),
             ttl,
@@ -875,6 +834,8 @@ pub struct Lock {
     owner: String,
     /// Made with `wait=0`: acquisitions are single attempts.
     try_only: bool,
+    /// Made with a `wait` above 0: each acquisition's own deadline.
+    wait: Option<Duration>,
     /// Made with `watchdog=True`: `with` hands the lock to a watchdog.
     watchdog_in_with: bool,
     pid: u32,
@@ -883,12 +844,18 @@ pub struct Lock {
 }
 
 impl Lock {
-    fn new(inner: blocking::Lock, try_only: bool, watchdog: bool, clients: &Arc<Clients>) -> Lock {
+    fn new(
+        inner: blocking::Lock,
+        wait: Option<Duration>,
+        watchdog: bool,
+        clients: &Arc<Clients>,
+    ) -> Lock {
         Lock {
             resource: inner.resource().to_string(),
             owner: inner.owner().to_string(),
             state: ManuallyDrop::new(RwLock::new(State::Plain(inner))),
-            try_only,
+            try_only: wait.is_some_and(|w| w.is_zero()),
+            wait: wait.filter(|w| !w.is_zero()),
             watchdog_in_with: watchdog,
             pid: clients.pid,
             _clients: Arc::clone(clients),
@@ -1011,8 +978,13 @@ impl Lock {
                 vec![],
             ));
         }
+        let wait = self.wait;
         self.with_state(py, |state| match state {
-            State::Plain(lock) => Ok(lock.acquire().map(|_| ())?),
+            State::Plain(lock) => Ok(match wait {
+                Some(wait) => lock.acquire_for(wait),
+                None => lock.acquire(),
+            }
+            .map(|_| ())?),
             State::Watched(..) => Err(Fail::State(WATCHED)),
             State::Gone => Err(Error::NotHeld.into()),
         })

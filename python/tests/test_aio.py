@@ -132,3 +132,24 @@ def test_async_watchdog_renews_and_stops(server):
         assert await rl.try_lock("async-renewed") is not None
 
     asyncio.run(main())
+
+
+def test_async_distinct_waits_share_one_client(server):
+    from test_locks import connected_clients
+
+    async def main():
+        rl = AsyncRedlock(server.url, ttl=10.0)
+        held = await rl.acquire("busy")
+        baseline = connected_clients(server)
+        for i in range(20):
+            lock = await rl.acquire(f"free-{i}", wait=5.0 + i / 10)
+            await lock.release()
+        assert connected_clients(server) <= baseline + 2
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(LockNotAcquired):
+            await rl.acquire("busy", wait=1.5)
+        assert loop.time() - started >= 1.0, "gave up long before its wait"
+        await held.release()
+
+    asyncio.run(main())

@@ -446,3 +446,32 @@ def test_a_wait_answered_after_its_deadline_is_not_acquired(server):
     assert any("no reply" in detail for _, detail in result[0].outcomes), result[0].outcomes
     held.release()
     wait_until(lambda: rl.try_lock("late") is not None)
+
+
+def connected_clients(server) -> int:
+    reply = command(server.port, "INFO", "clients").decode()
+    for line in reply.splitlines():
+        if line.startswith("connected_clients:"):
+            return int(line.split(":", 1)[1])
+    raise AssertionError(reply)
+
+
+def test_distinct_waits_share_one_client(server):
+    """Every `wait` goes to the one client of a Redlock (each acquisition's
+    own deadline), not to a client (and its connections) per distinct value;
+    the waits are still honoured."""
+    rl = Redlock(server.url, ttl=10.0)
+    held = rl.acquire("busy")
+    baseline = connected_clients(server)
+    for i in range(20):
+        lock = rl.acquire(f"free-{i}", wait=5.0 + i / 10)
+        lock.release()
+    # Waiting connections come and go; a client per wait kept 20 more.
+    assert connected_clients(server) <= baseline + 2
+    started = time.monotonic()
+    with pytest.raises(LockNotAcquired):
+        rl.acquire("busy", wait=1.5)
+    assert time.monotonic() - started >= 1.0, "gave up long before its wait"
+    held.release()
+    with rl.lock("busy", wait=5.0):
+        pass
