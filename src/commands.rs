@@ -410,6 +410,33 @@ pub fn counter(ctx: Ctx, args: &Argv) -> c_int {
     ffi::reply_ok(ctx)
 }
 
+/// `LOCK.FLOOR n`: makes every later token of this node greater than `n`
+/// (raises the counter to at least `n`) and replies the counter. Refused,
+/// changing nothing, when that would carry the counter more than 24 h ahead
+/// of the node's wall clock (`token::MAX_FLOOR_LEAD_US`). A raise
+/// replicates as the `LOCK.COUNTER` effect, so replicas and the AOF keep it.
+pub fn floor(ctx: Ctx, args: &Argv) -> c_int {
+    let floor = parse_or_reply!(ctx, parse::parse_floor(args.bytes()));
+    let wall_us = CLOCK.wall_us();
+    let Some(raised) = with_state(|state| {
+        let tokens = &mut state.node.tokens;
+        tokens
+            .raise_floor(floor, wall_us)
+            .map(|rose| (rose, tokens.last()))
+    }) else {
+        return ffi::reply_error(ctx, STATE_BUSY);
+    };
+    match raised {
+        Ok((rose, last)) => {
+            if rose {
+                ffi::replicate_counter(ctx, last);
+            }
+            ffi::reply_integer(ctx, last)
+        }
+        Err(too_far) => ffi::reply_error(ctx, &too_far.to_string()),
+    }
+}
+
 /// The command comes from the replication link or the AOF being loaded.
 pub(crate) fn trusted(ctx: Ctx) -> bool {
     ffi::has_flag(ctx, raw::REDISMODULE_CTX_FLAGS_REPLICATED)

@@ -85,6 +85,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         || match load_lock(rdb, encver) {
             Some(lock) => {
                 stats::value_counted(1, lock.holders().len());
+                crate::activation::activate();
                 crate::async_load::lock_loaded();
                 // Every later grant here is above the tokens that arrive,
                 // from now on: a RESTORE (or MIGRATE, or a slot migration's
@@ -224,6 +225,9 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
                 return raw::REDISMODULE_ERR as c_int;
             };
             with_state(|state| state.node.tokens.raise(last));
+            if last > 0 {
+                crate::activation::activate();
+            }
             raw::REDISMODULE_OK as c_int
         },
     )

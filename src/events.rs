@@ -11,6 +11,7 @@ use std::ffi::{c_char, c_int, c_void};
 use redis_lock_core::slot::SlotRanges;
 use redis_module::raw;
 
+use crate::activation;
 use crate::async_load;
 use crate::ffi::{self, Ctx, RString};
 use crate::guard;
@@ -47,20 +48,24 @@ pub fn subscribe(ctx: Ctx) -> bool {
     } else {
         true
     };
-    let loading = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_LOADING, on_loading);
-    let flush = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
-    let swap = ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
+    // All of them are made when the server first has a lock (`activation`):
+    // before that, the lease index and the waiter queues are empty, and a
+    // load has read no lock (the first one read activates them, before
+    // the load's end).
+    let loading = activation::defer(ctx, raw::REDISMODULE_EVENT_LOADING, on_loading);
+    let flush = activation::defer(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
+    let swap = activation::defer(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
     // Each slot migration event only where the server has it (Valkey 9's,
     // Redis 8.4's): elsewhere its number names another event, or none.
     let migration = if ffi::has_atomic_slot_migration() {
-        ffi::subscribe_server_event(ctx, ffi::EVENT_ATOMIC_SLOT_MIGRATION, on_slot_migration)
+        activation::defer(ctx, ffi::EVENT_ATOMIC_SLOT_MIGRATION, on_slot_migration)
     } else if redis_migration {
-        ffi::subscribe_server_event(ctx, ffi::EVENT_CLUSTER_SLOT_MIGRATION, on_slot_migration)
+        activation::defer(ctx, ffi::EVENT_CLUSTER_SLOT_MIGRATION, on_slot_migration)
     } else {
         true
     };
     let trim = if trim == Some(false) {
-        ffi::subscribe_server_event(ctx, ffi::EVENT_CLUSTER_SLOT_MIGRATION_TRIM, on_slot_trim)
+        activation::defer(ctx, ffi::EVENT_CLUSTER_SLOT_MIGRATION_TRIM, on_slot_trim)
     } else {
         true
     };

@@ -100,10 +100,14 @@ extern "C" fn on_config(ctx: Ctx, _event: raw::RedisModuleEvent, _sub: u64, _dat
     guard::callback(ctx, "config event", (), || check_policy(ctx));
 }
 
-/// Checks the policy at load and follows `CONFIG SET`.
+/// Checks the policy at load and follows `CONFIG SET` from the server's
+/// first lock on (`activation`, which checks it again then: a policy set
+/// while the server held no lock is warned about, and its evictions
+/// counted, from that moment).
 pub fn init(ctx: Ctx) -> bool {
     check_policy(ctx);
-    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CONFIG, on_config)
+    crate::activation::on_activation(check_policy)
+        && crate::activation::defer(ctx, raw::REDISMODULE_EVENT_CONFIG, on_config)
 }
 
 #[cfg(test)]

@@ -246,9 +246,10 @@ extern "C" fn on_module_change(
     });
 }
 
-/// Empties the verdict cache whenever a module loads or unloads.
+/// Empties the verdict cache whenever a module loads or unloads (from the
+/// first `LOCK.*` command on, `activation`: the cache is empty before).
 pub fn init(ctx: Ctx) -> bool {
-    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_MODULE_CHANGE, on_module_change)
+    crate::activation::defer(ctx, raw::REDISMODULE_EVENT_MODULE_CHANGE, on_module_change)
 }
 
 /// The fence key's flags: read, then raised.

@@ -58,7 +58,15 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
             return std::ptr::null_mut();
         }
         match LoadIo::new(rdb).signed().and_then(fence::loaded) {
-            Some(token) => value::into_value(token),
+            Some(token) => {
+                // A fence is data the module guards like a lock: an
+                // evicting policy must warn about it (`eviction`), so the
+                // server events start listening here too (review of #35:
+                // a fence-only store restarted from its RDB warned only at
+                // its first LOCK.* command).
+                crate::activation::activate();
+                value::into_value(token)
+            }
             None => std::ptr::null_mut(),
         }
     })

@@ -9,6 +9,7 @@
 // aborts outside Redis), which leaves the adapter unreferenced.
 #![cfg_attr(test, allow(dead_code))]
 
+mod activation;
 mod async_load;
 mod commands;
 mod config;
@@ -44,8 +45,8 @@ mod module {
     use crate::fence_type::FENCE_TYPE;
     use crate::ffi::{self, Ctx};
     use crate::{
-        async_load, config, events, eviction, expiry, guard, info, propagation, recovery, table,
-        timer,
+        activation, async_load, config, events, eviction, expiry, guard, info, propagation,
+        recovery, table, timer,
     };
 
     /// `CONFIG SET lock.recovery-ms`: the window counts from now. Waiters
@@ -117,6 +118,12 @@ mod module {
             if let Err(why) = ffi::command::register(ctx, command, own_category) {
                 return fail(ctx, &why);
             }
+        }
+        if !activation::init(ctx) {
+            return fail(
+                ctx,
+                "could not create the module's context for its event subscriptions",
+            );
         }
         if !events::subscribe(ctx) {
             return fail(ctx, "could not subscribe to keyspace and server events");

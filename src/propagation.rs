@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
+use crate::activation;
 use crate::ffi::{self, Ctx};
 use crate::guard;
 
@@ -118,12 +119,26 @@ fn backlog_or_replicas(ctx: Ctx) -> bool {
 
 /// Subscribes to the events at load (a module has one callback per event:
 /// the fork event also serves `counter_record`).
+///
+/// All three are made when the server first has a lock (`activation`):
+/// until then the answer stays "a backlog may exist" (only the cron turns
+/// it off), and it is made together with the fork and role events, so the
+/// rules above hold from that moment on. The counter's AOF record
+/// (`counter_record`) is owed only once a counter exists, which activates
+/// them too.
 pub fn init(ctx: Ctx) -> bool {
-    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, on_fork)
-        && ffi::subscribe_server_event(
+    activation::defer(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, on_fork)
+        && activation::defer(
             ctx,
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             on_role_change,
         )
-        && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CRON_LOOP, on_cron)
+        && activation::defer(ctx, raw::REDISMODULE_EVENT_CRON_LOOP, on_cron)
+        && activation::on_activation(on_activation)
+}
+
+/// What the cron would find, at once, as the fork and role events start
+/// to be heard.
+fn on_activation(ctx: Ctx) {
+    BACKLOG_MAY_EXIST.store(backlog_or_replicas(ctx), Ordering::Relaxed);
 }

@@ -24,6 +24,7 @@ mod entry {
         ($name:ident, $label:literal, $handler:path) => {
             pub extern "C" fn $name(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
                 guard::command(ctx, $label, || {
+                    crate::activation::activate();
                     ffi::with_argv(argv, argc, |args| $handler(ctx, args))
                 })
             }
@@ -39,6 +40,7 @@ mod entry {
     entry_point!(apply, "LOCK.APPLY", commands::apply);
     entry_point!(drop, "LOCK.DROP", commands::drop);
     entry_point!(counter, "LOCK.COUNTER", commands::counter);
+    entry_point!(floor, "LOCK.FLOOR", commands::floor);
     entry_point!(debug, "LOCK.DEBUG", commands::debug);
     entry_point!(fenced, "LOCK.FENCED", fence::fenced);
     entry_point!(fencecheck, "LOCK.FENCECHECK", fence::fencecheck);
@@ -51,7 +53,7 @@ mod entry {
 /// `LOCK.DEBUG`, so that `+@lock` never grants an admin command.
 pub const ACL_CATEGORY: &CStr = c"lock";
 
-pub const COMMANDS: [Command; 14] = [
+pub const COMMANDS: [Command; 15] = [
     Command {
         name: c"lock.acquire",
         handler: entry::acquire,
@@ -175,6 +177,19 @@ pub const COMMANDS: [Command; 14] = [
         acl: c"write slow",
         in_own_category: false,
         summary: c"Internal: raises this node's token counter to at least n (written to the AOF when a rewrite starts). Refused from ordinary clients.",
+        complexity: c"O(1)",
+        arity: 2,
+        key: None,
+        inner_command: false,
+        args: &[required(c"n", INTEGER)],
+    },
+    Command {
+        name: c"lock.floor",
+        handler: entry::floor,
+        flags: c"write fast",
+        acl: c"write fast",
+        in_own_category: true,
+        summary: c"Makes every later fencing token of this node greater than n (raises its token counter to at least n) and returns the counter; refused when that would put the counter more than 24 hours ahead of the node's wall clock in microseconds. Touches no key: send it to the node whose counter to raise.",
         complexity: c"O(1)",
         arity: 2,
         key: None,

@@ -220,7 +220,13 @@ fn acl_categories_cover_the_lock_commands() {
         return;
     }
     let writes = acl_cat(&mut admin, "write").unwrap();
-    for name in ["lock.acquire", "lock.release", "lock.extend", "lock.fence"] {
+    for name in [
+        "lock.acquire",
+        "lock.release",
+        "lock.extend",
+        "lock.fence",
+        "lock.floor",
+    ] {
         assert!(
             writes.contains(&name.to_string()),
             "@write lacks {name}: {writes:?}"
@@ -243,6 +249,7 @@ fn acl_categories_cover_the_lock_commands() {
         "lock.release",
         "lock.extend",
         "lock.fence",
+        "lock.floor",
         "lock.info",
     ] {
         assert!(
@@ -302,6 +309,7 @@ fn the_lock_category_names_the_commands_clients_use() {
             "lock.fencecheck",
             "lock.fenced",
             "lock.fenceget",
+            "lock.floor",
             "lock.holders",
             "lock.info",
             "lock.release"
@@ -322,6 +330,11 @@ fn the_lock_category_names_the_commands_clients_use() {
         cmd(&mut locker, &["LOCK.HOLDERS", "job"]).unwrap(),
         Value::Array(_)
     ));
+    // The raise Redlock::cluster sends to every master is in @lock too.
+    assert_eq!(
+        cmd(&mut locker, &["LOCK.FLOOR", "0"]).unwrap(),
+        Value::Int(granted)
+    );
     noperm(&mut locker, &["LOCK.DEBUG", "WALLCLOCK-OFFSET", "0"]);
     noperm(&mut locker, &["LOCK.DROP", "job", "me"]);
     noperm(&mut locker, &["LOCK.FENCEAPPLY", "fence", "1"]);
@@ -336,6 +349,7 @@ fn the_lock_category_names_the_commands_clients_use() {
     let mut nolock = conn_as(&server, "nolock");
     noperm(&mut nolock, &["LOCK.RELEASE", "job", "me", "ALL"]);
     noperm(&mut nolock, &["LOCK.INFO", "job"]);
+    noperm(&mut nolock, &["LOCK.FLOOR", "0"]);
     assert_eq!(cmd(&mut nolock, &["EXISTS", "job"]).unwrap(), Value::Int(1));
     assert_eq!(
         cmd(&mut locker, &["LOCK.RELEASE", "job", "me"]).unwrap(),

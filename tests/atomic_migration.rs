@@ -481,10 +481,30 @@ fn a_lease_that_ends_during_the_handover_pause_ends_on_the_target() {
 
 #[test]
 fn an_aborted_import_leaves_nothing_counted_on_the_target() {
-    let Some(cluster) = cluster_or_skip("an_aborted_import_leaves_nothing") else {
+    valkey_failed_import(ImportFailure::Cancelled);
+}
+
+#[test]
+fn a_valkey_import_whose_target_is_killed_leaves_the_locks_working_on_the_source() {
+    valkey_failed_import(ImportFailure::TargetKilled);
+}
+
+#[test]
+fn flushall_on_a_valkey_target_during_an_import_leaves_the_locks_working_on_the_source() {
+    valkey_failed_import(ImportFailure::Flushed);
+}
+
+/// Valkey 9's `CLUSTER MIGRATESLOTS` failing after the snapshot's locks and
+/// some of the stream reached the target (`CLUSTER CANCELSLOTMIGRATIONS` on
+/// the source, the target killed, or `FLUSHALL` on the target): the target
+/// keeps no books for them, and the source still owns the slot, the locks
+/// and the waiter, which work.
+fn valkey_failed_import(how: ImportFailure) {
+    let Some(mut cluster) = cluster_or_skip(&format!("valkey_failed_import ({how:?})")) else {
         return;
     };
     let (source, target, slot) = source_and_target(&cluster, "{job}");
+    let (source_port, target_port) = (source.port(), target.port());
     let (ex, sh) = ("{job}ex", "{job}sh");
     let mut s = source.conn();
     let token = acquire(&mut s, ex, "holder", 60_000).unwrap();
@@ -499,23 +519,64 @@ fn an_aborted_import_leaves_nothing_counted_on_the_target() {
     int(&mut s, &["LOCK.ACQUIRE", sh, "r2", "60000", "SHARED"]);
     wait_books(target, (2, 3, 3, 0), "the target while importing");
 
-    let _: () = redis::cmd("CLUSTER")
-        .arg("CANCELSLOTMIGRATIONS")
-        .query(&mut s)
-        .unwrap();
-    wait_job_state(source, "cancelled");
+    match how {
+        ImportFailure::Cancelled => {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("CANCELSLOTMIGRATIONS")
+                .query(&mut s)
+                .unwrap();
+        }
+        ImportFailure::Flushed => {
+            let _: () = redis::cmd("FLUSHALL").query(&mut target.conn()).unwrap();
+        }
+        ImportFailure::TargetKilled => cluster.node_mut(target_port).kill9(),
+    }
+    let source = cluster.node(source_port);
+    let mut last = String::new();
+    let ended = wait_until(Duration::from_secs(60), || {
+        last = job_state(source);
+        last == "cancelled" || last == "failed"
+    });
+    assert!(
+        ended,
+        "the source's migration job did not end ({how:?}; last: {last})"
+    );
     debug_slot_migration(source, "PREVENT-PAUSE", false);
-    // The target drops what it had imported, and its books say so.
-    wait_books(target, (0, 0, 0, 0), "the target after the abort");
-    let mut t = target.conn();
-    assert_eq!(dbsize(&mut t), 0);
+    if !matches!(how, ImportFailure::TargetKilled) {
+        // The target drops what it had imported, and its books say so.
+        let target = cluster.node(target_port);
+        wait_books(target, (0, 0, 0, 0), "the target after the failed import");
+        let mut t = target.conn();
+        assert!(
+            wait_until(SOON, || dbsize(&mut t) == 0),
+            "the imported keys stayed on the target"
+        );
+    }
 
-    // The source still owns the slot, the locks and the waiter.
+    // The holder's lease still renews there.
+    assert_eq!(extend(&mut source.conn(), ex, "holder", 60_000), 1);
+    the_locks_still_work_on_the_source(source, slot, ex, token, waiter);
+}
+
+/// After a failed import: the source still owns the slot, the locks and
+/// the waiter, and they work: the holder's token, a rival refused, a
+/// release that serves the waiter.
+fn the_locks_still_work_on_the_source(
+    source: &RedisServer,
+    slot: i64,
+    ex: &str,
+    token: i64,
+    waiter: std::thread::JoinHandle<Result<Option<i64>, String>>,
+) {
     assert_eq!(RedisCluster::owner_port(source, slot), source.port());
+    let mut s = source.conn();
     assert_eq!(books(&mut s), (2, 3, 3, 1));
-    assert_eq!(extend(&mut s, ex, "holder", 1), 1);
+    assert_eq!(held(&mut s, ex).token, token);
+    assert_eq!(acquire(&mut s, ex, "rival", 60_000), None);
+    assert_eq!(release(&mut s, ex, "holder"), Some(0));
     let granted = answered(waiter, "the waiter").unwrap().unwrap();
     assert!(granted > token);
+    wait_books(source, (2, 3, 3, 0), "the source after the hand-off");
 }
 
 /// Whether `server` has Redis 8.4+'s `CLUSTER MIGRATION`.
@@ -932,7 +993,9 @@ fn unread_connections(port: u16) -> usize {
         .count()
 }
 
-/// How a Redis import fails midway in [`redis_failed_import`].
+/// How an import fails midway in [`redis_failed_import`] and
+/// [`valkey_failed_import`] (on Valkey, `Cancelled` is
+/// `CLUSTER CANCELSLOTMIGRATIONS` on the source).
 #[derive(Clone, Copy, Debug)]
 enum ImportFailure {
     /// `CLUSTER MIGRATION CANCEL ID <id>` on the target.
@@ -986,14 +1049,7 @@ fn redis_failed_import(how: ImportFailure) {
             wait_task(target, &id, &["canceled", "failed"]);
             wait_books(target, (0, 0, 0, 0), "the target after FLUSHALL");
         }
-        ImportFailure::TargetKilled => {
-            let target = cluster
-                .nodes
-                .iter_mut()
-                .find(|n| n.port() == target_port)
-                .unwrap();
-            target.kill9();
-        }
+        ImportFailure::TargetKilled => cluster.node_mut(target_port).kill9(),
     }
     let source = cluster.node(source_port);
     // The source's side of the task ends, unpaused.
@@ -1012,17 +1068,7 @@ fn redis_failed_import(how: ImportFailure) {
         assert_eq!(RedisCluster::owner_port(target, slot), source.port());
     }
 
-    // The source still owns the slot, the locks and the waiter, and they
-    // work: the holder's token and lease, a release that serves the waiter.
-    assert_eq!(RedisCluster::owner_port(source, slot), source.port());
-    let mut s = source.conn();
-    assert_eq!(books(&mut s), (2, 3, 3, 1));
-    assert_eq!(held(&mut s, ex).token, token);
-    assert_eq!(acquire(&mut s, ex, "rival", 60_000), None);
-    assert_eq!(release(&mut s, ex, "holder"), Some(0));
-    let granted = answered(waiter, "the waiter").unwrap().unwrap();
-    assert!(granted > token);
-    wait_books(source, (2, 3, 3, 0), "the source after the hand-off");
+    the_locks_still_work_on_the_source(source, slot, ex, token, waiter);
 }
 
 #[test]
@@ -1094,7 +1140,10 @@ fn writes_during_a_migration_reach_the_target(
 ) {
     let (source, target, slot) = source_and_target(cluster, "{job}");
     let mut s = source.conn();
-    // A lone primary: after a cron tick the module knows it has no replica.
+    // A lone primary: after its first lock command (from which on the
+    // module follows replication) and a cron tick, the module knows it has
+    // no replica.
+    assert_eq!(lock_info(&mut s, "{job}none"), None);
     assert!(
         wait_until(SOON, || lock_stat(&mut s, "lock_effects_for_replicas") == 0),
         "a primary without replicas kept building effects for them"

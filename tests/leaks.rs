@@ -124,6 +124,8 @@ fn round(server: &RedisServer, n: usize) {
         vec!["LOCK.APPLY", "k", "o", "1", "1", "1"],
         vec!["LOCK.DROP", "k", "o"],
         vec!["LOCK.COUNTER", "5"],
+        vec!["LOCK.FLOOR", "x"],
+        vec!["LOCK.FLOOR", "9007199254740991"],
         vec!["LOCK.DEBUG", "NOPE"],
     ] {
         assert!(run(&mut c, &bad).is_err(), "{bad:?}");

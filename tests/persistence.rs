@@ -168,6 +168,130 @@ fn loaded_leases_are_indexed_when_the_load_ends() {
     );
 }
 
+/// Issue #35: the module subscribes to its server events only once the
+/// server has a lock (`src/activation.rs`). A server that starts from an
+/// RDB with locks and runs no lock command must still hear its load's end
+/// (the first lock read subscribes it) and a flush after it.
+#[test]
+fn a_restart_with_locks_and_no_lock_command_since_indexes_them_and_hears_a_flush() {
+    let mut server = RedisServer::start();
+    let mut c = server.conn();
+    for i in 0..20 {
+        acquire(&mut c, &format!("loaded:{i}"), "owner", LONG).unwrap();
+    }
+    server.shutdown("SAVE");
+    server.restart();
+    let mut c = server.conn();
+    // INFO is not a lock command: only the load itself can have
+    // subscribed the module, before the load ended.
+    assert_eq!(
+        lock_stat(&mut c, "lock_lease_index"),
+        20,
+        "the leases loaded at startup were not indexed when the load ended"
+    );
+    let _: () = redis::cmd("FLUSHALL").arg("SYNC").query(&mut c).unwrap();
+    assert_eq!(
+        lock_stat(&mut c, "lock_lease_index"),
+        0,
+        "FLUSHALL after a load with no lock command left the loaded leases indexed"
+    );
+}
+
+/// A store that holds only fences (no lock) restarts from its RDB and runs
+/// no `LOCK.*` command: an evicting policy set then must still be reported
+/// (`lock_evictable`, the log's warning, which names fences), since the
+/// fence's load starts the module's server events too (review of #35: it
+/// was reported only at the first `LOCK.*` command).
+#[test]
+fn a_fence_only_store_restarted_from_its_rdb_reports_an_evicting_policy() {
+    let mut server = RedisServer::start();
+    let mut c = server.conn();
+    let reply: String = redis::cmd("LOCK.FENCED")
+        .arg("fk")
+        .arg(5)
+        .arg("SET")
+        .arg("data")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(reply, "OK");
+    server.shutdown("SAVE");
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(lock_stat(&mut c, "lock_evictable"), 0);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        lock_stat(&mut c, "lock_evictable"),
+        1,
+        "an evicting policy on a store with fences was not reported before a LOCK.* command"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || server
+            .log()
+            .contains("can evict locks")),
+        "no warning in the log"
+    );
+}
+
+/// The same for the counter's record in an AOF rewrite: a server that
+/// loads an RDB holding a counter and no lock, turns the AOF on (a rewrite,
+/// without the RDB preamble) and restarts from it, runs no lock command in
+/// between: the counter still reaches the AOF (the fork event is heard).
+#[test]
+fn a_counter_loaded_without_locks_reaches_an_aof_rewrite_with_no_lock_command_since() {
+    let mut server = RedisServer::start();
+    let mut c = server.conn();
+    // A counter far above the clock, kept by no lock.
+    let raised = acquire(&mut c, "gone", "owner", LONG).unwrap() + 1_000_000_000_000;
+    assert_eq!(fence(&mut c, "gone", "owner", Some(raised)), Some(raised));
+    assert_eq!(release_all(&mut c, "gone", "owner"), Some(0));
+    server.shutdown("SAVE");
+    server.restart();
+    let mut c = server.conn();
+    assert_eq!(lock_stat(&mut c, "lock_lease_index"), 0);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("aof-use-rdb-preamble")
+        .arg("no")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes")
+        .query(&mut c)
+        .unwrap();
+    let done = wait_until(Duration::from_secs(60), || {
+        let info = info_section(&mut c, "persistence");
+        info.get("aof_rewrites").and_then(|n| n.parse::<i64>().ok()) >= Some(1)
+            && info.get("aof_rewrite_in_progress").map(String::as_str) == Some("0")
+            && info.get("aof_rewrite_scheduled").map(String::as_str) == Some("0")
+            && info.get("aof_last_bgrewrite_status").map(String::as_str) == Some("ok")
+            && info.get("aof_enabled").map(String::as_str) == Some("1")
+    });
+    assert!(done, "the AOF rewrite did not finish");
+    // Restart from the AOF alone (no RDB to read the counter from).
+    server.shutdown("NOSAVE");
+    for entry in std::fs::read_dir(server.dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "rdb") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    server.restart_with(aof_options("no"));
+    let mut c = server.conn();
+    let fresh = acquire(&mut c, "fresh", "frank", LONG).unwrap();
+    assert!(
+        fresh > raised,
+        "token {fresh} after an AOF restart is not above the counter {raised} loaded from the RDB"
+    );
+}
+
 #[test]
 fn an_rdb_restart_keeps_locks_counter_and_remaining_leases() {
     let mut server = RedisServer::start();

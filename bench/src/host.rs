@@ -6,15 +6,13 @@
 //! figure, throughput of the same plain workload (`SET`, `GET`, `EXPIRE`,
 //! `RENAME`, `DEL` on keys that are not locks) with redis-benchmark.
 
-use std::fmt::Write as _;
-use std::path::Path;
-use std::process::Command;
-
+use crate::callgrind;
 use crate::micro::{alternate, runs_detail};
 use crate::report::{Report, Target};
 use crate::server::Server;
 use crate::tools::{pipe_load, redis_benchmark, resp, CLIENTS};
 use crate::{median, Plan, Result};
+use std::fmt::Write as _;
 
 /// Keys the workload spreads over (preloaded, so every command finds one).
 const KEYSPACE: u64 = 100_000;
@@ -24,40 +22,20 @@ const PIPELINE: u32 = 16;
 /// The callgrind measure (`bench/callgrind-host.sh`), one row per server
 /// and command.
 fn instructions(plan: &Plan, report: &mut Report) -> Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let tsv = std::env::temp_dir().join(format!("callgrind-host-{}.tsv", std::process::id()));
-    let mut cmd = Command::new(root.join("bench/callgrind-host.sh"));
-    cmd.arg("--tsv").arg(&tsv).current_dir(&root);
-    if plan.quick {
-        cmd.env("QUICK", "1");
-    } else {
-        cmd.env_remove("QUICK");
-    }
-    let output = cmd.output()?;
-    let table = String::from_utf8_lossy(&output.stdout).into_owned();
-    print!("{table}");
-    if !output.status.success() {
-        let _ = std::fs::remove_file(&tsv);
-        return Err(format!(
-            "bench/callgrind-host.sh failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        )
-        .into());
-    }
-    let lines = std::fs::read_to_string(&tsv)?;
-    let _ = std::fs::remove_file(&tsv);
-    for line in lines.lines() {
+    let out = callgrind::run("callgrind-host.sh", &[], plan)?;
+    for row in &out.rows {
         // server version command ir_with ir_without ratio ns_with ns_without ns_ratio
-        let fields: Vec<&str> = line.split('\t').collect();
-        let number = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-        let (Some(with), Some(without)) = (number(3), number(4)) else {
+        let (Some(with), Some(without)) = (callgrind::number(row, 3), callgrind::number(row, 4))
+        else {
             continue;
         };
         report.row(
             8,
             format!(
                 "{} {} {} instructions/command with the module vs without",
-                fields[0], fields[1], fields[2]
+                callgrind::text(row, 0),
+                callgrind::text(row, 1),
+                callgrind::text(row, 2)
             ),
             with,
             Some(without),
@@ -67,7 +45,10 @@ fn instructions(plan: &Plan, report: &mut Report) -> Result<()> {
     }
     report.detail(
         8,
-        format!("Instructions and time per command (`bench/callgrind-host.sh`):\n\n{table}"),
+        format!(
+            "Instructions and time per command (`bench/callgrind-host.sh`):\n\n{}",
+            out.table
+        ),
     );
     Ok(())
 }

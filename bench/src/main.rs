@@ -10,9 +10,12 @@
 //! `--quick` (or `QUICK=1`) runs every section with fewer requests, shorter
 //! windows and one round (about two minutes). `--only` runs some sections
 //! (1 acquire, 2 release, 3 re-entry, 4 memory, 5 clients, 6 contention,
-//! 7 scale, 8 do no harm, 9 shared locks and semaphores, 10 fenced writes). `--out` writes the report elsewhere than BENCHMARKS.md at the
-//! workspace root (the charts go beside it).
+//! 7 scale, 8 do no harm, 9 shared locks and semaphores, 10 fenced writes, 11 native anchors).
+//! `--out` writes the report elsewhere than BENCHMARKS.md at the workspace
+//! root (the charts go beside it).
 
+mod anchors;
+mod callgrind;
 mod churn;
 mod clients;
 mod contention;
@@ -161,7 +164,9 @@ fn parse_args() -> Result<Args> {
                 }
             }
             "-h" | "--help" => {
-                println!("redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9,10]");
+                println!(
+                    "redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9,10,11]"
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)").into()),
@@ -291,6 +296,11 @@ fn run() -> Result<bool> {
     if wanted(8) {
         if let Err(e) = host::run(&plan, &mut report) {
             fail(&mut report, 8, e);
+        }
+    }
+    if wanted(11) {
+        if let Err(e) = anchors::run(&plan, &mut report) {
+            fail(&mut report, 11, e);
         }
     }
 

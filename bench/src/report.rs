@@ -67,7 +67,7 @@ pub struct Report {
     pub expiry_series: Vec<(String, Vec<(f64, f64)>)>,
 }
 
-pub const SECTIONS: [(u8, &str); 9] = [
+pub const SECTIONS: [(u8, &str); 11] = [
     (1, "Acquire on fresh keys"),
     (2, "Release"),
     (3, "Re-entrant acquire"),
@@ -77,6 +77,11 @@ pub const SECTIONS: [(u8, &str); 9] = [
     (7, "Scale: many live locks, mass expiry"),
     (8, "Do no harm: plain commands with and without the module"),
     (9, "Shared locks and semaphores"),
+    (
+        10,
+        "Fenced writes: LOCK.FENCED vs HSET and the Lua fence script",
+    ),
+    (11, "Native anchors: the servers' own lock commands"),
 ];
 
 pub fn loadavg() -> String {

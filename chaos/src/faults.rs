@@ -104,6 +104,13 @@ pub struct FaultCounts {
     /// command that got no answer in time).
     pub failed: BTreeMap<FaultKind, u64>,
     pub first_failure: Option<String>,
+    /// The fault schedule as drawn from the seed, in order: each fault's
+    /// wait before it, kind and parameters, whether it was then started or
+    /// skipped. A function of the seed and the phase's fault settings
+    /// alone, so two runs with the same seed and plan draw the same list
+    /// (one may draw more of it than the other: the run's length and the
+    /// retries of skipped faults depend on timing).
+    pub drawn: Vec<String>,
 }
 
 impl FaultCounts {
@@ -128,6 +135,7 @@ impl FaultCounts {
         if self.first_failure.is_none() {
             self.first_failure.clone_from(&other.first_failure);
         }
+        self.drawn.extend(other.drawn.iter().cloned());
     }
 }
 
@@ -145,6 +153,7 @@ pub struct Injector {
 type FaultFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Error>> + Send>>;
 
 /// A fault with its parameters drawn, before its nodes are claimed.
+#[derive(Clone, Debug)]
 enum Planned {
     Kill9 {
         candidates: Vec<usize>,
@@ -225,8 +234,28 @@ impl Injector {
         prelude.shuffle(&mut rng);
         let mut running: JoinSet<(FaultKind, Result<(), Error>)> = JoinSet::new();
         let mean = self.phase.fault_interval_ms.max(2);
+        // A prelude fault that was skipped, tried again as drawn (the same
+        // parameters) after half the mean interval, without drawing
+        // anything: the schedule drawn from the seed stays the same
+        // whatever the nodes' state.
+        let mut retry: Option<(FaultKind, Planned)> = None;
         loop {
-            let wait = rng.random_range(mean / 2..=mean * 3 / 2);
+            let (wait, kind, planned, prelude_kind) = match retry.take() {
+                Some((kind, planned)) => (mean / 2, kind, planned, true),
+                None => {
+                    let wait = rng.random_range(mean / 2..=mean * 3 / 2);
+                    let prelude_kind = !prelude.is_empty();
+                    let kind = match prelude.pop() {
+                        Some(kind) => kind,
+                        None => self.pick_kind(&mut rng),
+                    };
+                    let planned = self.plan(kind, &mut rng);
+                    counts
+                        .drawn
+                        .push(format!("after {wait} ms: {kind:?} {planned:?}"));
+                    (wait, kind, planned, prelude_kind)
+                }
+            };
             tokio::time::sleep(Duration::from_millis(wait)).await;
             while let Some(done) = running.try_join_next() {
                 note_done(&mut counts, done);
@@ -234,12 +263,7 @@ impl Injector {
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
-            let prelude_pending = !prelude.is_empty();
-            let kind = match prelude.pop() {
-                Some(kind) => kind,
-                None => self.pick_kind(&mut rng),
-            };
-            let planned = self.plan(kind, &mut rng);
+            let again = prelude_kind.then(|| planned.clone());
             match self.start(kind, planned) {
                 Some(fault) => {
                     *counts.injected.entry(kind).or_default() += 1;
@@ -247,10 +271,8 @@ impl Injector {
                 }
                 None => {
                     *counts.skipped.entry(kind).or_default() += 1;
-                    if prelude_pending {
-                        // Every kind must happen once: try it again next.
-                        prelude.push(kind);
-                    }
+                    // Every kind must happen once: try it again next.
+                    retry = again.map(|planned| (kind, planned));
                 }
             }
         }
@@ -303,14 +325,8 @@ impl Injector {
             FaultKind::RestartMajority => {
                 let quorum = all.len() / 2 + 1;
                 let count = (quorum + usize::from(rng.random_bool(0.5))).min(all.len());
-                // A power loss of a majority: the nodes a restart hurts
-                // first (in random order: they can forget, or their clocks
-                // run behind), so that those are a majority whenever the
-                // phase has that many.
-                let mut candidates = all;
-                candidates.sort_by_key(|&i| !self.cluster.nodes[i].restart_hurts());
                 Planned::Majority {
-                    candidates,
+                    candidates: all,
                     downtime: ms(rng, 0, 300),
                     count,
                     cut_bytes: rng.random_range(1..=16_384),
@@ -338,7 +354,9 @@ impl Injector {
             FaultKind::ClientPause => Planned::Pause,
             FaultKind::LeaseClockSkew => {
                 let bounds = self.phase.lease_skew;
-                let skews = (0..bounds.nodes.max(1))
+                let most = bounds.max_nodes.min(all.len()).max(1);
+                let count = rng.random_range(bounds.min_nodes.clamp(1, most)..=most);
+                let skews = (0..count)
                     .map(|_| {
                         (
                             rng.random_range(bounds.min_rate_ppm..=bounds.max_rate_ppm),
@@ -504,6 +522,12 @@ impl Injector {
                 cut_bytes,
                 reoffset,
             } => {
+                // A power loss of a majority: the nodes a restart hurts
+                // first (in the drawn order: they can forget, or their
+                // clocks run behind now), so that those are a majority
+                // whenever the phase has that many.
+                let mut candidates = candidates;
+                candidates.sort_by_key(|&i| !cluster.nodes[i].restart_hurts());
                 let claims = claim_many(&candidates, count)?;
                 Some(Box::pin(async move {
                     let nodes: Vec<usize> = claims.iter().map(|(i, _)| *i).collect();

@@ -90,6 +90,10 @@ pub struct Settings {
     pub permits: u32,
     /// The safe mix, or one that breaks the rules on purpose.
     pub mix: Mix,
+    /// A single-mechanism control with its mechanism put back
+    /// ([`Mix::mechanism_plan`]): the same fault schedule for the same seed,
+    /// and it must show no violation.
+    pub with_mechanism: bool,
     /// Print every fault as it is injected (stderr).
     pub verbose: bool,
     /// Set from outside (Ctrl-C) to end the run early.
@@ -107,6 +111,7 @@ impl Default for Settings {
             semaphores: 1,
             permits: 2,
             mix: Mix::Safe,
+            with_mechanism: false,
             verbose: false,
             interrupt: Arc::new(AtomicBool::new(false)),
         }
@@ -163,16 +168,32 @@ pub fn client_config() -> Config {
 
 /// Runs the safe mix (or the negative control) and returns its summary.
 pub async fn run(settings: &Settings) -> Result<Summary, Error> {
-    let plan = settings.mix.plan();
+    let plan = if settings.with_mechanism {
+        settings.mix.mechanism_plan().ok_or_else(|| {
+            Error::Setup(format!(
+                "the {} mix is not a single-mechanism control",
+                settings.mix.name()
+            ))
+        })?
+    } else {
+        settings.mix.plan()
+    };
+    let expects_violations = plan.mix.expects_violations() && !settings.with_mechanism;
     let mut phases = Vec::new();
     for (index, phase) in plan.phases.iter().enumerate() {
         if settings.interrupt.load(Ordering::Relaxed) {
             break;
         }
         let broken = phase.broken_rules();
-        if !plan.mix.expects_violations() && !broken.is_empty() {
+        if !expects_violations && !broken.is_empty() {
             return Err(Error::Setup(format!(
-                "the safe mix breaks the safety rules: {}",
+                "the {} mix{} breaks the safety rules: {}",
+                plan.mix.name(),
+                if settings.with_mechanism {
+                    " with its mechanism"
+                } else {
+                    ""
+                },
                 broken.join("; ")
             )));
         }
@@ -182,6 +203,7 @@ pub async fn run(settings: &Settings) -> Result<Summary, Error> {
     Ok(Summary {
         seed: settings.seed,
         mix: plan.mix,
+        with_mechanism: settings.with_mechanism,
         clients: settings.clients,
         resources: settings.describe_resources(),
         phases,
@@ -339,10 +361,10 @@ async fn run_phase(
         unsafe_quorum: phase.client_quorum,
         ..client_config()
     };
-    if phase.no_drift_allowance {
-        config.drift_factor = 0.0;
-        config.drift_min = Duration::ZERO;
-    }
+    // The phase's drift allowance (the client's default but in the clock
+    // controls).
+    config.drift_factor = phase.drift.ppm as f64 / 1e6;
+    config.drift_min = Duration::from_millis(phase.drift.min_ms);
     let groups = ClientGroups::start(&cluster, lab.as_deref(), &config).await?;
 
     let origin = Instant::now();

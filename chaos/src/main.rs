@@ -3,7 +3,7 @@
 //! ```text
 //! chaos [--seconds N] [--seed N] [--clients N] [--resources N]
 //!       [--read-write N] [--semaphores N] [--permits N]
-//!       [--negative-control | --mix NAME] [--verbose]
+//!       [--negative-control | --mix NAME [--with-mechanism]] [--verbose]
 //! ```
 //!
 //! Defaults: `CHAOS_SECONDS` or 180 s, `CHAOS_SEED` or a random seed
@@ -21,7 +21,7 @@ use chaos::Settings;
 
 const USAGE: &str = "usage: chaos [--seconds N] [--seed N] [--clients N] [--resources N]
              [--read-write N] [--semaphores N] [--permits N]
-             [--negative-control | --mix NAME] [--verbose]
+             [--negative-control | --mix NAME [--with-mechanism]] [--verbose]
 
 Runs Redlock over five module-loaded redis-server processes while faults are
 injected, checks every holder with a fenced store, and prints a summary.
@@ -44,7 +44,15 @@ injected, checks every holder with a fenced store, and prints a summary.
                        0.8-1% fast on every node, within the default
                        allowance, and a client with no allowance), or
                        held-ignores-validity (holders whose is_held() ignores
-                       the validity: the checker's held-after-validity check)
+                       the validity: the checker's held-after-validity check),
+                       clock-lead (no persistence, clocks 1.5-2.5 s ahead, a
+                       recovery window of the largest TTL but not of the
+                       lead: breaks rule 3) or single-node-forgets (the
+                       single-node phase without persistence)
+  --with-mechanism     a single-mechanism control (no-window, clock-step,
+                       network-control, fast-clocks, no-drift, clock-lead,
+                       single-node-forgets) with the mechanism it removes put
+                       back, nothing else changed: must see no violation
   --verbose            print each fault as it is injected
 
 Exit status: 0 if the safe mix saw no violation (a mix that breaks the rules:
@@ -83,6 +91,7 @@ fn parse_args() -> Result<Option<Settings>, String> {
             "--semaphores" => settings.semaphores = parse_number("--semaphores", args.next())?,
             "--permits" => settings.permits = parse_number("--permits", args.next())?,
             "--negative-control" => settings.mix = Mix::NegativeControl,
+            "--with-mechanism" => settings.with_mechanism = true,
             "--mix" => {
                 let name = args.next().ok_or("--mix needs a value")?;
                 settings.mix = Mix::parse(&name).ok_or_else(|| format!("unknown mix {name:?}"))?;
@@ -101,6 +110,12 @@ fn parse_args() -> Result<Option<Settings>, String> {
     }
     if settings.permits == 0 {
         return Err("--permits must be positive".into());
+    }
+    if settings.with_mechanism && settings.mix.mechanism().is_none() {
+        return Err(format!(
+            "--with-mechanism needs a single-mechanism control, not the {} mix",
+            settings.mix.name()
+        ));
     }
     settings.duration = Duration::from_secs_f64(seconds);
     settings.seed = seed.unwrap_or_else(rand::random);

@@ -4,7 +4,11 @@
 //! network phase, partitions, lost replies, delays and lossy links between
 //! network namespaces, which needs root and iproute2), and the
 //! negative control (no persistence, no recovery window) must show
-//! violations of each kind of resource, or the checker proves nothing. `make chaos` runs the long version.
+//! violations of each kind of resource, or the checker proves nothing; and
+//! each single-mechanism control runs twice with the same seed and fault
+//! schedule, with its mechanism (no violation) and without it (violations
+//! of the kinds that mechanism prevents, and of no other kind). `make
+//! chaos` runs the long version.
 //!
 //! The seed is fixed (override with `CHAOS_SEED`) so the fault schedule is
 //! the same each time; the summary is printed either way.
@@ -150,13 +154,21 @@ async fn the_negative_control_reports_violations() {
     // 24 s: it must show every kind of violation, and a 16 s run once saw
     // 20 violations but no reader overlapping a writer (they come with the
     // few majority restarts such a run has; 180 s runs see about 120).
-    let (summary, total) = control_for(
-        Duration::from_secs(24),
-        Mix::NegativeControl,
-        "restarted nodes without their locks",
-        FaultKind::RestartMajority,
-    )
-    .await;
+    let settings = Settings {
+        duration: Duration::from_secs(24),
+        seed: seed(),
+        mix: Mix::NegativeControl,
+        ..Settings::default()
+    };
+    let summary = chaos::run(&settings).await.unwrap();
+    println!("{summary}");
+    let total = summary.total();
+    assert!(
+        total.violations_of(ViolationKind::Overlap) > 0,
+        "restarted nodes without their locks must let two holders overlap:\n{summary}"
+    );
+    assert!(summary.passed(), "{summary}");
+    assert!(total.faults.injected(FaultKind::RestartMajority) >= 1);
     assert!(
         total.violations_of(ViolationKind::TooManyPermits) > 0,
         "restarted nodes without their locks must hand out more permits than a semaphore has:\n{summary}"
@@ -181,12 +193,13 @@ async fn the_negative_control_reports_violations() {
 /// The network negative control: the network phase's faults alone, with a
 /// client that needs only 2 of the 5 nodes. Two groups behind a partition
 /// each win a different minority: holders must overlap, or the network
-/// phase's zero proves nothing.
+/// phase's zero proves nothing; with the client's own majority, the same
+/// schedule shows none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_network_negative_control_reports_violations() {
-    let (_, total) = control(
+    let (_, total) = pair(
+        Duration::from_secs(16),
         Mix::NetworkControl,
-        "a quorum of 2 of 5 behind partitions",
         FaultKind::Partition,
     )
     .await;
@@ -224,87 +237,140 @@ async fn holders_that_say_held_after_their_validity_are_reported() {
     assert!(total.faults.injected(FaultKind::ClientPause) >= 1);
 }
 
-/// Runs `mix`, which breaks one rule, for 16 s: the checker must find
-/// overlapping holders (else the safe mix's zero proves nothing about that
-/// rule's mechanism), the run must otherwise be sound, and `fault` must
-/// have been injected. Returns the summary and its totals.
-async fn control(mix: Mix, what: &str, fault: FaultKind) -> (Summary, Figures) {
-    control_for(Duration::from_secs(16), mix, what, fault).await
-}
-
-/// [`control`] for `duration`.
-async fn control_for(
-    duration: Duration,
-    mix: Mix,
-    what: &str,
-    fault: FaultKind,
-) -> (Summary, Figures) {
-    let settings = Settings {
-        duration,
-        seed: seed(),
-        mix,
-        ..Settings::default()
+/// A single-mechanism control, run twice with the same seed for
+/// `duration`: once with the mechanism it removes put back and nothing else
+/// changed (the same nodes, faults, fault parameters and workload), which
+/// must show no violation, and once without it, which must show violations
+/// of the mechanism's primary kind and of no kind the mechanism does not
+/// prevent ([`Mix::prevented`]), so that the violations are tied to the
+/// mechanism, not to the faults or the checker. Both runs must draw the
+/// same fault schedule (the parameters of every fault, in order; the
+/// shorter list a prefix of the longer), both must be otherwise sound, and
+/// `fault` must have been injected in both. Returns the run without the
+/// mechanism and its totals.
+async fn pair(duration: Duration, mix: Mix, fault: FaultKind) -> (Summary, Figures) {
+    let mechanism = mix.mechanism().unwrap();
+    let run = |with_mechanism| {
+        let settings = Settings {
+            duration,
+            seed: seed(),
+            mix,
+            with_mechanism,
+            ..Settings::default()
+        };
+        async move {
+            let summary = chaos::run(&settings).await.unwrap();
+            println!("{summary}");
+            summary
+        }
     };
-    let summary = chaos::run(&settings).await.unwrap();
-    println!("{summary}");
-    let total = summary.total();
-    assert!(
-        total.violations_of(ViolationKind::Overlap) > 0,
-        "{what} must let two holders overlap:\n{summary}"
+    let with = run(true).await;
+    let without = run(false).await;
+    assert_eq!(with.phases.len(), without.phases.len());
+    for (a, b) in with.phases.iter().zip(&without.phases) {
+        let common = a.faults.drawn.len().min(b.faults.drawn.len());
+        assert!(
+            common >= 5,
+            "too few faults drawn in phase {}: {} and {}",
+            a.name,
+            a.faults.drawn.len(),
+            b.faults.drawn.len()
+        );
+        assert_eq!(
+            a.faults.drawn[..common],
+            b.faults.drawn[..common],
+            "the same seed must draw the same fault schedule with and without {mechanism}"
+        );
+    }
+    let kept = with.total();
+    assert_eq!(
+        kept.violations(),
+        0,
+        "with {mechanism}, the {} control must show no violation:\n{with}",
+        mix.name()
     );
-    assert!(summary.passed());
-    assert!(total.faults.injected(fault) >= 1, "{}", fault.name());
-    (summary, total)
+    assert!(with.passed(), "{with}");
+    assert!(
+        kept.faults.injected(fault) >= 1,
+        "{}:\n{with}",
+        fault.name()
+    );
+    let total = without.total();
+    let prevented = mix.prevented();
+    assert!(
+        total.violations_of(prevented[0]) > 0,
+        "without {mechanism}, the {} control must show {}:\n{without}",
+        mix.name(),
+        prevented[0].name()
+    );
+    for kind in ViolationKind::ALL {
+        if !prevented.contains(&kind) {
+            assert_eq!(
+                total.violations_of(kind),
+                0,
+                "without {mechanism}, {} is not what the mechanism prevents:\n{without}",
+                kind.name()
+            );
+        }
+    }
+    assert!(without.passed(), "{without}");
+    assert!(
+        total.faults.injected(fault) >= 1,
+        "{}:\n{without}",
+        fault.name()
+    );
+    (without, total)
 }
 
 /// The safe mix's first phase with `lock.recovery-ms 0` and nothing else
-/// changed: the recovery window alone keeps it safe.
+/// changed, and with its 3 s window: the recovery window alone keeps it
+/// safe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_safe_mix_without_the_recovery_window_reports_violations() {
-    control(
+    pair(
+        Duration::from_secs(16),
         Mix::NoWindow,
-        "a power loss of a majority without the recovery window",
         FaultKind::RestartMajority,
     )
     .await;
 }
 
-/// `AOF always` without a window, clocks set back before restarts: rule 2.
+/// `AOF always` without a window, clocks set back before restarts (rule
+/// 2), and the same with a window of the largest TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn clocks_stepped_forward_by_restarts_without_the_window_report_violations() {
-    control(
+    pair(
+        Duration::from_secs(16),
         Mix::ClockStep,
-        "a clock stepped forward by a restart without the recovery window",
         FaultKind::RestartMajority,
     )
     .await;
 }
 
-/// Lease clocks 2-4% fast, three nodes at a time, and nothing else:
-/// leases end sooner than the client's drift allowance covers, which the
-/// holds kept to the edge of their validity show (the safe mix skews one
-/// node within the allowance).
+/// Lease clocks 2-4% fast, on every node, and nothing else: leases end
+/// sooner than the client's default drift allowance covers, which the holds
+/// kept to the edge of their validity show; a client whose allowance covers
+/// the skew (5% + 2 ms) sees none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lease_clocks_beyond_the_drift_allowance_report_violations() {
-    control(
+    pair(
+        Duration::from_secs(16),
         Mix::FastClocks,
-        "lease clocks that run fast beyond the drift allowance",
         FaultKind::LeaseClockSkew,
     )
     .await;
 }
 
 /// Lease clocks within the default allowance (0.8-1% fast, every node)
-/// and a client whose drift allowance is zero: the allowance is what keeps
-/// a hold at the edge of its validity safe.
+/// and a client whose drift allowance is zero, then the default client: the
+/// allowance is what keeps a hold at the edge of its validity safe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_without_a_drift_allowance_reports_violations() {
     // Leases end 8-30 ms before the client's window (0.8-1% of 1-3 s):
     // 16 s runs found 1-3 overlaps, so this control runs longer.
-    control_for(
-        Duration::from_secs(40),
+    pair(
+        Duration::from_secs(30),
         Mix::NoDrift,
-        "a client without a drift allowance under lease clocks within it",
         FaultKind::LeaseClockSkew,
     )
     .await;

@@ -54,6 +54,18 @@ pub struct Config {
     /// or fences before it counts; asked in the same write as the command
     /// (see [`Acknowledge`]). `None`: the node's reply is enough.
     pub acknowledge: Option<Acknowledge>,
+    /// With [`Redlock::cluster`](crate::Redlock::cluster): before a hold's
+    /// fencing token is first returned, raise every master's token counter
+    /// to at least that token (`LOCK.FLOOR`, to all masters at once, within
+    /// `node_timeout`), so that a token issued later for the key, after its
+    /// slot moved to another master while the lock was free, is higher
+    /// whatever the masters' clocks. A master that cannot be raised in time
+    /// does not fail the call (it is counted as a node error); see the
+    /// README for the exact bound then. `false`: one round trip less per
+    /// token, and tokens across a slot move are ordered only as far as the
+    /// masters' clocks agree. Ignored outside cluster mode (Redlock's
+    /// write-back to a majority already orders tokens). Default `true`.
+    pub raise_cluster_counters: bool,
     /// For the chaos suite's negative control only: after a failed
     /// extension or re-entry, keep the validity from before it (the unsafe
     /// rule of earlier clients: the round may have shortened leases).
@@ -80,6 +92,7 @@ impl Default for Config {
             watchdog_interval: None,
             watchdog_margin: Duration::from_millis(10),
             acknowledge: None,
+            raise_cluster_counters: true,
             unsafe_keep_validity_on_failure: false,
             unsafe_quorum: None,
         }

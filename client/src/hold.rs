@@ -145,7 +145,9 @@ impl LockCore {
     /// us, written back with `LOCK.FENCE … ATLEAST` to a majority before it
     /// is returned. The write-back replies carry each node's current token;
     /// if one is higher (a node granted us afresh in a round whose reply we
-    /// missed), that value is written back instead. Refused once the
+    /// missed), that value is written back instead. In cluster mode the
+    /// token is then raised into every master's counter
+    /// ([`Config::raise_cluster_counters`](crate::Config)). Refused once the
     /// validity has ended: a token is only worth something while the lock
     /// is certainly held.
     #[cfg_attr(
@@ -179,38 +181,57 @@ impl LockCore {
             let cmd = protocol::fence(self.resource(), self.owner(), Some(candidate));
             let round = self.round(&cmd, protocol::parse_fence).await;
             trace_outcomes(&round.outcomes);
-            let mut state = self.state();
-            let mut tokens = Vec::new();
-            for (node, outcome) in round.outcomes.iter().enumerate() {
-                if let Ok(Reply::Fenced { token }) = outcome.result {
-                    state.ledger.saw_token(node, token);
-                    tokens.push(token);
+            let settled = {
+                let mut state = self.state();
+                let mut tokens = Vec::new();
+                for (node, outcome) in round.outcomes.iter().enumerate() {
+                    if let Ok(Reply::Fenced { token }) = outcome.result {
+                        state.ledger.saw_token(node, token);
+                        tokens.push(token);
+                    }
                 }
-            }
-            if state
-                .ledger
-                .valid_until(quorum)
-                .map_or(true, |until| Instant::now() >= until)
-            {
-                return Err(Error::Expired);
-            }
-            if tokens.len() < quorum {
-                return Err(Error::QuorumLost {
-                    confirmed: tokens.len(),
-                    quorum,
-                    outcomes: round.outcomes,
-                });
-            }
-            match tokens.iter().copied().max() {
-                Some(highest) if highest > candidate => {
-                    candidate = highest;
-                    state.max_granted = state.max_granted.max(Some(highest));
+                if state
+                    .ledger
+                    .valid_until(quorum)
+                    .map_or(true, |until| Instant::now() >= until)
+                {
+                    return Err(Error::Expired);
                 }
-                _ => {
-                    state.fence = Some(candidate);
-                    return Ok(candidate);
+                if tokens.len() < quorum {
+                    return Err(Error::QuorumLost {
+                        confirmed: tokens.len(),
+                        quorum,
+                        outcomes: round.outcomes,
+                    });
                 }
+                match tokens.iter().copied().max() {
+                    Some(highest) if highest > candidate => {
+                        candidate = highest;
+                        state.max_granted = state.max_granted.max(Some(highest));
+                        false
+                    }
+                    _ => true,
+                }
+            };
+            if settled {
+                break;
             }
         }
+        // Cluster mode: every master's counter above the token before it is
+        // handed out (the write-back's part there), so that a later grant
+        // of the key on another master, after its slot moved, is higher. A
+        // caller gone meanwhile leaves nothing cached: the next call raises
+        // again.
+        self.client().raise_cluster_counters(candidate).await;
+        let mut state = self.state();
+        if state
+            .ledger
+            .valid_until(quorum)
+            .map_or(true, |until| Instant::now() >= until)
+        {
+            return Err(Error::Expired);
+        }
+        state.fence = Some(candidate);
+        Ok(candidate)
     }
 }

@@ -177,6 +177,15 @@
 //! so the next [`Lock::fencing_token`] computes and writes back again. A
 //! token is refused with [`Error::Expired`] once the validity has ended.
 //!
+//! **Cluster mode** ([`Redlock::cluster`]) is one logical node: the key's
+//! shard grants, and each shard has its own counter, which a free lock's
+//! slot does not carry when it moves. So before the token is returned the
+//! client also raises every master's counter to it (`LOCK.FLOOR`, within
+//! `node_timeout`; [`Config::raise_cluster_counters`]): a later grant on
+//! any master that took the raise, wherever the slot has moved, is above
+//! it whatever the clocks. A master that misses the raise does not fail
+//! the call; the README states the bound that is left then.
+//!
 //! When the data lives in a Redis or Valkey with the module loaded, the
 //! store can be that storage: [`Lock::fenced`] sends a write as
 //! `LOCK.FENCED fence-key <token> <write…>`, which the store runs only if no

@@ -10,7 +10,7 @@
 //! | `redis_lock_client_extensions_total` | counter | `result` | extensions, the watchdog's renewals included: `ok`, `failed` |
 //! | `redis_lock_client_releases_total` | counter | `result` | final releases: `released` (a majority freed it), `lapsed` (the leases had ended), `failed` |
 //! | `redis_lock_client_lost_total` | counter | | locks a watchdog reported lost |
-//! | `redis_lock_client_node_errors_total` | counter | `node`, `kind` | a node that did not answer usably: `timeout`, `connection`, `reply`, `unexpected`, `unacknowledged` |
+//! | `redis_lock_client_node_errors_total` | counter | `node`, `kind` | a node that did not answer usably: `timeout`, `connection`, `reply`, `unexpected`, `unacknowledged`; in cluster mode also a master that missed the raise of its token counter (`node`: the master's address, or the cluster's name when the cluster connection failed the raise as a whole) |
 //! | `redis_lock_client_held` | gauge | | lock handles of this process that hold their lock now |
 //!
 //! `outcome` is `acquired`, `contended` (not acquired, a node said another

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::acknowledge::Acknowledge;
@@ -178,6 +179,45 @@ impl Node {
             conn: Conn::Cluster(conn),
             coalescer: None,
         })
+    }
+
+    /// With a cluster: `cmd` (a command that touches no key) to every
+    /// master that serves slots, as the cluster connection knows them, all at
+    /// once and within `timeout`; each master's reply (an error reply as
+    /// [`Value::ServerError`]) by its address. `None` for a single server.
+    /// An error when no per-master answer came: the time ran out, or a
+    /// master could not be reached (the cluster connection then fails the
+    /// whole call).
+    pub async fn to_every_master(
+        &self,
+        cmd: Cmd,
+        timeout: Duration,
+    ) -> Option<Result<Vec<(String, Value)>, NodeError>> {
+        let Conn::Cluster(conn) = &self.conn else {
+            return None;
+        };
+        let mut conn = conn.clone();
+        let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+        let replies = match tokio::time::timeout(timeout, conn.route_command(cmd, routing)).await {
+            Ok(Ok(Value::Map(replies))) => replies,
+            Ok(Ok(other)) => {
+                return Some(Err(NodeError::UnexpectedReply(format!(
+                    "not one reply per master: {other:?}"
+                ))))
+            }
+            Ok(Err(error)) => return Some(Err(node_error(error))),
+            Err(_) => return Some(Err(NodeError::Timeout(timeout))),
+        };
+        Some(Ok(replies
+            .into_iter()
+            .map(|(address, reply)| {
+                let address = match address {
+                    Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                    other => format!("{other:?}"),
+                };
+                (address, reply)
+            })
+            .collect()))
     }
 
     /// `host:port` (or `cluster(seeds)`), used in every report.

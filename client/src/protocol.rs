@@ -54,6 +54,27 @@ pub fn fence(key: &str, owner: &str, at_least: Option<u64>) -> Cmd {
     cmd
 }
 
+/// `LOCK.FLOOR floor`: every later token of the node it reaches is above
+/// `floor`. Touches no key: routed to a node by address.
+pub fn floor(floor: u64) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.FLOOR");
+    cmd.arg(floor);
+    cmd
+}
+
+/// `LOCK.FLOOR`'s reply: the node's counter, which must be at least the
+/// floor asked (an error reply, such as a floor too far ahead of the node's
+/// clock or a module without the command, is the node's refusal).
+pub fn parse_floor(value: Value, floor: u64) -> Result<(), NodeError> {
+    match value {
+        Value::Int(last) if u64::try_from(last).is_ok_and(|last| last >= floor) => Ok(()),
+        Value::ServerError(error) => Err(NodeError::Reply(format!("LOCK.FLOOR {floor}: {error}"))),
+        other => Err(NodeError::UnexpectedReply(format!(
+            "LOCK.FLOOR {floor}: {other:?}"
+        ))),
+    }
+}
+
 /// `LOCK.FENCED fence-key token command [arg ...]`: `write` run by the
 /// store only if `token` is not below the fence at `fence_key`. `None` for
 /// an empty command or one with a cursor (or any non-plain) argument.

@@ -7,8 +7,10 @@ use redis::{Cmd, Value};
 use crate::config::Config;
 use crate::error::{Error, NodeError, Result};
 use crate::fanout;
+use crate::metrics;
 use crate::node::{ClusterTls, Node};
 use crate::outcome::{Reply, Round};
+use crate::protocol;
 use crate::timing;
 
 pub(crate) struct Quorum {
@@ -93,6 +95,52 @@ impl Quorum {
         };
         fanout::round(&self.nodes, cmd, timeout, parse, ack.as_ref()).await
     }
+}
+
+impl Quorum {
+    /// In cluster mode with [`Config::raise_cluster_counters`]: raises every
+    /// master's token counter to at least `token` (`LOCK.FLOOR`), all at
+    /// once within the per-node timeout, so that any later grant on any
+    /// master, after a slot move whatever the clocks, gets a higher token.
+    /// A master that refuses or cannot be reached in time does not fail the
+    /// caller: it is reported as a node error (metrics, tracing) and the
+    /// number of such misses is returned. `None`: nothing to raise (not a
+    /// cluster, or switched off).
+    pub async fn raise_cluster_counters(&self, token: u64) -> Option<usize> {
+        if !self.config.raise_cluster_counters {
+            return None;
+        }
+        let [node] = self.nodes.as_slice() else {
+            return None;
+        };
+        let replies = node
+            .to_every_master(protocol::floor(token), self.config.node_timeout)
+            .await?;
+        let missed = match replies {
+            Ok(replies) => replies
+                .into_iter()
+                .filter_map(|(master, reply)| {
+                    protocol::parse_floor(reply, token)
+                        .err()
+                        .map(|error| (master, error))
+                })
+                .inspect(|(master, error)| raise_missed(master, error))
+                .count(),
+            Err(error) => {
+                // Which masters were raised is unknown: counted as one miss
+                // of the cluster as a whole.
+                raise_missed(node.name(), &error);
+                1
+            }
+        };
+        Some(missed)
+    }
+}
+
+fn raise_missed(master: &str, error: &NodeError) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(%master, %error, "a master's token counter was not raised");
+    metrics::node_error(master, error);
 }
 
 /// Where a node is, as sockets: a host name resolved to its addresses, so

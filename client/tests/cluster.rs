@@ -311,3 +311,177 @@ async fn a_lock_keeps_its_owner_and_token_while_its_slot_moves_atomically() {
     next.release().await.unwrap();
     assert_eq!(holder(to, &name), None);
 }
+
+/// `node`'s token counter (`LOCK.FLOOR 0` raises nothing and replies it).
+fn counter_of(node: &testkit::RedisServer) -> i64 {
+    match common::raw(node, &["LOCK.FLOOR", "0"]) {
+        Value::Int(last) => last,
+        other => panic!("LOCK.FLOOR 0 replied {other:?}"),
+    }
+}
+
+/// A key in the lowest slot of `from` (the slot `reshard_one_slot` moves),
+/// and a master other than `from`.
+fn key_to_move<'a>(
+    cluster: &'a RedisCluster,
+    prefix: &str,
+) -> (
+    String,
+    i64,
+    &'a testkit::RedisServer,
+    &'a testkit::RedisServer,
+) {
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let slot = lowest_slot(from);
+    let name = (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| cluster.key_slot(k) == slot)
+        .unwrap();
+    (name, slot, from, to)
+}
+
+/// A minute: far more than the test takes, so that no ordering can come
+/// from the clocks alone.
+const OLD_SHARD_AHEAD_MS: i64 = 60_000;
+
+/// Issue #29 item 5: holder 3 takes and frees a lock on a master whose
+/// wall clock leads by a minute; the free key's slot moves to another
+/// master (`redis-cli --cluster reshard`); holder 4 (the same client) and
+/// holder 5 (another client) get tokens above holder 3's, because the
+/// client raised every master's counter to holder 3's token before it
+/// returned it. A master that does not answer in time does not stop a
+/// token from being returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_keep_rising_after_a_free_slot_moves_to_a_master_with_a_slower_clock() {
+    let cluster = RedisCluster::start(3, 0);
+    let (name, slot, from, to) = key_to_move(&cluster, "floor");
+    common::raw(
+        from,
+        &[
+            "LOCK.DEBUG",
+            "WALLCLOCK-OFFSET",
+            &OLD_SHARD_AHEAD_MS.to_string(),
+        ],
+    );
+    // Generous: a master slow to answer the raise on a loaded machine would
+    // be a missed raise, and this part is about ordering.
+    let patient = Config {
+        node_timeout: Duration::from_secs(3),
+        ..config()
+    };
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), patient.clone()).unwrap();
+    assert!(redlock.config().raise_cluster_counters, "on by default");
+    let third = eventually(|| redlock.acquire(name.clone(), Duration::from_secs(30))).await;
+    let third_token = third.fencing_token().await.unwrap() as i64;
+    // Every master's counter is at least the token before it is returned.
+    for master in &cluster.nodes {
+        let counter = counter_of(master);
+        assert!(
+            counter >= third_token,
+            "master {}: counter {counter} below the token {third_token}",
+            master.port()
+        );
+    }
+    third.release().await.unwrap();
+    assert_eq!(holder(from, &name), None);
+
+    RedisCluster::reshard_one_slot(from, to, slot);
+
+    let fourth = eventually(|| redlock.acquire(name.clone(), Duration::from_secs(30))).await;
+    assert_eq!(holder(to, &name).as_deref(), Some(fourth.owner()));
+    let fourth_token = fourth.fencing_token().await.unwrap() as i64;
+    assert!(
+        fourth_token > third_token,
+        "holder 4's token {fourth_token} is not above holder 3's {third_token}"
+    );
+    fourth.release().await.unwrap();
+    let other = Redlock::cluster_with_config(cluster.seeds(), patient).unwrap();
+    let fifth = eventually(|| other.acquire(name.clone(), Duration::from_secs(30))).await;
+    let fifth_token = fifth.fencing_token().await.unwrap() as i64;
+    assert!(
+        fifth_token > fourth_token,
+        "holder 5's token {fifth_token} is not above holder 4's {fourth_token}"
+    );
+    fifth.release().await.unwrap();
+
+    // A master that does not answer within the round (500 ms here, well
+    // inside the cluster's 2 s node timeout): the token is still returned
+    // (a shard being down must not stop locks on the others), and the miss
+    // is reported.
+    let paused = cluster
+        .nodes
+        .iter()
+        .find(|n| n.port() != to.port())
+        .unwrap();
+    let quick = Redlock::cluster_with_config(cluster.seeds(), config()).unwrap();
+    let sixth = eventually(|| quick.acquire(name.clone(), Duration::from_secs(30))).await;
+    redis_lock_client::observe_node_errors(observe_node_error);
+    paused.pause();
+    let sixth_token = sixth.fencing_token().await;
+    paused.resume();
+    let sixth_token = sixth_token.unwrap() as i64;
+    assert!(sixth_token > fifth_token);
+    assert_eq!(token_on(to, &name), Some(sixth_token));
+    // The miss was reported (as the whole cluster's: the cluster
+    // connection answers for all masters at once, or for the master).
+    let cluster_name = format!("cluster({})", cluster.seeds().join(","));
+    let master_name = format!(":{}", paused.port());
+    let seen = NODE_ERRORS.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .any(|(node, _)| *node == cluster_name || node.ends_with(&master_name)),
+        "no node error for the paused master: {seen:?}"
+    );
+    sixth.release().await.unwrap();
+}
+
+/// Node errors the client reported, by node name (see
+/// `redis_lock_client::observe_node_errors`).
+static NODE_ERRORS: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+fn observe_node_error(node: &str, error: &redis_lock_client::NodeError) {
+    if let Ok(mut seen) = NODE_ERRORS.lock() {
+        seen.push((node.to_string(), error.to_string()));
+    }
+}
+
+/// The control: with the raise switched off, the same moves give holder 4
+/// a token below holder 3's, as the README's bound says (the old master's
+/// clock led by more than the time between the two grants). This is what
+/// the raise fixes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_raise_a_token_goes_backwards_after_a_free_slot_moves() {
+    let cluster = RedisCluster::start(3, 0);
+    let (name, slot, from, to) = key_to_move(&cluster, "nofloor");
+    common::raw(
+        from,
+        &[
+            "LOCK.DEBUG",
+            "WALLCLOCK-OFFSET",
+            &OLD_SHARD_AHEAD_MS.to_string(),
+        ],
+    );
+    let unraised = Config {
+        raise_cluster_counters: false,
+        ..config()
+    };
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), unraised).unwrap();
+    let third = eventually(|| redlock.acquire(name.clone(), Duration::from_secs(30))).await;
+    let third_token = third.fencing_token().await.unwrap() as i64;
+    assert!(
+        counter_of(to) < third_token,
+        "nothing raised the new master"
+    );
+    third.release().await.unwrap();
+
+    RedisCluster::reshard_one_slot(from, to, slot);
+
+    let fourth = eventually(|| redlock.acquire(name.clone(), Duration::from_secs(30))).await;
+    assert_eq!(holder(to, &name).as_deref(), Some(fourth.owner()));
+    let fourth_token = fourth.fencing_token().await.unwrap() as i64;
+    assert!(
+        fourth_token < third_token,
+        "without the raise, holder 4's token {fourth_token} was expected below holder 3's {third_token}"
+    );
+    fourth.release().await.unwrap();
+}

@@ -66,6 +66,8 @@ pub enum ArgError {
     },
     /// A malformed internal `LOCK.APPLY` effect.
     Effect(&'static str),
+    /// `LOCK.FLOOR`'s value not an integer in 0..=[`MAX_TOKEN`].
+    Floor,
 }
 
 impl fmt::Display for ArgError {
@@ -103,6 +105,10 @@ impl fmt::Display for ArgError {
                 )
             }
             ArgError::Effect(what) => write!(f, "ERR malformed LOCK.APPLY: {what}"),
+            ArgError::Floor => write!(
+                f,
+                "ERR floor must be an integer between 0 and {MAX_TOKEN} (2^53-1)"
+            ),
         }
     }
 }
@@ -325,6 +331,17 @@ pub fn parse_counter(argv: &[&[u8]]) -> Result<i64, ArgError> {
     parse_i64(last)
         .filter(|t| (1..=MAX_TOKEN).contains(t))
         .ok_or(ArgError::Effect("token"))
+}
+
+/// `LOCK.FLOOR n`: the value every later token of the node must exceed, an
+/// integer in `0..=MAX_TOKEN` (0 raises nothing: it reads the counter).
+pub fn parse_floor(argv: &[&[u8]]) -> Result<i64, ArgError> {
+    let [_, floor] = argv else {
+        return Err(ArgError::WrongArity);
+    };
+    parse_i64(floor)
+        .filter(|t| (0..=MAX_TOKEN).contains(t))
+        .ok_or(ArgError::Floor)
 }
 
 fn parse_owner<'a>(owner: &'a [u8], limits: &Limits) -> Result<&'a [u8], ArgError> {
@@ -665,6 +682,30 @@ mod tests {
         }
         assert_eq!(parse_counter(&argv("C")), Err(ArgError::WrongArity));
         assert_eq!(parse_counter(&argv("C 1 2")), Err(ArgError::WrongArity));
+    }
+
+    #[test]
+    fn floor_takes_one_token_from_zero() {
+        assert_eq!(parse_floor(&argv("F 0")), Ok(0));
+        assert_eq!(parse_floor(&argv("F 42")), Ok(42));
+        assert_eq!(parse_floor(&argv(&format!("F {MAX_TOKEN}"))), Ok(MAX_TOKEN));
+        for bad in [
+            "F -1",
+            "F x",
+            "F 01",
+            "F +5",
+            "F 1.5",
+            &format!("F {}", MAX_TOKEN + 1),
+            "F 99999999999999999999",
+        ] {
+            assert_eq!(parse_floor(&argv(bad)), Err(ArgError::Floor), "{bad}");
+        }
+        assert_eq!(parse_floor(&argv("F")), Err(ArgError::WrongArity));
+        assert_eq!(parse_floor(&argv("F 1 2")), Err(ArgError::WrongArity));
+        assert_eq!(
+            ArgError::Floor.to_string(),
+            "ERR floor must be an integer between 0 and 9007199254740991 (2^53-1)"
+        );
     }
 
     #[test]

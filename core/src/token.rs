@@ -22,6 +22,31 @@
 /// raise the counter to: 2^53 − 1.
 pub const MAX_TOKEN: i64 = (1 << 53) - 1;
 
+/// How far `LOCK.FLOOR` may raise the counter ahead of the node's wall
+/// clock: 24 hours, in microseconds. A client raising shards to a token it
+/// was granted raises them by the clock difference of two nodes (and any
+/// `ATLEAST` lead); without a bound, any client could spend the token space
+/// (2^53 − 1 is the year 2255 on the clock floor) in one command.
+pub const MAX_FLOOR_LEAD_US: i64 = 24 * 60 * 60 * 1_000_000;
+
+/// `LOCK.FLOOR n` refused: `n` is above `max`, the node's wall clock in
+/// microseconds plus [`MAX_FLOOR_LEAD_US`] (or [`MAX_TOKEN`]), and above
+/// the counter. Nothing changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FloorTooFar {
+    pub max: i64,
+}
+
+impl std::fmt::Display for FloorTooFar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ERR floor is more than 24 h ahead of this node's wall clock: at most {} now (the wall clock in microseconds plus {MAX_FLOOR_LEAD_US})",
+            self.max
+        )
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TokenCounter {
     last: i64,
@@ -60,6 +85,24 @@ impl TokenCounter {
     pub fn raise(&mut self, token: i64) {
         self.last = self.last.max(token);
     }
+
+    /// `LOCK.FLOOR floor`: makes every later token greater than `floor`,
+    /// unless that would carry the counter more than
+    /// [`MAX_FLOOR_LEAD_US`] ahead of `wall_us` (then nothing changes). A
+    /// floor at or below the counter is always accepted and changes nothing,
+    /// however far the counter already leads the clock. `Ok(true)` when the
+    /// counter rose.
+    pub fn raise_floor(&mut self, floor: i64, wall_us: i64) -> Result<bool, FloorTooFar> {
+        if floor <= self.last {
+            return Ok(false);
+        }
+        let max = wall_us.saturating_add(MAX_FLOOR_LEAD_US).min(MAX_TOKEN);
+        if floor > max {
+            return Err(FloorTooFar { max });
+        }
+        self.last = floor;
+        Ok(true)
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +126,43 @@ mod tests {
         counter.raise(3);
         assert_eq!(counter.last(), 9_000);
         assert_eq!(counter.issue(100), Ok(9_001));
+    }
+
+    #[test]
+    fn a_floor_raises_within_a_day_of_the_clock() {
+        let wall = 1_700_000_000_000_000;
+        let mut counter = TokenCounter::new();
+        assert_eq!(counter.raise_floor(wall + 60_000_000, wall), Ok(true));
+        assert_eq!(counter.last(), wall + 60_000_000);
+        // The same floor again, or a lower one: accepted, nothing changes.
+        assert_eq!(counter.raise_floor(wall + 60_000_000, wall), Ok(false));
+        assert_eq!(counter.raise_floor(0, wall), Ok(false));
+        assert_eq!(counter.last(), wall + 60_000_000);
+        // Exactly a day ahead is accepted; one µs more is refused and
+        // changes nothing.
+        let max = wall + MAX_FLOOR_LEAD_US;
+        assert_eq!(counter.raise_floor(max + 1, wall), Err(FloorTooFar { max }));
+        assert_eq!(counter.last(), wall + 60_000_000);
+        assert_eq!(counter.raise_floor(max, wall), Ok(true));
+        assert_eq!(counter.last(), max);
+        // Later tokens are above the floor, whatever the clock.
+        assert_eq!(counter.issue(wall), Ok(max + 1));
+        // A counter already far ahead (ATLEAST) accepts a floor below it.
+        let mut counter = TokenCounter::new();
+        counter.raise(MAX_TOKEN - 5);
+        assert_eq!(counter.raise_floor(MAX_TOKEN - 6, 0), Ok(false));
+        assert_eq!(
+            counter.raise_floor(MAX_TOKEN, 0),
+            Err(FloorTooFar {
+                max: MAX_FLOOR_LEAD_US
+            })
+        );
+        // A clock near the cap: the bound is the cap.
+        let mut counter = TokenCounter::new();
+        assert_eq!(counter.raise_floor(MAX_TOKEN, i64::MAX), Ok(true));
+        assert!(FloorTooFar { max: 5 }
+            .to_string()
+            .starts_with("ERR floor is more than 24 h ahead"));
     }
 
     #[test]

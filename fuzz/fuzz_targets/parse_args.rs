@@ -309,6 +309,17 @@ fn model_counter(argv: &[&[u8]]) -> Expect<i64> {
     }
 }
 
+/// LOCK.FLOOR: exactly one number, in 0..=MAX_TOKEN.
+fn model_floor(argv: &[&[u8]]) -> Expect<i64> {
+    if argv.len() != 2 {
+        return Expect::Err(vec![ArgError::WrongArity]);
+    }
+    match model_int(argv[1]).filter(|t| (0..=MAX_TOKEN).contains(t)) {
+        Some(n) => Expect::Ok(n),
+        None => Expect::Err(vec![ArgError::Floor]),
+    }
+}
+
 fn allowed(error: &ArgError, allowed: &[ArgError]) -> bool {
     allowed.iter().any(|a| match (a, error) {
         (ArgError::Effect(_), ArgError::Effect(_)) => true,
@@ -380,7 +391,7 @@ fuzz_target!(|data: &[u8]| {
             "fence::parse_token({arg:?})"
         );
     }
-    match head[0] % 9 {
+    match head[0] % 10 {
         0 => compare(
             "acquire",
             &argv,
@@ -414,6 +425,7 @@ fuzz_target!(|data: &[u8]| {
             model_holders(&argv),
         ),
         7 => compare("drop", &argv, args::parse_drop(&argv), model_drop(&argv)),
+        8 => compare("floor", &argv, args::parse_floor(&argv), model_floor(&argv)),
         _ => compare(
             "counter",
             &argv,

@@ -42,6 +42,11 @@ pub struct Settings {
     /// An AOF rewrite, a `DEBUG RELOAD`, a replica resync: one of them,
     /// in turn, this often.
     pub maintenance: Duration,
+    /// Whether a p99 that drifts up fails the run (`make soak`, on a
+    /// machine given to it) or is only reported (`make test`'s minute,
+    /// which shares the machine with other suites: a timed assertion
+    /// there would test the machine's load, not the module).
+    pub latency_check: bool,
 }
 
 impl Default for Settings {
@@ -53,6 +58,7 @@ impl Default for Settings {
             ttl_ms: (50, 10_000),
             sample_every: Duration::from_secs(10),
             maintenance: Duration::from_secs(20),
+            latency_check: true,
         }
     }
 }

@@ -12,7 +12,9 @@
 //!   `lock_holders`), read in one `MULTI`.
 //! - **Latency** (calls that do not wait): the median p99 of the last
 //!   third of the samples is at most twice that of the first third plus
-//!   2 ms.
+//!   2 ms (`Settings::latency_check`: `make soak` checks it; `make test`'s
+//!   minute only reports the samples, since other suites share the
+//!   machine with it).
 //! - **Drained**: after the churn stops and the longest lease has ended, no
 //!   lock, holder or lease index entry is left, the index keeps at most
 //!   [`INDEX_LEFT`] bytes, and `used_memory` (less the backlog) is within
@@ -106,7 +108,7 @@ impl Report {
         let third = (n / 3).max(1);
         let first = median(self.samples[..third].iter().map(|s| s.p99_us).collect());
         let last = median(self.samples[n - third..].iter().map(|s| s.p99_us).collect());
-        if last > 2 * first + 2_000 {
+        if last > 2 * first + 2_000 && self.settings.latency_check {
             self.fail(format!(
                 "p99 drifted up: {first} µs in the first third, {last} µs in the last"
             ));

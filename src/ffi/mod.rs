@@ -511,6 +511,12 @@ pub fn subscribe_server_event(ctx: Ctx, id: u64, callback: ServerEventCallback) 
     )) == Some(raw::REDISMODULE_OK as c_int)
 }
 
+/// Removes the module's subscription to server event `id`.
+pub fn unsubscribe_server_event(ctx: Ctx, id: u64) -> bool {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    rm!(RedisModule_SubscribeToServerEvent(ctx, event, None)) == Some(raw::REDISMODULE_OK as c_int)
+}
+
 /// Sets the module's options (`REDISMODULE_OPTIONS_*`).
 pub fn set_module_options(ctx: Ctx, options: u32) {
     rm!(RedisModule_SetModuleOptions(ctx, options as c_int));

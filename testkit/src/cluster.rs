@@ -101,6 +101,14 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("no node on port {port}"))
     }
 
+    /// The node listening on `port`, to stop or restart it.
+    pub fn node_mut(&mut self, port: u16) -> &mut RedisServer {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"))
+    }
+
     /// `CLUSTER KEYSLOT key`.
     pub fn key_slot(&self, key: &str) -> i64 {
         redis::cmd("CLUSTER")

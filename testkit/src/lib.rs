@@ -86,14 +86,20 @@ pub fn is_valkey() -> bool {
 }
 
 /// A loopback port that nothing listens on right now (and, for cluster use,
-/// whose cluster-bus twin at +10000 is free too).
+/// whose cluster-bus twin at +10000 is free too). Ports and their twins
+/// stay below 32768, Linux's default range of ephemeral ports: the ports
+/// the kernel hands to outgoing connections, and to the Python and Node.js
+/// suites' servers (bound to port 0) running beside these tests in
+/// `make test`, never take them.
 pub fn free_port() -> u16 {
+    const FIRST: u32 = 10_000;
+    const COUNT: u32 = 12_768; // 10000..22768, twins 20000..32768
     static NEXT: AtomicU32 = AtomicU32::new(0);
     // Spread concurrent test binaries over the range by pid, then probe.
-    let start = (std::process::id() % 700) * 50;
-    for _ in 0..35_000 {
-        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % 35_000;
-        let Ok(port) = u16::try_from(20_000 + offset) else {
+    let start = (std::process::id() % 255) * 50;
+    for _ in 0..COUNT {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % COUNT;
+        let Ok(port) = u16::try_from(FIRST + offset) else {
             continue;
         };
         if port_free(port) && port.checked_add(10_000).is_some_and(port_free) {
@@ -313,10 +319,15 @@ impl RedisServer {
                 self.binary().display()
             )
         });
+        let pid = child.id();
         self.child = Some(child);
         let port = self.port;
         let host = self.host().to_string();
         let mut exited = None;
+        // Ready when the server on the port is this child (its
+        // `process_id`; the wrappers and valgrind keep the PID): another
+        // suite running beside this one may have a server of its own on the
+        // port this child failed to bind, and its PONG must not count.
         let ready = wait_until(
             Duration::from_secs(if valgrind() { 120 } else { 20 }),
             || {
@@ -326,7 +337,7 @@ impl RedisServer {
                         return true;
                     }
                 }
-                ping(&host, port) == Some(true)
+                answering_pid(&host, port) == Some(pid)
             },
         );
         if let Some(status) = exited {
@@ -348,7 +359,7 @@ impl RedisServer {
         }
         assert!(
             ready,
-            "redis-server on port {port} did not answer PING; log:\n{}",
+            "redis-server on port {port} (pid {pid}) did not answer INFO as itself; log:\n{}",
             self.log()
         );
         self.bind_retries = 0;
@@ -514,13 +525,21 @@ impl RedisServer {
 }
 
 /// PING on a fresh connection: Some(true) when it answered PONG.
-fn ping(host: &str, port: u16) -> Option<bool> {
+/// The `process_id` of the server answering on `host:port`, if one does and
+/// is ready (`PING` answered: not while it loads its data).
+fn answering_pid(host: &str, port: u16) -> Option<u32> {
     let client = redis::Client::open(format!("redis://{host}:{port}/")).ok()?;
     let mut conn = client
         .get_connection_with_timeout(Duration::from_millis(200))
         .ok()?;
-    let reply: String = redis::cmd("PING").query(&mut conn).ok()?;
-    Some(reply == "PONG")
+    let pong: String = redis::cmd("PING").query(&mut conn).ok()?;
+    if pong != "PONG" {
+        return None;
+    }
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 /// The loss records of a memcheck log that are definitely lost and have a

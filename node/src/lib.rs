@@ -1,0 +1,907 @@
+//! `redislock-native`'s addon: the native classes under the TypeScript
+//! wrapper (`node/ts/index.ts`). Every lock rule (quorum, validity, drift,
+//! fencing write-back, re-entry, the watchdog) stays in redis-lock-client;
+//! this layer converts arguments (milliseconds to `Duration`), runs every
+//! network round as a future on napi's tokio runtime (Node's event loop never
+//! waits on the network), forwards a watchdog's loss to JavaScript through a
+//! weak threadsafe function, and encodes the crate's typed errors so that the
+//! wrapper can throw the matching error class.
+//!
+//! Errors cross as a JavaScript `Error` whose message is
+//! `REDISLOCK:{"code":…,"message":…,…}` (JSON); the wrapper parses it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use napi::bindgen_prelude::{within_runtime_if_available, Buffer, Either};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
+use napi::Status;
+use napi_derive::napi;
+use redis_lock_client::{
+    Acknowledge, Acquired, Error, Extended, Lock, LockStatus, NodeOutcome, Release, Watchdog,
+};
+use tokio::sync::watch;
+
+// ---------------------------------------------------------------------------
+// Errors
+
+/// A JSON string literal.
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn outcomes_json(outcomes: &[NodeOutcome]) -> String {
+    let items: Vec<String> = outcomes
+        .iter()
+        .map(|o| {
+            let text = o.to_string();
+            let detail = text
+                .strip_prefix(&format!("{}: ", o.node))
+                .unwrap_or(&text)
+                .to_string();
+            format!(
+                "{{\"node\":{},\"detail\":{},\"failed\":{}}}",
+                json_str(&o.node),
+                json_str(&detail),
+                o.is_failure()
+            )
+        })
+        .collect();
+    format!("[{}]", items.join(","))
+}
+
+/// An error for the wrapper: `code` names the class, `fields` are extra
+/// JSON members (already encoded).
+fn coded(code: &str, message: &str, fields: &[(&str, String)]) -> napi::Error {
+    let mut json = format!(
+        "{{\"code\":{},\"message\":{}",
+        json_str(code),
+        json_str(message)
+    );
+    for (name, value) in fields {
+        json.push_str(&format!(",{}:{}", json_str(name), value));
+    }
+    json.push('}');
+    napi::Error::new(Status::GenericFailure, format!("REDISLOCK:{json}"))
+}
+
+/// The crate's error as the coded error that says what to do.
+fn map_err(error: Error) -> napi::Error {
+    let message = error.to_string();
+    match error {
+        Error::NotAcquired {
+            attempts,
+            elapsed,
+            outcomes,
+        } => coded(
+            "NOT_ACQUIRED",
+            &format!("{message}; it is held elsewhere or too few nodes answered: wait longer ({{ wait }}) or retry later"),
+            &[
+                ("attempts", attempts.to_string()),
+                ("elapsedMs", elapsed.as_millis().to_string()),
+                ("outcomes", outcomes_json(&outcomes)),
+            ],
+        ),
+        Error::QuorumLost {
+            confirmed,
+            quorum,
+            outcomes,
+        } => coded(
+            "LOCK_LOST",
+            &format!("{message}; stop the work done under this lock and acquire it again"),
+            &[
+                ("confirmed", confirmed.to_string()),
+                ("quorum", quorum.to_string()),
+                ("outcomes", outcomes_json(&outcomes)),
+            ],
+        ),
+        Error::Expired => coded(
+            "EXPIRED",
+            &format!("{message}; acquire it again (a longer ttl, or extend() sooner)"),
+            &[],
+        ),
+        Error::LockLost => coded("LOCK_LOST", &format!("{message}; acquire it again"), &[]),
+        Error::Node { node, error } => coded(
+            "NODE_ERROR",
+            &format!("{message}; check that the node is up and has the redis-lock module loaded"),
+            &[
+                ("node", json_str(&node)),
+                ("detail", json_str(&error.to_string())),
+            ],
+        ),
+        Error::NotHeld => coded(
+            "NOT_HELD",
+            &format!("{message}: acquire it first (it was never acquired, or already released)"),
+            &[],
+        ),
+        Error::InvalidConfig(_) => coded("CONFIG", &message, &[]),
+        Error::Runtime(_) => coded("RUNTIME", &message, &[]),
+        // A variant added to the crate later.
+        #[allow(unreachable_patterns)]
+        _ => coded("REDISLOCK", &message, &[]),
+    }
+}
+
+fn config_err(message: String) -> napi::Error {
+    coded("CONFIG", &message, &[])
+}
+
+fn busy() -> napi::Error {
+    coded(
+        "BUSY",
+        "another operation on this lock handle is still running: await it first",
+        &[],
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Milliseconds
+
+/// Milliseconds (a JavaScript number) to a Duration: negative, NaN and
+/// infinite values are refused.
+fn millis(name: &str, value: f64) -> napi::Result<Duration> {
+    if !value.is_finite() || value < 0.0 {
+        return Err(config_err(format!(
+            "{name} must be a finite number of milliseconds >= 0, not {value}"
+        )));
+    }
+    Duration::try_from_secs_f64(value / 1000.0)
+        .map_err(|e| config_err(format!("{name} is out of range ({value}): {e}")))
+}
+
+/// A TTL: whole milliseconds (what the module takes).
+fn ttl_millis(value: f64) -> napi::Result<Duration> {
+    let duration = millis("ttl", value)?;
+    Ok(Duration::from_millis(
+        duration.as_millis().min(u64::MAX as u128) as u64,
+    ))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+// ---------------------------------------------------------------------------
+// Options
+
+/// Client settings (see the Rust crate's `Config`), durations in ms, plus
+/// how to reach the nodes (cluster, TLS).
+#[napi(object)]
+#[derive(Default)]
+pub struct NativeOptions {
+    pub node_timeout: Option<f64>,
+    pub retry_count: Option<u32>,
+    pub retry_delay: Option<f64>,
+    pub retry_jitter: Option<f64>,
+    pub acquire_timeout: Option<f64>,
+    pub drift_factor: Option<f64>,
+    pub drift_min: Option<f64>,
+    pub watchdog_interval: Option<f64>,
+    pub watchdog_margin: Option<f64>,
+    pub acknowledge_replicas: Option<u32>,
+    pub acknowledge_fsync: Option<bool>,
+    pub acknowledge_replica_fsyncs: Option<u32>,
+    pub acknowledge_timeout: Option<f64>,
+    /// The nodes are seeds of one Redis Cluster (one logical node).
+    pub cluster: Option<bool>,
+    /// PEM of the CA that signed the nodes' certificates (rediss://).
+    pub tls_ca: Option<String>,
+    /// PEM of a client certificate and its key (mutual TLS).
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+}
+
+fn make_config(o: &NativeOptions) -> napi::Result<redis_lock_client::Config> {
+    let d = redis_lock_client::Config::default();
+    let opt = |name: &str, v: Option<f64>, default: Duration| -> napi::Result<Duration> {
+        v.map_or(Ok(default), |v| millis(name, v))
+    };
+    let replicas = o.acknowledge_replicas.unwrap_or(0);
+    let fsync = o.acknowledge_fsync.unwrap_or(false);
+    let replica_fsyncs = o.acknowledge_replica_fsyncs.unwrap_or(0);
+    let acknowledge = if replicas > 0 || fsync || replica_fsyncs > 0 {
+        Some(Acknowledge {
+            replicas,
+            local_fsync: fsync,
+            replica_fsyncs,
+            timeout: opt(
+                "acknowledgeTimeout",
+                o.acknowledge_timeout,
+                Duration::from_millis(100),
+            )?,
+        })
+    } else {
+        None
+    };
+    let drift_factor = o.drift_factor.unwrap_or(d.drift_factor);
+    if !drift_factor.is_finite() {
+        return Err(config_err(format!(
+            "driftFactor must be in 0.0..1.0, not {drift_factor}"
+        )));
+    }
+    let config = redis_lock_client::Config {
+        node_timeout: opt("nodeTimeout", o.node_timeout, d.node_timeout)?,
+        retry_count: o.retry_count.unwrap_or(d.retry_count),
+        retry_delay: opt("retryDelay", o.retry_delay, d.retry_delay)?,
+        retry_jitter: opt("retryJitter", o.retry_jitter, d.retry_jitter)?,
+        acquire_timeout: o
+            .acquire_timeout
+            .map(|v| millis("acquireTimeout", v))
+            .transpose()?,
+        drift_factor,
+        drift_min: opt("driftMin", o.drift_min, d.drift_min)?,
+        watchdog_interval: o
+            .watchdog_interval
+            .map(|v| millis("watchdogInterval", v))
+            .transpose()?,
+        watchdog_margin: opt("watchdogMargin", o.watchdog_margin, d.watchdog_margin)?,
+        acknowledge,
+        ..d
+    };
+    config.validate().map_err(map_err)?;
+    Ok(config)
+}
+
+fn make_tls(o: &NativeOptions) -> napi::Result<Option<redis_lock_client::Tls>> {
+    if o.tls_ca.is_none() && o.tls_cert.is_none() && o.tls_key.is_none() {
+        return Ok(None);
+    }
+    let mut tls = redis_lock_client::Tls::new();
+    if let Some(ca) = &o.tls_ca {
+        tls = tls.ca_pem(ca.as_bytes().to_vec());
+    }
+    match (&o.tls_cert, &o.tls_key) {
+        (Some(cert), Some(key)) => {
+            tls = tls.client_pem(cert.as_bytes().to_vec(), key.as_bytes().to_vec())
+        }
+        (None, None) => {}
+        _ => {
+            return Err(config_err(
+                "tls.cert and tls.key go together (a client certificate and its key)".into(),
+            ))
+        }
+    }
+    Ok(Some(tls))
+}
+
+// ---------------------------------------------------------------------------
+// Redlock
+
+/// How to make a client: the nodes, and everything but the acquire deadline.
+struct Recipe {
+    nodes: Vec<String>,
+    cluster: bool,
+    tls: Option<redis_lock_client::Tls>,
+    config: redis_lock_client::Config,
+}
+
+impl Recipe {
+    fn make(&self, config: redis_lock_client::Config) -> Result<redis_lock_client::Redlock, Error> {
+        // The client spawns its connection tasks on the current runtime.
+        within_runtime_if_available(|| match (&self.tls, self.cluster) {
+            (None, false) => redis_lock_client::Redlock::with_config(self.nodes.clone(), config),
+            (None, true) => {
+                redis_lock_client::Redlock::cluster_with_config(self.nodes.clone(), config)
+            }
+            (Some(tls), false) => redis_lock_client::Redlock::with_config(
+                self.nodes.iter().map(|n| tls.node(n.clone())),
+                config,
+            ),
+            (Some(tls), true) => {
+                redis_lock_client::Redlock::cluster_tls(self.nodes.clone(), tls, config)
+            }
+        })
+    }
+}
+
+/// The clients of one `Redlock`: the default one, and one per distinct
+/// `wait` asked for (the acquire deadline is a client setting in the
+/// crate), as in the Python package.
+#[napi]
+pub struct NativeRedlock {
+    recipe: Arc<Recipe>,
+    /// napi's runtime, for what a finalizer on Node's thread drops.
+    runtime: Option<tokio::runtime::Handle>,
+    default: redis_lock_client::Redlock,
+    by_wait: Mutex<HashMap<u128, redis_lock_client::Redlock>>,
+}
+
+#[napi]
+impl NativeRedlock {
+    #[napi(constructor, catch_unwind)]
+    pub fn new(nodes: Vec<String>, options: Option<NativeOptions>) -> napi::Result<Self> {
+        let options = options.unwrap_or_default();
+        let config = make_config(&options)?;
+        let cluster = options.cluster.unwrap_or(false);
+        if nodes.is_empty() {
+            return Err(config_err("give at least one node URL".into()));
+        }
+        let tls = make_tls(&options)?;
+        let recipe = Recipe {
+            nodes,
+            cluster,
+            tls,
+            config: config.clone(),
+        };
+        let default = recipe.make(config).map_err(map_err)?;
+        let runtime = within_runtime_if_available(|| tokio::runtime::Handle::try_current().ok());
+        Ok(NativeRedlock {
+            recipe: Arc::new(recipe),
+            runtime,
+            default,
+            by_wait: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn client_for(&self, wait: Option<f64>) -> napi::Result<redis_lock_client::Redlock> {
+        let Some(wait) = wait.map(|w| millis("wait", w)).transpose()? else {
+            return Ok(self.default.clone());
+        };
+        if wait.is_zero() {
+            return Ok(self.default.clone());
+        }
+        let mut by_wait = self
+            .by_wait
+            .lock()
+            .map_err(|_| coded("RUNTIME", "a thread panicked holding the client cache", &[]))?;
+        if let Some(client) = by_wait.get(&wait.as_nanos()) {
+            return Ok(client.clone());
+        }
+        let config = redis_lock_client::Config {
+            acquire_timeout: Some(wait),
+            // The deadline decides, not the number of attempts.
+            retry_count: u32::MAX,
+            ..self.recipe.config.clone()
+        };
+        let client = self.recipe.make(config).map_err(map_err)?;
+        by_wait.insert(wait.as_nanos(), client.clone());
+        Ok(client)
+    }
+
+    /// A handle (not yet acquired): kind "exclusive", "shared" or "permit"
+    /// (with `permits`); `wait` (ms) bounds its acquisitions.
+    #[napi(catch_unwind)]
+    pub fn handle(
+        &self,
+        resource: String,
+        ttl: f64,
+        kind: String,
+        permits: Option<u32>,
+        wait: Option<f64>,
+    ) -> napi::Result<NativeLock> {
+        let client = self.client_for(wait)?;
+        let ttl = ttl_millis(ttl)?;
+        let lock = match kind.as_str() {
+            "exclusive" => client.lock(resource, ttl),
+            "shared" => client.lock_shared(resource, ttl),
+            "permit" => client
+                .semaphore(resource, permits.unwrap_or(0))
+                .and_then(|s| s.permit(ttl)),
+            other => {
+                return Err(config_err(format!(
+                    "kind must be exclusive, shared or permit, not {other:?}"
+                )))
+            }
+        }
+        .map_err(map_err)?;
+        Ok(NativeLock::new(lock, self.runtime.clone()))
+    }
+
+    /// Checks that every answering node has the module loaded (and WAITAOF
+    /// when fsyncs are acknowledged).
+    #[napi]
+    pub async fn verify(&self) -> napi::Result<()> {
+        let client = self.default.clone();
+        client.verify().await.map_err(map_err)
+    }
+
+    /// Nodes that must agree: N/2 + 1.
+    #[napi(getter)]
+    pub fn quorum(&self) -> u32 {
+        self.default.quorum() as u32
+    }
+
+    /// The nodes' names (host:port), in the order given.
+    #[napi(getter)]
+    pub fn node_names(&self) -> Vec<String> {
+        self.default.node_names()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Lock
+
+/// The handle, plain or under a watchdog (which derefs to it).
+enum Held {
+    Plain(Lock),
+    Watched(Watchdog),
+}
+
+impl Held {
+    fn lock(&self) -> &Lock {
+        match self {
+            Held::Plain(lock) => lock,
+            Held::Watched(watchdog) => watchdog,
+        }
+    }
+}
+
+struct Slot {
+    held: Option<Arc<Held>>,
+    /// Set once the handle was released (or its watchdog stopped): a later
+    /// loss report is not forwarded.
+    quiet: Arc<AtomicBool>,
+}
+
+/// The acquisition's outcome.
+#[napi(object)]
+pub struct NativeAcquired {
+    pub validity: f64,
+    pub holds: u32,
+    pub attempts: u32,
+}
+
+impl From<Acquired> for NativeAcquired {
+    fn from(a: Acquired) -> Self {
+        NativeAcquired {
+            validity: ms(a.validity),
+            holds: a.holds,
+            attempts: a.attempts,
+        }
+    }
+}
+
+/// An extension's outcome.
+#[napi(object)]
+pub struct NativeExtended {
+    pub validity: f64,
+    pub confirmed: u32,
+    pub not_held: u32,
+    pub quorum: u32,
+}
+
+impl From<Extended> for NativeExtended {
+    fn from(e: Extended) -> Self {
+        NativeExtended {
+            validity: ms(e.validity),
+            confirmed: e.confirmed as u32,
+            not_held: e.not_held as u32,
+            quorum: e.quorum as u32,
+        }
+    }
+}
+
+/// A release's outcome.
+#[napi(object)]
+pub struct NativeRelease {
+    pub holds_left: u32,
+    pub released: u32,
+    pub not_held: u32,
+    pub failed: u32,
+    pub quorum: u32,
+    /// Fewer than a quorum can have held it when released: the work overran.
+    pub lapsed: bool,
+}
+
+impl From<Release> for NativeRelease {
+    fn from(r: Release) -> Self {
+        NativeRelease {
+            holds_left: r.holds_left,
+            released: r.released as u32,
+            not_held: r.not_held as u32,
+            failed: r.failed as u32,
+            quorum: r.quorum as u32,
+            lapsed: r.lapsed(),
+        }
+    }
+}
+
+/// One lock handle (one owner id). Operations run as futures on the tokio
+/// runtime; `abort()` drops a pending acquisition (the crate then releases
+/// whatever it won, in the background, before the handle's next operation).
+#[napi]
+pub struct NativeLock {
+    slot: Mutex<Slot>,
+    cancel: watch::Sender<u64>,
+    resource: String,
+    owner: String,
+    ttl: Duration,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl NativeLock {
+    fn new(lock: Lock, runtime: Option<tokio::runtime::Handle>) -> NativeLock {
+        let (cancel, _) = watch::channel(0);
+        NativeLock {
+            runtime,
+            resource: lock.resource().to_string(),
+            owner: lock.owner().to_string(),
+            ttl: lock.ttl(),
+            slot: Mutex::new(Slot {
+                held: Some(Arc::new(Held::Plain(lock))),
+                quiet: Arc::new(AtomicBool::new(false)),
+            }),
+            cancel,
+        }
+    }
+
+    fn slot(&self) -> napi::Result<std::sync::MutexGuard<'_, Slot>> {
+        self.slot
+            .lock()
+            .map_err(|_| coded("RUNTIME", "a thread panicked holding a lock handle", &[]))
+    }
+
+    fn held(&self) -> napi::Result<Arc<Held>> {
+        self.slot()?
+            .held
+            .clone()
+            .ok_or_else(|| map_err(Error::NotHeld))
+    }
+}
+
+impl Drop for NativeLock {
+    fn drop(&mut self) {
+        // The crate's Lock releases a still-held lock in the background when
+        // dropped inside a tokio runtime; a finalizer runs on Node's thread,
+        // so enter napi's runtime for it. (Once the runtime has shut down, as
+        // at the process's exit, the release task is dropped unrun and the
+        // lease ends by itself.)
+        let held = self.slot.get_mut().ok().and_then(|s| s.held.take());
+        match (held, &self.runtime) {
+            (Some(held), Some(runtime)) => {
+                let _entered = runtime.enter();
+                drop(held);
+            }
+            (held, _) => drop(held),
+        }
+    }
+}
+
+#[napi]
+impl NativeLock {
+    /// Acquires (or re-enters): `tryOnce` makes one attempt without retry or
+    /// wait. Resolves with the outcome; rejects with code ABORTED after
+    /// `abort(ticket)` with this call's `ticket`.
+    #[napi]
+    pub async fn acquire(&self, try_once: bool, ticket: u32) -> napi::Result<NativeAcquired> {
+        let held = self.held()?;
+        let mut cancelled = self.cancel.subscribe();
+        let ticket = u64::from(ticket);
+        let acquire = async {
+            let lock = held.lock();
+            if try_once {
+                lock.try_acquire().await
+            } else {
+                lock.acquire().await
+            }
+        };
+        tokio::select! {
+            result = acquire => result.map(NativeAcquired::from).map_err(map_err),
+            _ = cancelled.wait_for(|t| *t == ticket) => Err(coded(
+                "ABORTED",
+                "the acquisition was aborted; anything it was granted is released",
+                &[],
+            )),
+        }
+    }
+
+    /// Drops the pending acquisition started with `ticket`.
+    #[napi]
+    pub fn abort(&self, ticket: u32) {
+        self.cancel.send_replace(u64::from(ticket));
+    }
+
+    /// Renews the lease to the TTL (or `ttl` ms) on every node still
+    /// holding it.
+    #[napi]
+    pub async fn extend(&self, ttl: Option<f64>) -> napi::Result<NativeExtended> {
+        let held = self.held()?;
+        let lock = held.lock();
+        let result = match ttl {
+            None => lock.extend().await,
+            Some(ttl) => lock.extend_with(ttl_millis(ttl)?).await,
+        };
+        result.map(NativeExtended::from).map_err(map_err)
+    }
+
+    /// Releases one hold (`all`: every hold); the last one releases the
+    /// lock on every node, and stops the watchdog first.
+    #[napi]
+    pub async fn release(&self, all: bool) -> napi::Result<NativeRelease> {
+        let held = self.held()?;
+        let last = all || held.lock().holds() <= 1;
+        if !(last && matches!(*held, Held::Watched(_))) {
+            let lock = held.lock();
+            let result = if all {
+                lock.release_all().await
+            } else {
+                lock.release().await
+            };
+            return result.map(NativeRelease::from).map_err(map_err);
+        }
+        drop(held);
+        let taken = {
+            let mut slot = self.slot()?;
+            slot.quiet.store(true, Ordering::SeqCst);
+            slot.held.take()
+        };
+        let Some(taken) = taken else {
+            return Err(map_err(Error::NotHeld));
+        };
+        match Arc::try_unwrap(taken) {
+            Ok(held) => {
+                let lock = match held {
+                    Held::Watched(watchdog) => watchdog.stop().await,
+                    Held::Plain(lock) => lock,
+                };
+                let result = lock.release_all().await;
+                self.put_back(Arc::new(Held::Plain(lock)))?;
+                result.map(NativeRelease::from).map_err(map_err)
+            }
+            // Another operation (a token, a fenced write) still uses the
+            // handle: release through it; the watchdog stops when the last
+            // user is done, and its loss report is no longer forwarded.
+            Err(shared) => {
+                let result = shared.lock().release_all().await;
+                self.put_back(shared)?;
+                result.map(NativeRelease::from).map_err(map_err)
+            }
+        }
+    }
+
+    /// A fencing token greater than that of every earlier holder (a
+    /// bigint; written back to a quorum on first use in each hold).
+    #[napi]
+    pub async fn token(&self) -> napi::Result<u64> {
+        let held = self.held()?;
+        let token = held.lock().fencing_token().await;
+        token.map_err(map_err)
+    }
+
+    /// `LOCK.FENCED fenceKey <token> command...` on `store`; resolves with
+    /// the store's reply as JSON text; a store's refusal rejects with code
+    /// STALE (a stale token) or STORE (any other error reply).
+    #[napi]
+    pub async fn fenced(
+        &self,
+        store: &NativeStore,
+        fence_key: String,
+        command: Vec<Either<String, Buffer>>,
+    ) -> napi::Result<String> {
+        let held = self.held()?;
+        let Some((name, args)) = command.split_first() else {
+            return Err(config_err(
+                "a fenced write needs a command: [name, ...args]".into(),
+            ));
+        };
+        let mut cmd = redis::cmd(&arg_text(name));
+        for arg in args {
+            match arg {
+                Either::A(text) => cmd.arg(text.as_str()),
+                Either::B(bytes) => cmd.arg(bytes.as_ref()),
+            };
+        }
+        let mut connection = store.connection().await?;
+        let reply = held
+            .lock()
+            .fenced(&mut connection, &fence_key, &cmd)
+            .await
+            .map_err(map_err)?;
+        match reply {
+            Ok(value) => Ok(value_json(&value)),
+            Err(e) => {
+                let message = e.to_string();
+                if redis_lock_client::is_stale(&e) {
+                    Err(coded(
+                        "STALE",
+                        &format!("{message}: a write with a higher fencing token went through this fence key; this holder is stale, stop and acquire the lock again"),
+                        &[],
+                    ))
+                } else {
+                    Err(coded("STORE", &message, &[]))
+                }
+            }
+        }
+    }
+
+    /// Hands the held lock to the crate's watchdog, which renews it until
+    /// it is released or lost; `onLoss(outcomesJson)` is called once if it
+    /// is lost (a weak callback: it keeps no event loop alive).
+    #[napi(catch_unwind)]
+    pub fn watch(
+        &self,
+        on_loss: ThreadsafeFunction<String, (), String, Status, false, true>,
+    ) -> napi::Result<()> {
+        let (taken, quiet) = {
+            let mut slot = self.slot()?;
+            let quiet = Arc::new(AtomicBool::new(false));
+            slot.quiet = Arc::clone(&quiet);
+            (slot.held.take(), quiet)
+        };
+        let Some(taken) = taken else {
+            return Err(map_err(Error::NotHeld));
+        };
+        let held = match Arc::try_unwrap(taken) {
+            Ok(held) => held,
+            Err(shared) => {
+                self.put_back(shared)?;
+                return Err(busy());
+            }
+        };
+        let lock = match held {
+            Held::Plain(lock) => lock,
+            watched @ Held::Watched(_) => {
+                self.put_back(Arc::new(watched))?;
+                return Ok(());
+            }
+        };
+        if !lock.is_held() {
+            self.put_back(Arc::new(Held::Plain(lock)))?;
+            return Err(map_err(Error::NotHeld));
+        }
+        let watchdog = within_runtime_if_available(|| lock.watchdog()).map_err(map_err)?;
+        let lost = watchdog.lost();
+        self.put_back(Arc::new(Held::Watched(watchdog)))?;
+        napi::bindgen_prelude::spawn(async move {
+            if let LockStatus::Lost { outcomes } = lost.await {
+                if !quiet.load(Ordering::SeqCst) {
+                    on_loss.call(
+                        outcomes_json(&outcomes),
+                        ThreadsafeFunctionCallMode::NonBlocking,
+                    );
+                }
+            }
+        });
+        Ok(())
+    }
+
+    /// Time left (ms) in which the lock is certainly held, if it is.
+    #[napi(getter)]
+    pub fn validity(&self) -> Option<f64> {
+        self.held().ok().and_then(|h| h.lock().validity()).map(ms)
+    }
+
+    /// Held and certainly valid (and, under a watchdog, no loss reported).
+    #[napi(getter)]
+    pub fn is_held(&self) -> bool {
+        match self.held().ok().as_deref() {
+            Some(Held::Plain(lock)) => lock.is_held(),
+            Some(Held::Watched(watchdog)) => watchdog.is_held(),
+            None => false,
+        }
+    }
+
+    /// Under a watchdog that reported the loss (or whose validity ended).
+    #[napi(getter)]
+    pub fn is_lost(&self) -> bool {
+        match self.held().ok().as_deref() {
+            Some(Held::Watched(watchdog)) => watchdog.is_lost(),
+            Some(Held::Plain(lock)) => lock.holds() > 0 && lock.validity().is_none(),
+            None => false,
+        }
+    }
+
+    /// Nested acquisitions not yet released (0: not held).
+    #[napi(getter)]
+    pub fn holds(&self) -> u32 {
+        self.held().map_or(0, |h| h.lock().holds())
+    }
+
+    #[napi(getter)]
+    pub fn resource(&self) -> String {
+        self.resource.clone()
+    }
+
+    /// This handle's owner id, the same on every node.
+    #[napi(getter)]
+    pub fn owner(&self) -> String {
+        self.owner.clone()
+    }
+
+    /// The lease length (ms) used by acquire and extend.
+    #[napi(getter)]
+    pub fn ttl(&self) -> f64 {
+        ms(self.ttl)
+    }
+}
+
+impl NativeLock {
+    fn put_back(&self, held: Arc<Held>) -> napi::Result<()> {
+        self.slot()?.held = Some(held);
+        Ok(())
+    }
+}
+
+fn arg_text(arg: &Either<String, Buffer>) -> String {
+    match arg {
+        Either::A(text) => text.clone(),
+        Either::B(bytes) => String::from_utf8_lossy(bytes.as_ref()).into_owned(),
+    }
+}
+
+/// A reply as JSON: nil as null, integers as numbers (as strings beyond
+/// 2^53, which a JavaScript number cannot hold exactly), bulk strings as
+/// text (binary data as lossy UTF-8), arrays and maps as arrays.
+fn value_json(value: &redis::Value) -> String {
+    use redis::Value as V;
+    const SAFE: i64 = (1 << 53) - 1;
+    match value {
+        V::Nil => "null".into(),
+        V::Int(n) if (-SAFE..=SAFE).contains(n) => n.to_string(),
+        V::Int(n) => json_str(&n.to_string()),
+        V::BulkString(bytes) => json_str(&String::from_utf8_lossy(bytes)),
+        V::SimpleString(s) => json_str(s),
+        V::Okay => json_str("OK"),
+        V::Boolean(b) => b.to_string(),
+        V::Double(d) if d.is_finite() => d.to_string(),
+        V::Double(d) => json_str(&d.to_string()),
+        V::Array(items) | V::Set(items) => {
+            let items: Vec<String> = items.iter().map(value_json).collect();
+            format!("[{}]", items.join(","))
+        }
+        V::Map(pairs) => {
+            let items: Vec<String> = pairs
+                .iter()
+                .flat_map(|(k, v)| [value_json(k), value_json(v)])
+                .collect();
+            format!("[{}]", items.join(","))
+        }
+        other => json_str(&format!("{other:?}")),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Store
+
+/// The store of fenced writes: a Redis or Valkey with the module loaded,
+/// reached over one multiplexed connection (opened on first use).
+#[napi]
+pub struct NativeStore {
+    client: redis::Client,
+    connection: tokio::sync::Mutex<Option<redis::aio::MultiplexedConnection>>,
+}
+
+#[napi]
+impl NativeStore {
+    #[napi(constructor, catch_unwind)]
+    pub fn new(url: String) -> napi::Result<Self> {
+        let client = redis::Client::open(url.as_str())
+            .map_err(|e| config_err(format!("store URL {url:?}: {e}")))?;
+        Ok(NativeStore {
+            client,
+            connection: tokio::sync::Mutex::new(None),
+        })
+    }
+}
+
+impl NativeStore {
+    async fn connection(&self) -> napi::Result<redis::aio::MultiplexedConnection> {
+        let mut connection = self.connection.lock().await;
+        if let Some(c) = connection.as_ref() {
+            return Ok(c.clone());
+        }
+        let made = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| coded("STORE", &format!("cannot reach the store: {e}"), &[]))?;
+        *connection = Some(made.clone());
+        Ok(made)
+    }
+}

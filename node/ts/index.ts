@@ -1,0 +1,535 @@
+// redislock-native: Redlock over redis-lock module nodes for Node.js.
+//
+// A thin TypeScript layer over the napi-rs addon (node/src/lib.rs), which
+// runs redis-lock-client (the Rust client) on a tokio runtime: every lock
+// rule (quorum, validity, drift, fencing write-back, re-entry, watchdog)
+// lives there, and Node's event loop never waits on the network. This layer
+// converts options, maps errors to classes, and turns cancellation and loss
+// into AbortSignals and events.
+
+import { EventEmitter } from "node:events";
+import type * as Binding from "../native/binding";
+import {
+  AbortError,
+  ConfigError,
+  fromNative,
+  LockLostError,
+  LockNotAcquiredError,
+  NodeOutcome,
+  NotHeldError,
+} from "./errors";
+
+export * from "./errors";
+
+// Explicit resource management (`await using`): define the symbol where the
+// runtime lacks it (Node 18), as TypeScript's downlevel helpers expect.
+if (typeof (Symbol as any).asyncDispose !== "symbol") {
+  Object.defineProperty(Symbol, "asyncDispose", { value: Symbol.for("Symbol.asyncDispose") });
+}
+
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const native: typeof Binding = require("../native/binding.js");
+
+/** What a node must confirm after it grants, extends or fences, before it
+ * counts (asked in the same write as the command). */
+export interface AcknowledgeOptions {
+  /** Replicas that must have the write (`WAIT`). */
+  replicas?: number;
+  /** The node's own AOF fsync (`WAITAOF`; Redis 7.2+ or Valkey). */
+  fsync?: boolean;
+  /** Replicas that must have fsynced it. */
+  replicaFsyncs?: number;
+  /** How long to wait for the acknowledgements, ms (default 100). */
+  timeout?: number;
+}
+
+/** TLS settings for rediss:// nodes: PEM text. */
+export interface TlsOptions {
+  /** The CA that signed the nodes' certificates. */
+  ca?: string;
+  /** A client certificate and its key (mutual TLS). */
+  cert?: string;
+  key?: string;
+}
+
+/** Client settings; every duration is in milliseconds. */
+export interface RedlockOptions {
+  /** Default lease length of locks (default 10 000). */
+  ttl?: number;
+  /** How long to wait for one node's reply (default 100). */
+  nodeTimeout?: number;
+  /** Retries after a failed attempt when no `wait` is given (default 3). */
+  retryCount?: number;
+  /** Base delay before a retry (default 200). */
+  retryDelay?: number;
+  /** Random extra delay up to this much (default 100). */
+  retryJitter?: number;
+  /** Overall acquire deadline when no `wait` is given. */
+  acquireTimeout?: number;
+  /** Clock drift allowance as a fraction of the TTL (default 0.01). */
+  driftFactor?: number;
+  /** Constant drift allowance (default 2). */
+  driftMin?: number;
+  /** How often the watchdog renews (default: a third of the TTL). */
+  watchdogInterval?: number;
+  /** How long before the validity ends the loss is signalled (default 10). */
+  watchdogMargin?: number;
+  acknowledge?: AcknowledgeOptions;
+  /** The nodes are seeds of one Redis Cluster (one logical node). */
+  cluster?: boolean;
+  tls?: TlsOptions;
+  /** The store of `lock.fenced` when none is passed (default: the only
+   * node of a single-node client). */
+  store?: string;
+}
+
+/** Options of one acquisition. */
+export interface LockOptions {
+  /** Lease length, ms (default: the client's `ttl`). */
+  ttl?: number;
+  /** Wait up to this long for the lock, ms (retrying with Redlock; FIFO on
+   * the server with one node or a cluster). */
+  wait?: number;
+  /** Abort the acquisition: nothing it was granted stays held. */
+  signal?: AbortSignal;
+  /** Renew the lease until released (the crate's watchdog); a loss aborts
+   * `lock.signal` and emits `lost`. */
+  watchdog?: boolean;
+}
+
+export interface Acquired {
+  /** Time in which the lock is certainly held, ms. */
+  validity: number;
+  holds: number;
+  attempts: number;
+}
+
+export interface Extended {
+  validity: number;
+  confirmed: number;
+  notHeld: number;
+  quorum: number;
+}
+
+export interface Released {
+  holdsLeft: number;
+  released: number;
+  notHeld: number;
+  failed: number;
+  quorum: number;
+  /** Fewer than a quorum can have held it when released: the work overran. */
+  lapsed: boolean;
+}
+
+type Kind = "exclusive" | "shared" | "permit";
+
+function call<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    throw fromNative(e);
+  }
+}
+
+async function wrap<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
+  try {
+    return await p;
+  } catch (e) {
+    throw fromNative(e, signal);
+  }
+}
+
+function aborted(signal: AbortSignal): AbortError {
+  return new AbortError("the acquisition was aborted; anything it was granted is released", signal.reason);
+}
+
+/** A store of fenced writes: a Redis or Valkey with the module loaded. */
+export class Store {
+  /** @internal */
+  readonly native: Binding.NativeStore;
+  readonly url: string;
+  constructor(url: string) {
+    this.url = url;
+    this.native = call(() => new native.NativeStore(url));
+  }
+}
+
+let tickets = 0;
+
+/**
+ * One lock handle with its own owner id. Get one from `Redlock.lock`,
+ * `tryLock`, `readLock`, `Semaphore.permit` or (not yet acquired)
+ * `Redlock.handle`. `await using lock = ...` releases it at the block's end.
+ *
+ * Events: `lost` (a LockLostError) when the watchdog reports the loss.
+ */
+export class Lock extends EventEmitter {
+  readonly #native: Binding.NativeLock;
+  readonly #redlock: Redlock;
+  #controller = new AbortController();
+  #watching = false;
+
+  /** @internal */
+  constructor(redlock: Redlock, handle: Binding.NativeLock) {
+    super();
+    this.#redlock = redlock;
+    this.#native = handle;
+  }
+
+  /** The resource (the key on every node). */
+  get resource(): string {
+    return this.#native.resource;
+  }
+  /** This handle's owner id, the same on every node. */
+  get owner(): string {
+    return this.#native.owner;
+  }
+  /** Lease length, ms. */
+  get ttl(): number {
+    return this.#native.ttl;
+  }
+  /** Time left (ms) in which the lock is certainly held, or null. */
+  get validity(): number | null {
+    return this.#native.validity ?? null;
+  }
+  /** Held and certainly valid (under a watchdog: and no loss reported). */
+  get isHeld(): boolean {
+    return this.#native.isHeld;
+  }
+  /** The watchdog reported the loss, or the validity ended while held. */
+  get isLost(): boolean {
+    return this.#native.isLost;
+  }
+  /** Nested acquisitions not yet released (0: not held). */
+  get holds(): number {
+    return this.#native.holds;
+  }
+  /** Aborted (with a LockLostError) when the watchdog reports the loss. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Acquires the lock, or adds a hold when this handle holds it already
+   * (re-entry). With `signal`, an abort rejects with AbortError and leaves
+   * nothing held by this call. */
+  async acquire(options: { signal?: AbortSignal; tryOnce?: boolean } = {}): Promise<Acquired> {
+    const { signal, tryOnce = false } = options;
+    if (signal?.aborted) throw aborted(signal);
+    tickets = (tickets % 0xffffffff) + 1;
+    const ticket = tickets;
+    const onAbort = () => this.#native.abort(ticket);
+    signal?.addEventListener("abort", onAbort, { once: true });
+    let result: Acquired;
+    try {
+      result = await wrap(this.#native.acquire(tryOnce, ticket), signal);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+    }
+    if (signal?.aborted) {
+      // Granted as the abort came: give this hold back.
+      await this.#native.release(false).catch(() => undefined);
+      throw aborted(signal);
+    }
+    if (result.holds === 1 && this.#controller.signal.aborted) {
+      this.#controller = new AbortController();
+    }
+    return result;
+  }
+
+  /** One attempt, no retry and no wait: true when acquired. */
+  async tryAcquire(): Promise<boolean> {
+    try {
+      await this.acquire({ tryOnce: true });
+      return true;
+    } catch (e) {
+      if (e instanceof LockNotAcquiredError) return false;
+      throw e;
+    }
+  }
+
+  /** Renews the lease (to `ttl` ms if given) on every node still holding it. */
+  extend(ttl?: number): Promise<Extended> {
+    return wrap(this.#native.extend(ttl));
+  }
+
+  /** Releases one hold; the last one releases the lock on every node (and
+   * stops the watchdog). */
+  release(): Promise<Released> {
+    return this.#release(false);
+  }
+
+  /** Releases every hold at once. */
+  releaseAll(): Promise<Released> {
+    return this.#release(true);
+  }
+
+  async #release(all: boolean): Promise<Released> {
+    const released = await wrap(this.#native.release(all));
+    // The last hold stopped the watchdog: a later acquire starts unwatched.
+    if (released.holdsLeft === 0) this.#watching = false;
+    return released;
+  }
+
+  /** A fencing token greater than every earlier holder's (written back to a
+   * quorum on first use in each hold, then cached). */
+  token(): Promise<bigint> {
+    return wrap(this.#native.token());
+  }
+
+  /**
+   * Sends `LOCK.FENCED fenceKey <token> ...command` to `store` (a URL, a
+   * Store, or the client's default store): the store runs the write only if
+   * no write through `fenceKey` carried a higher token. Refuses to send
+   * without a token (NotHeldError, LockExpiredError, ...); a stale token
+   * rejects with StaleTokenError. Resolves with the write's reply (integers
+   * beyond 2^53 as strings).
+   */
+  async fenced(fenceKey: string, command: Array<string | Buffer>, store?: string | Store): Promise<unknown> {
+    const target = this.#redlock.storeFor(store);
+    const reply = await wrap(this.#native.fenced(target.native, fenceKey, command));
+    return JSON.parse(reply);
+  }
+
+  /** Hands the lock to the watchdog: renewed until released; a loss aborts
+   * `signal` and emits `lost` here and on the Redlock. */
+  watch(): this {
+    if (this.#watching && this.holds > 0) return this;
+    call(() =>
+      this.#native.watch((outcomes: string) => {
+        this.#lost(outcomes);
+      }),
+    );
+    this.#watching = true;
+    return this;
+  }
+
+  #lost(outcomesJson: string): void {
+    let outcomes: NodeOutcome[] = [];
+    try {
+      outcomes = JSON.parse(outcomesJson);
+    } catch {
+      // keep none
+    }
+    const error = new LockLostError(
+      `lock ${JSON.stringify(this.resource)} lost: the watchdog could not renew it on a majority in time; stop the work done under it and acquire it again`,
+      undefined,
+      undefined,
+      outcomes,
+    );
+    this.#controller.abort(error);
+    // A throwing listener must neither escape into the addon's callback nor
+    // end the process: it becomes a warning.
+    for (const emit of [() => this.emit("lost", error), () => this.#redlock.emit("lost", error, this)]) {
+      try {
+        emit();
+      } catch (e) {
+        process.emitWarning(`a 'lost' listener threw: ${String(e)}`, "RedisLockWarning");
+      }
+    }
+  }
+
+  /** `await using`: releases every hold still held. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.holds === 0) return;
+    try {
+      await this.releaseAll();
+    } catch (e) {
+      if (!(e instanceof NotHeldError)) throw e;
+    }
+  }
+}
+
+/** A semaphore of `permits` leased permits on one resource; every user of
+ * the resource must give the same number. */
+export class Semaphore {
+  readonly #redlock: Redlock;
+  readonly resource: string;
+  readonly permits: number;
+  /** @internal */
+  constructor(redlock: Redlock, resource: string, permits: number) {
+    if (!Number.isInteger(permits) || permits < 1 || permits > 0xffffffff) {
+      throw new ConfigError(`a semaphore needs a whole number of permits >= 1, not ${permits}`);
+    }
+    this.#redlock = redlock;
+    this.resource = resource;
+    this.permits = permits;
+  }
+  /** Takes a permit (waiting up to `wait` ms). */
+  permit(options: LockOptions = {}): Promise<Lock> {
+    return this.#redlock.acquireAs(this.resource, "permit", this.permits, options);
+  }
+  /** One attempt at a permit: the permit, or null when none is free. */
+  tryPermit(options: Omit<LockOptions, "wait"> = {}): Promise<Lock | null> {
+    return this.#redlock.tryAs(this.resource, "permit", this.permits, options);
+  }
+}
+
+/**
+ * Redlock over N module-loaded masters (one node: single-node mode with
+ * FIFO waiting on the server; `cluster: true`: one Redis Cluster).
+ *
+ * Events: `lost` (error, lock) when a watched lock is lost.
+ */
+export class Redlock extends EventEmitter {
+  readonly #native: Binding.NativeRedlock;
+  readonly #nodes: string[];
+  readonly #ttl: number;
+  readonly #options: RedlockOptions;
+  readonly #stores = new Map<string, Store>();
+
+  constructor(nodes: string | string[], options: RedlockOptions = {}) {
+    super();
+    this.#nodes = typeof nodes === "string" ? [nodes] : [...nodes];
+    this.#options = options;
+    this.#ttl = options.ttl ?? 10_000;
+    const ack = options.acknowledge ?? {};
+    this.#native = call(
+      () =>
+        new native.NativeRedlock(this.#nodes, {
+          nodeTimeout: options.nodeTimeout,
+          retryCount: options.retryCount,
+          retryDelay: options.retryDelay,
+          retryJitter: options.retryJitter,
+          acquireTimeout: options.acquireTimeout,
+          driftFactor: options.driftFactor,
+          driftMin: options.driftMin,
+          watchdogInterval: options.watchdogInterval,
+          watchdogMargin: options.watchdogMargin,
+          acknowledgeReplicas: ack.replicas,
+          acknowledgeFsync: ack.fsync,
+          acknowledgeReplicaFsyncs: ack.replicaFsyncs,
+          acknowledgeTimeout: ack.timeout,
+          cluster: options.cluster,
+          tlsCa: options.tls?.ca,
+          tlsCert: options.tls?.cert,
+          tlsKey: options.tls?.key,
+        }),
+    );
+  }
+
+  /** Nodes that must agree: N/2 + 1. */
+  get quorum(): number {
+    return this.#native.quorum;
+  }
+  /** The nodes' names (host:port). */
+  get nodeNames(): string[] {
+    return this.#native.nodeNames;
+  }
+
+  /** Checks every answering node: the module is loaded (and WAITAOF exists
+   * when fsyncs are acknowledged). */
+  verify(): Promise<void> {
+    return wrap(this.#native.verify());
+  }
+
+  /** A handle for `resource` (not yet acquired): `lock.acquire()`. */
+  handle(resource: string, options: Omit<LockOptions, "signal" | "watchdog"> = {}): Lock {
+    return this.#handle(resource, "exclusive", undefined, options);
+  }
+
+  #handle(resource: string, kind: Kind, permits: number | undefined, options: LockOptions): Lock {
+    const ttl = options.ttl ?? this.#ttl;
+    const handle = call(() => this.#native.handle(resource, ttl, kind, permits, options.wait));
+    return new Lock(this, handle);
+  }
+
+  /** Acquires an exclusive lock on `resource`. */
+  lock(resource: string, options: LockOptions = {}): Promise<Lock> {
+    return this.acquireAs(resource, "exclusive", undefined, options);
+  }
+
+  /** One attempt at an exclusive lock: the lock, or null when it is held
+   * elsewhere. */
+  tryLock(resource: string, options: Omit<LockOptions, "wait"> = {}): Promise<Lock | null> {
+    return this.tryAs(resource, "exclusive", undefined, options);
+  }
+
+  /** Acquires a shared (read) lock: held with other readers, never with a
+   * writer (`lock`). */
+  readLock(resource: string, options: LockOptions = {}): Promise<Lock> {
+    return this.acquireAs(resource, "shared", undefined, options);
+  }
+
+  /** A semaphore of `permits` leased permits on `resource`. */
+  semaphore(resource: string, permits: number): Semaphore {
+    return new Semaphore(this, resource, permits);
+  }
+
+  /** @internal */
+  async acquireAs(resource: string, kind: Kind, permits: number | undefined, options: LockOptions): Promise<Lock> {
+    const lock = this.#handle(resource, kind, permits, options);
+    await lock.acquire({ signal: options.signal });
+    if (options.watchdog) lock.watch();
+    return lock;
+  }
+
+  /** @internal */
+  async tryAs(resource: string, kind: Kind, permits: number | undefined, options: LockOptions): Promise<Lock | null> {
+    const lock = this.#handle(resource, kind, permits, { ...options, wait: undefined });
+    if (!(await lock.tryAcquire())) return null;
+    if (options.watchdog) lock.watch();
+    return lock;
+  }
+
+  /**
+   * Acquires `resource`, runs `work(signal, lock)` under the watchdog and
+   * releases the lock when it settles. `signal` aborts when the lock is
+   * lost (or `options.signal` aborts); the promise then rejects with
+   * LockLostError at once, and `work`'s own outcome is ignored (it should
+   * stop on the signal). Also rejects with LockLostError when the loss came
+   * while the work finished: it may have finished outside the lock.
+   */
+  async using<T>(
+    resource: string,
+    work: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
+    options: Omit<LockOptions, "watchdog"> = {},
+  ): Promise<T> {
+    const lock = await this.acquireAs(resource, "exclusive", undefined, { ...options, watchdog: true });
+    const controller = new AbortController();
+    const lost = new Promise<typeof LOST>((resolve) => {
+      const onLoss = () => {
+        controller.abort(lock.signal.reason);
+        resolve(LOST);
+      };
+      if (lock.signal.aborted) onLoss();
+      else lock.signal.addEventListener("abort", onLoss, { once: true });
+    });
+    const outer = options.signal;
+    const onOuter = () => controller.abort(outer?.reason);
+    outer?.addEventListener("abort", onOuter, { once: true });
+    try {
+      const running = Promise.resolve().then(() => work(controller.signal, lock));
+      // The work's rejection after a loss is handled here, never unhandled.
+      running.catch(() => undefined);
+      const first = await Promise.race([running, lost]);
+      if (first === LOST || lock.isLost) {
+        throw lock.signal.reason instanceof LockLostError
+          ? lock.signal.reason
+          : new LockLostError("the lock was lost while the work ran; acquire it again");
+      }
+      return first as T;
+    } finally {
+      outer?.removeEventListener("abort", onOuter);
+      await lock.releaseAll().catch(() => undefined);
+    }
+  }
+
+  /** @internal */
+  storeFor(store?: string | Store): Store {
+    if (store instanceof Store) return store;
+    const url = store ?? this.#options.store ?? (this.#nodes.length === 1 && !this.#options.cluster ? this.#nodes[0] : undefined);
+    if (url === undefined) {
+      throw new ConfigError("lock.fenced needs a store: pass its URL (or a Store), or give the Redlock a `store` option");
+    }
+    let made = this.#stores.get(url);
+    if (!made) {
+      made = new Store(url);
+      this.#stores.set(url, made);
+    }
+    return made;
+  }
+}
+
+const LOST: unique symbol = Symbol("lost");
+
+export default Redlock;
