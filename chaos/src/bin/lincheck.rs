@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! lincheck [--seconds N] [--seed N] [--connections N] [--keys N] [--waiters N]
-//!          [--negative-control | --fast-lease-clock PPM]
+//!          [--shared | --exclusive] [--negative-control | --fast-lease-clock PPM]
 //! ```
 //!
 //! Exit status: 0 when the history is linearizable and its corrupted copy
@@ -17,7 +17,7 @@ use std::time::Duration;
 use chaos::linear::{self, recorder::Settings};
 
 const USAGE: &str = "usage: lincheck [--seconds N] [--seed N] [--connections N] [--keys N]
-                [--negative-control | --fast-lease-clock PPM]
+                [--waiters N] [--shared | --exclusive] [--negative-control | --fast-lease-clock PPM]
 
 Records single-node histories (many connections, pipelines, MULTI, kill -9 and
 restarts with appendfsync always) and checks each key's history for
@@ -31,6 +31,9 @@ specification (leases of 100 to 800 ms end within their bounds).
                     the square of the steps per key)
   --waiters N       clients that take locks with WAIT (default 3, at most 6;
                     0 in the negative controls, given after them to change)
+  --shared          keys are exclusive locks, read-write locks and
+                    semaphores of 2 permits in turn (the default)
+  --exclusive       every key an exclusive lock
   --negative-control  the node without persistence (restarts forget every
                     lock): the history must NOT be linearizable
   --fast-lease-clock PPM  a negative control: the node's lease clock runs PPM
@@ -56,6 +59,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             "--connections" => settings.connections = number(&arg, args.next())?,
             "--keys" => settings.keys = number(&arg, args.next())?,
             "--waiters" => settings.waiters = number(&arg, args.next())?,
+            "--shared" => settings.shared = true,
+            "--exclusive" => settings.shared = false,
             "--negative-control" => {
                 settings.persistence = false;
                 settings.waiters = 0;

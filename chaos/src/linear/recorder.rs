@@ -88,9 +88,14 @@ pub struct Settings {
     /// it blocked (`CLIENT LIST`) before the next may send its own, so the
     /// queue's order is known.
     pub waiters: usize,
+    /// The keys the `WAIT` clients take (the first this many of `keys`):
+    /// fewer than all, so that their waits meet in the same queues (the
+    /// controls that swap two waiters need two that waited together) while
+    /// the other connections spread over every key (the checker's work
+    /// grows steeply with each key's steps).
+    pub waited_keys: usize,
     /// Keys are exclusive locks, read-write locks and semaphores in turn
-    /// ([`Kind::of`]); `false` (the default): all exclusive. (The mixed
-    /// workload's histories can take the checker minutes: see the README.)
+    /// ([`Kind::of`]) (the default); `false`: all exclusive.
     pub shared: bool,
 }
 
@@ -99,7 +104,7 @@ impl Default for Settings {
         Settings {
             duration: Duration::from_secs(8),
             connections: 8,
-            keys: 6,
+            keys: 12,
             owners: 3,
             kill_every_ms: 500..=1_500,
             seed: 20_261_124,
@@ -107,7 +112,8 @@ impl Default for Settings {
             ttl_ms: 100..=800,
             lease_clock_ppm: 0,
             waiters: 3,
-            shared: false,
+            waited_keys: 6,
+            shared: true,
         }
     }
 }
@@ -620,7 +626,7 @@ impl Client {
                     }
                 }
             };
-            let key = rng.random_range(0..self.settings.keys);
+            let key = rng.random_range(0..self.settings.waited_keys.clamp(1, self.settings.keys));
             let wait = Wait {
                 id: self.counts.wait_ids.fetch_add(1, Ordering::Relaxed),
                 owner,

@@ -760,6 +760,27 @@ pub fn apply(timed: &Timed, keys: &Keys) -> Keys {
     now
 }
 
+thread_local! {
+    /// The steps [`LockSpec::apply`] may still take on this thread (see
+    /// [`with_budget`]), and whether it ran out.
+    static BUDGET: std::cell::Cell<(u64, bool)> = const { std::cell::Cell::new((u64::MAX, false)) };
+}
+
+/// Runs `check` with at most `steps` applications of a step to one of the
+/// key's possible states ([`LockSpec::apply`]) on this thread: past them every
+/// application is refused, which ends the checker's search at once (with
+/// "not linearizable"). Returns what `check` returned, and whether the
+/// budget ran out: its answer is then no verdict, and the caller must not
+/// take it for one either way; and how many steps it took. The bound is a
+/// count, not a time: the same history gets the same answer on a fast
+/// machine and under valgrind.
+pub fn with_budget<T>(steps: u64, check: impl FnOnce() -> T) -> (T, u64, bool) {
+    BUDGET.with(|budget| budget.set((steps, false)));
+    let answer = check();
+    let (left, ran_out) = BUDGET.with(|budget| budget.replace((u64::MAX, false)));
+    (answer, steps.saturating_sub(left), ran_out)
+}
+
 /// The specification for `todc_utils::WGLChecker`.
 pub struct LockSpec;
 
@@ -772,6 +793,18 @@ impl Specification for LockSpec {
     }
 
     fn apply(timed: &Timed, keys: &Keys) -> (bool, Keys) {
+        // Charged by the states the step is applied to (one application
+        // may try many): a closer measure of the work than the calls.
+        let cost = u64::try_from(keys.len()).unwrap_or(u64::MAX).max(1);
+        let spent = BUDGET.with(|budget| {
+            let (left, ran_out) = budget.get();
+            let spent = ran_out || left < cost;
+            budget.set((left.saturating_sub(cost), spent));
+            spent
+        });
+        if spent {
+            return (false, keys.clone());
+        }
         let next = apply(timed, keys);
         if next.is_empty() {
             return (false, keys.clone());
