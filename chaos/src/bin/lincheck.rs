@@ -27,8 +27,10 @@ specification (leases of 100 to 800 ms end within their bounds).
   --seconds N       recording length (default: $LINCHECK_SECONDS or 30)
   --seed N          seed of the commands and the kills (default 20261124)
   --connections N   connections (default 8)
-  --keys N          lock keys (default 12; the checker's time grows with
-                    the square of the steps per key)
+  --keys N          lock keys (default 12 for each 8 s started, the first
+                    half taken by the WAIT clients too: each key's history
+                    as long as in 8 s on 12 keys, whatever the length; the
+                    checker's work grows steeply with each key's steps)
   --waiters N       clients that take locks with WAIT (default 3, at most 6;
                     0 in the negative controls, given after them to change)
   --shared          keys are exclusive locks, read-write locks and
@@ -52,12 +54,13 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             settings.duration = Duration::from_secs(number("LINCHECK_SECONDS", Some(seconds))?);
         }
     }
+    let mut keys = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seconds" => settings.duration = Duration::from_secs(number(&arg, args.next())?),
             "--seed" => settings.seed = number(&arg, args.next())?,
             "--connections" => settings.connections = number(&arg, args.next())?,
-            "--keys" => settings.keys = number(&arg, args.next())?,
+            "--keys" => keys = Some(number(&arg, args.next())?),
             "--waiters" => settings.waiters = number(&arg, args.next())?,
             "--shared" => settings.shared = true,
             "--exclusive" => settings.shared = false,
@@ -72,6 +75,13 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    // 12 keys for each 8 s started, half of them waited on (the defaults
+    // of an 8 s run), unless given.
+    let eights = usize::try_from(settings.duration.as_secs().div_ceil(8))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    settings.keys = keys.unwrap_or_else(|| eights.saturating_mul(12));
+    settings.waited_keys = settings.keys.div_ceil(2);
     if settings.keys == 0 || settings.connections == 0 {
         return Err("--keys and --connections must be at least 1".into());
     }
