@@ -27,10 +27,11 @@ specification (leases of 100 to 800 ms end within their bounds).
   --seconds N       recording length (default: $LINCHECK_SECONDS or 30)
   --seed N          seed of the commands and the kills (default 20261124)
   --connections N   connections (default 8)
-  --keys N          lock keys (default 12 for each 8 s started, the first
-                    half taken by the WAIT clients too: each key's history
-                    as long as in 8 s on 12 keys, whatever the length; the
-                    checker's work grows steeply with each key's steps)
+  --keys N          lock keys (default 18 for each 8 s started, the first
+                    6 of each 18 taken by the WAIT clients too: each key's
+                    history as long as in make test's 8 s run, whatever the
+                    length; the checker's work grows steeply with each
+                    key's steps)
   --waiters N       clients that take locks with WAIT (default 3, at most 6;
                     0 in the negative controls, given after them to change)
   --shared          keys are exclusive locks, read-write locks and
@@ -45,7 +46,6 @@ specification (leases of 100 to 800 ms end within their bounds).
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
     let mut settings = Settings {
-        keys: 12,
         duration: Duration::from_secs(30),
         ..Settings::default()
     };
@@ -75,13 +75,17 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    // 12 keys for each 8 s started, half of them waited on (the defaults
-    // of an 8 s run), unless given.
+    // The keys of an 8 s run (Settings::default) for each 8 s started, and
+    // as many of them waited on, unless given (then a third waited on).
     let eights = usize::try_from(settings.duration.as_secs().div_ceil(8))
         .unwrap_or(usize::MAX)
         .max(1);
-    settings.keys = keys.unwrap_or_else(|| eights.saturating_mul(12));
-    settings.waited_keys = settings.keys.div_ceil(2);
+    let default = Settings::default();
+    settings.keys = keys.unwrap_or_else(|| eights.saturating_mul(default.keys));
+    settings.waited_keys = match keys {
+        Some(keys) => keys.div_ceil(3),
+        None => eights.saturating_mul(default.waited_keys),
+    };
     if settings.keys == 0 || settings.connections == 0 {
         return Err("--keys and --connections must be at least 1".into());
     }

@@ -104,7 +104,7 @@ impl Default for Settings {
         Settings {
             duration: Duration::from_secs(8),
             connections: 8,
-            keys: 12,
+            keys: 18,
             owners: 3,
             kill_every_ms: 500..=1_500,
             seed: 20_261_124,
