@@ -115,9 +115,10 @@ chaos-negative: build
 
 # The outside checker: LINCHECK_SECONDS (default 30) of one node under
 # kill -9 and restarts (appendfsync always), 8 connections sending single
-# commands, pipelines and MULTI blocks on 12 keys (exclusive locks,
-# read-write locks and semaphores of 2 permits in turn; `--exclusive`: all
-# exclusive), 3 more clients taking locks with WAIT; each key's history is
+# commands, pipelines and MULTI blocks on 18 keys for each 8 s started
+# (72 in 30 s; exclusive locks, read-write locks and semaphores of 2
+# permits in turn; `--exclusive`: all exclusive), 3 more clients taking
+# locks with WAIT on a third of them; each key's history is
 # checked for linearizability by todc-utils' Wing-Gong-Lowe checker under a
 # timed model (leases of 100-800 ms end within their bounds; WAIT's FIFO
 # hand-offs, soon after the head can be served, and timeouts), within a
