@@ -118,13 +118,18 @@ chaos-negative: build
 
 # The outside checker: LINCHECK_SECONDS (default 30) of one node under
 # kill -9 and restarts (appendfsync always), 8 connections sending single
-# commands, pipelines and MULTI blocks on 12 keys; each key's history is
+# commands, pipelines and MULTI blocks on 18 keys for each 8 s started
+# (72 in 30 s; exclusive locks, read-write locks and semaphores of 2
+# permits in turn; `--exclusive`: all exclusive), 3 more clients taking
+# locks with WAIT on a third of them; each key's history is
 # checked for linearizability by todc-utils' Wing-Gong-Lowe checker under a
 # timed model (leases of 100-800 ms end within their bounds; WAIT's FIFO
-# hand-offs and timeouts), and copies with two grants' tokens swapped, or
-# two waiters' places swapped, must be rejected. `make test` runs an 8 s
-# version on each server, and 4 s negative controls (no persistence; a lease
-# clock 20% fast, 20% slow: `--fast-lease-clock PPM`).
+# hand-offs, soon after the head can be served, and timeouts), within a
+# bounded search (a key that runs out of it fails the run); copies with two
+# grants' tokens swapped, two waiters' places swapped, or a full
+# semaphore's refusal turned into a grant must be rejected. `make test`
+# runs an 8 s version on each server, and 4 s negative controls (no
+# persistence; a lease clock 20% fast, 20% slow: `--fast-lease-clock PPM`).
 LINCHECK_SECONDS ?= 30
 lincheck: build
 	$(CARGO) run --release -p chaos --bin lincheck -- --seconds $(LINCHECK_SECONDS)

@@ -295,12 +295,20 @@ fn answer(waiter: &Waiter, answer: Answer) {
     unblock(waiter.client, answer);
 }
 
-/// Removes a blocked client from its queue and the timeout index.
+/// Removes a blocked client from its queue and the timeout index. When it
+/// was the head with others behind it, the timer serves the queue (its
+/// next firing, at once): the new head may be grantable now (a reader
+/// behind a writer that timed out, compatible with the readers holding the
+/// lock), and no release may come to serve it.
 fn forget(state: &mut ModuleState, client: Client) -> Option<Waiter> {
     let (id, place) = state.blocked.remove(&(client as usize))?;
-    let waiter = state.waiters.remove(&id, place)?;
+    let (waiter, serve_again) = state.waiters.leave(&id, place)?;
     if let Some(entry) = waiter.timeout {
         state.wait_deadlines.remove(entry);
+    }
+    if serve_again {
+        state.pending_grants.insert(id);
+        timer::arm(state);
     }
     Some(waiter)
 }

@@ -570,3 +570,132 @@ fn a_shared_lock_saved_renamed_or_copied_behaves_like_an_exclusive_one() {
         "still full"
     );
 }
+
+/// How a waiter at the head of a queue leaves it without being granted.
+#[derive(Clone, Copy, Debug)]
+enum Leaves {
+    /// Its `WAIT` timeout passes (1 s).
+    TimesOut,
+    /// Its connection is killed (`CLIENT KILL ID`).
+    Disconnects,
+    /// `CLIENT UNBLOCK id TIMEOUT` / `ERROR`.
+    UnblockedTimeout,
+    UnblockedError,
+}
+
+/// A writer (exclusive `LOCK.ACQUIRE … WAIT`) queued at the head of
+/// `key`'s queue on its own connection, with its client id; its reply is
+/// the token, nil or the error line. Returns once it is queued.
+fn spawn_queued_writer(
+    server: &RedisServer,
+    key: &str,
+    timeout: u64,
+) -> (i64, JoinHandle<Result<Option<i64>, String>>) {
+    let mut probe = server.conn();
+    let before = queued(&mut probe, key);
+    let mut c = server.conn();
+    let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut c).unwrap();
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key)
+        .arg("writer")
+        .arg(600_000)
+        .arg("WAIT")
+        .arg(timeout);
+    let handle = std::thread::spawn(move || {
+        cmd.query::<Value>(&mut c)
+            .map(|v| int_or_nil(v, "LOCK.ACQUIRE WAIT"))
+            .map_err(|e| error_line(&e))
+    });
+    assert!(
+        wait_until(SOON, || queued(&mut probe, key) == before + 1),
+        "the writer never queued"
+    );
+    (id, handle)
+}
+
+/// A shared lock (`limit`: `None`) or a semaphore held by `holder` for ten
+/// minutes, a writer queued at the head, a reader queued behind it (the
+/// writer would starve otherwise). When the writer leaves the queue
+/// (`leaves`) without being granted, the reader, compatible with the
+/// holder, is granted at once: while the holder still holds the lock, and
+/// long before its own 20 s wait ends.
+fn a_reader_behind_a_writer_that_leaves_is_admitted(limit: Option<u32>, leaves: Leaves) {
+    let what = format!("{limit:?} {leaves:?}");
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let holder = shared(&mut c, "doc", "holder", 600_000, limit)
+        .unwrap()
+        .unwrap();
+    let timeout = match leaves {
+        Leaves::TimesOut => 1_000,
+        _ => 0,
+    };
+    let (writer_id, writer) = spawn_queued_writer(&server, "doc", timeout);
+    assert_eq!(shared(&mut c, "doc", "reader", 600_000, limit), Ok(None));
+    let reader = spawn_wait(&server, "doc", "reader", 600_000, Some(limit), 20_000);
+    assert_eq!(queued(&mut c, "doc"), 2, "{what}");
+    let unblock = |c: &mut Connection, how: &str| {
+        let n: i64 = redis::cmd("CLIENT")
+            .arg("UNBLOCK")
+            .arg(writer_id)
+            .arg(how)
+            .query(c)
+            .unwrap();
+        assert_eq!(n, 1, "{what}");
+    };
+    match leaves {
+        Leaves::TimesOut => {}
+        Leaves::Disconnects => {
+            let n: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(writer_id)
+                .query(&mut c)
+                .unwrap();
+            assert_eq!(n, 1, "{what}");
+        }
+        Leaves::UnblockedTimeout => unblock(&mut c, "TIMEOUT"),
+        Leaves::UnblockedError => unblock(&mut c, "ERROR"),
+    }
+    let written = writer.join().unwrap();
+    match leaves {
+        Leaves::TimesOut | Leaves::UnblockedTimeout => assert_eq!(written, Ok(None), "{what}"),
+        Leaves::UnblockedError => assert!(
+            written.as_ref().is_err_and(|e| e.contains("UNBLOCKED")),
+            "{what}: {written:?}"
+        ),
+        // The client's connection is gone: its reply is an I/O error.
+        Leaves::Disconnects => assert!(written.is_err(), "{what}: {written:?}"),
+    }
+    let token = reader.join().unwrap();
+    let token = token.unwrap_or_else(|| {
+        panic!("{what}: the reader behind the writer was never admitted (its wait timed out)")
+    });
+    assert!(token > holder, "{what}");
+    assert_eq!(
+        owners(&mut c, "doc"),
+        ["holder", "reader"],
+        "{what}: the reader joined the holder"
+    );
+    assert_eq!(queued(&mut c, "doc"), 0, "{what}");
+}
+
+#[test]
+fn a_reader_behind_a_writer_that_times_out_is_admitted() {
+    a_reader_behind_a_writer_that_leaves_is_admitted(None, Leaves::TimesOut);
+    a_reader_behind_a_writer_that_leaves_is_admitted(Some(3), Leaves::TimesOut);
+}
+
+#[test]
+fn a_reader_behind_a_writer_that_disconnects_is_admitted() {
+    a_reader_behind_a_writer_that_leaves_is_admitted(None, Leaves::Disconnects);
+    a_reader_behind_a_writer_that_leaves_is_admitted(Some(3), Leaves::Disconnects);
+}
+
+#[test]
+fn a_reader_behind_a_writer_that_is_unblocked_is_admitted() {
+    for leaves in [Leaves::UnblockedTimeout, Leaves::UnblockedError] {
+        a_reader_behind_a_writer_that_leaves_is_admitted(None, leaves);
+        a_reader_behind_a_writer_that_leaves_is_admitted(Some(3), leaves);
+    }
+}

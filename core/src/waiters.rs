@@ -91,6 +91,23 @@ impl<K: Eq + Hash + Clone, W> WaitQueues<K, W> {
         Some(waiter)
     }
 
+    /// Removes the waiter at `place` in `key`'s queue (its wait ended
+    /// without a grant: timed out, disconnected, unblocked), and says
+    /// whether the queue must be served again: the head left and others
+    /// wait behind it. The new head may be grantable now, where the old one
+    /// was not (readers queued behind a writer, compatible with the
+    /// readers holding the lock), and nothing else would serve it before
+    /// the lock changes. A waiter that was not the head changes nothing:
+    /// the head still blocks everyone behind it.
+    pub fn leave(&mut self, key: &K, place: Place) -> Option<(W, bool)> {
+        let queue = self.queues.get_mut(key)?;
+        let was_head = queue.waiters.first_key_value().map(|(p, _)| *p) == Some(place.0);
+        let waiter = queue.waiters.remove(&place.0)?;
+        let serve_again = was_head && !queue.waiters.is_empty();
+        self.taken(key);
+        Some((waiter, serve_again))
+    }
+
     /// One waiter left `key`'s queue: drop the queue once it is empty.
     fn taken(&mut self, key: &K) {
         self.total = self.total.saturating_sub(1);
@@ -174,6 +191,24 @@ mod tests {
         assert_eq!(queues.remove(&"a", place), Some(1));
         assert_eq!(queues.pop_front(&"a"), Some(0));
         assert_eq!(queues.pop_front(&"a"), Some(2));
+        assert_eq!(queues.total(), 0);
+    }
+
+    #[test]
+    fn a_head_that_leaves_with_others_behind_it_has_the_queue_served_again() {
+        let mut queues = WaitQueues::default();
+        let one = queues.push("a", 1);
+        let two = queues.push("a", 2);
+        let three = queues.push("a", 3);
+        assert_eq!(queues.leave(&"a", two), Some((2, false)), "not the head");
+        assert_eq!(
+            queues.leave(&"a", one),
+            Some((1, true)),
+            "3 is the head now"
+        );
+        assert_eq!(queues.leave(&"a", one), None);
+        assert_eq!(queues.leave(&"a", three), Some((3, false)), "nobody behind");
+        assert!(queues.is_empty());
         assert_eq!(queues.total(), 0);
     }
 

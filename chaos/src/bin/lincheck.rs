@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! lincheck [--seconds N] [--seed N] [--connections N] [--keys N] [--waiters N]
-//!          [--negative-control | --fast-lease-clock PPM]
+//!          [--shared | --exclusive] [--negative-control | --fast-lease-clock PPM]
 //! ```
 //!
 //! Exit status: 0 when the history is linearizable and its corrupted copy
@@ -17,7 +17,7 @@ use std::time::Duration;
 use chaos::linear::{self, recorder::Settings};
 
 const USAGE: &str = "usage: lincheck [--seconds N] [--seed N] [--connections N] [--keys N]
-                [--negative-control | --fast-lease-clock PPM]
+                [--waiters N] [--shared | --exclusive] [--negative-control | --fast-lease-clock PPM]
 
 Records single-node histories (many connections, pipelines, MULTI, kill -9 and
 restarts with appendfsync always) and checks each key's history for
@@ -27,10 +27,16 @@ specification (leases of 100 to 800 ms end within their bounds).
   --seconds N       recording length (default: $LINCHECK_SECONDS or 30)
   --seed N          seed of the commands and the kills (default 20261124)
   --connections N   connections (default 8)
-  --keys N          lock keys (default 12; the checker's time grows with
-                    the square of the steps per key)
+  --keys N          lock keys (default 18 for each 8 s started, the first
+                    6 of each 18 taken by the WAIT clients too: each key's
+                    history as long as in make test's 8 s run, whatever the
+                    length; the checker's work grows steeply with each
+                    key's steps)
   --waiters N       clients that take locks with WAIT (default 3, at most 6;
                     0 in the negative controls, given after them to change)
+  --shared          keys are exclusive locks, read-write locks and
+                    semaphores of 2 permits in turn (the default)
+  --exclusive       every key an exclusive lock
   --negative-control  the node without persistence (restarts forget every
                     lock): the history must NOT be linearizable
   --fast-lease-clock PPM  a negative control: the node's lease clock runs PPM
@@ -40,7 +46,6 @@ specification (leases of 100 to 800 ms end within their bounds).
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
     let mut settings = Settings {
-        keys: 12,
         duration: Duration::from_secs(30),
         ..Settings::default()
     };
@@ -49,13 +54,16 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             settings.duration = Duration::from_secs(number("LINCHECK_SECONDS", Some(seconds))?);
         }
     }
+    let mut keys = None;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--seconds" => settings.duration = Duration::from_secs(number(&arg, args.next())?),
             "--seed" => settings.seed = number(&arg, args.next())?,
             "--connections" => settings.connections = number(&arg, args.next())?,
-            "--keys" => settings.keys = number(&arg, args.next())?,
+            "--keys" => keys = Some(number(&arg, args.next())?),
             "--waiters" => settings.waiters = number(&arg, args.next())?,
+            "--shared" => settings.shared = true,
+            "--exclusive" => settings.shared = false,
             "--negative-control" => {
                 settings.persistence = false;
                 settings.waiters = 0;
@@ -67,6 +75,17 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Settings, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    // The keys of an 8 s run (Settings::default) for each 8 s started, and
+    // as many of them waited on, unless given (then a third waited on).
+    let eights = usize::try_from(settings.duration.as_secs().div_ceil(8))
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let default = Settings::default();
+    settings.keys = keys.unwrap_or_else(|| eights.saturating_mul(default.keys));
+    settings.waited_keys = match keys {
+        Some(keys) => keys.div_ceil(3),
+        None => eights.saturating_mul(default.waited_keys),
+    };
     if settings.keys == 0 || settings.connections == 0 {
         return Err("--keys and --connections must be at least 1".into());
     }

@@ -19,7 +19,8 @@ pub mod spec;
 use todc_utils::linearizability::WGLChecker;
 
 use history::Entry;
-use spec::{Cmd, LockSpec, Reply};
+use recorder::Kind;
+use spec::{Cmd, LockSpec, Mode, Reply};
 
 /// What the checker found.
 #[derive(Clone, Debug, Default)]
@@ -30,21 +31,137 @@ pub struct Verdict {
     pub unknown: usize,
     /// Keys whose history is not linearizable.
     pub failed: Vec<usize>,
+    /// Keys whose check ran out of its budget ([`CHECK_BUDGET`]): no
+    /// verdict, which fails the run as surely as a history found not
+    /// linearizable (a check that cannot finish proves nothing).
+    pub undecided: Vec<usize>,
+    /// The most steps one key's check took ([`spec::with_budget`]).
+    pub most_work: u64,
 }
 
-/// Checks every key's history; `kills` in increasing order.
+impl Verdict {
+    /// Every key's history was checked to the end and is linearizable.
+    pub fn linearizable(&self) -> bool {
+        self.failed.is_empty() && self.undecided.is_empty()
+    }
+
+    /// `key`'s history was checked to the end and is not linearizable.
+    pub fn rejects(&self, key: usize) -> bool {
+        self.failed == [key] && self.undecided.is_empty()
+    }
+}
+
+/// The most steps the checker may take on one key (a step applied to one
+/// of the key's possible states, `LockSpec::apply`) before it gives up on
+/// that key: the check's time and memory bound, as a count (the same on any
+/// machine; about 80,000-250,000 steps a second here; the checker's cache
+/// of visited states grows with them: a check of 12 keys on Valkey 9.1
+/// held 5.2 GB, stopped after 6 minutes under load). One that takes more
+/// is reported undecided and fails the run, never passes it. The default
+/// run's keys (18) took at most 20,777 steps on Valkey 9.1, a corrupted
+/// copy's rejection 695,848 (a history's check is steep in its length).
+pub const CHECK_BUDGET: u64 = 2_000_000;
+
+/// With `LINCHECK_DEBUG` set, prints how long a key's check took.
+struct Timer(usize, std::time::Instant, u64);
+impl Drop for Timer {
+    fn drop(&mut self) {
+        if std::env::var_os("LINCHECK_DEBUG").is_some() {
+            eprintln!(
+                "key {} checked in {:?}, {} steps",
+                self.0,
+                self.1.elapsed(),
+                self.2
+            );
+        }
+    }
+}
+
+/// With `LINCHECK_DEBUG` set, [`run`] prints the shortest failing prefix
+/// (by call) of each key's history that is not linearizable, for a
+/// diagnosis.
+pub fn bisect(entries: &[Entry], kills: &[u64]) {
+    let mut sorted = entries.to_vec();
+    sorted.sort_by_key(|e| e.called);
+    let (mut lo, mut hi) = (1, sorted.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let prefix = sorted.get(..mid).unwrap_or_default();
+        if check(prefix, kills).linearizable() {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    eprintln!("the first {lo} steps fail; kills {kills:?}");
+    for e in sorted.get(lo.saturating_sub(60)..lo).unwrap_or_default() {
+        eprintln!("  {} .. {:?}: {:?}", e.called, e.returned, e.step);
+    }
+}
+
+/// Checks every key's history; `kills` in increasing order. Each key's
+/// check has [`CHECK_BUDGET`] steps (`LINCHECK_BUDGET` overrides it).
 pub fn check(entries: &[Entry], kills: &[u64]) -> Verdict {
+    check_within(entries, kills, budget())
+}
+
+/// [`CHECK_BUDGET`], or `LINCHECK_BUDGET` when set to a number.
+pub fn budget() -> u64 {
+    std::env::var("LINCHECK_BUDGET")
+        .ok()
+        .and_then(|budget| budget.trim().parse().ok())
+        .unwrap_or(CHECK_BUDGET)
+}
+
+/// [`check`] with a budget of `steps` per key.
+pub fn check_within(entries: &[Entry], kills: &[u64], steps: u64) -> Verdict {
     let mut verdict = Verdict::default();
     for (key, entries) in history::by_key(entries) {
+        let started = std::time::Instant::now();
         verdict.keys += 1;
         verdict.steps += entries.len();
         verdict.unknown += entries.iter().filter(|e| e.returned.is_none()).count();
-        if !WGLChecker::<LockSpec>::is_linearizable(history::history(&entries, kills)) {
+        let (linearizable, used, ran_out) = spec::with_budget(steps, || {
+            WGLChecker::<LockSpec>::is_linearizable(history::history(&entries, kills))
+        });
+        let _timer = Timer(key, started, used);
+        verdict.most_work = verdict.most_work.max(used);
+        if ran_out {
+            verdict.undecided.push(key);
+        } else if !linearizable {
             verdict.failed.push(key);
         }
     }
     verdict
 }
+
+/// The history up to the moment `cut`, as it looked then: the steps sent
+/// by then, those whose reply came later with no reply (it may have taken
+/// effect, or not, by its real return). Linearizability is closed under
+/// prefixes: a prefix that is not linearizable shows that the whole
+/// history is not. The corrupted copies are checked this way, up to a
+/// little after their corruption, which the checker rejects in a fraction
+/// of the whole history's search (a rejection searches every order).
+pub fn prefix(entries: &[Entry], cut: u64) -> Vec<Entry> {
+    entries
+        .iter()
+        .filter(|e| e.called <= cut)
+        .map(|e| {
+            let mut e = e.clone();
+            if !matches!(e.returned, Some(returned) if returned <= cut) {
+                for (_, reply) in &mut e.step {
+                    *reply = None;
+                }
+            }
+            e
+        })
+        .collect()
+}
+
+/// How far past the last stamp of a corrupted copy's changed steps its
+/// prefix is checked: room for the steps that see the corruption (the
+/// waiters' answers, the `LOCK.INFO` after an overfilled request).
+pub const PAST_CORRUPTION_NS: u64 = 1_000_000_000;
 
 /// A recorded and checked run.
 #[derive(Clone, Debug)]
@@ -68,17 +185,38 @@ pub struct Report {
     pub at_once: u64,
     /// With waiters: the key whose history was corrupted on purpose (two
     /// waiters' places in the queue swapped: the node served the later one
-    /// first), and whether the checker rejected it.
+    /// first), and whether the checker rejected it: an exclusive lock's,
+    /// and a read-write lock's (a reader and a writer swapped).
     pub skipped: Option<(usize, bool)>,
+    pub skipped_shared: Option<(usize, bool)>,
+    /// With semaphores: the key whose history was corrupted on purpose (a
+    /// request refused when every permit was taken answered with a new
+    /// token: one holder more than the `LIMIT`), and whether the checker
+    /// rejected it.
+    pub overfilled: Option<(usize, bool)>,
+    /// Grants of shared locks (fresh or re-entered), and `WAIT`s of shared
+    /// requests handed the lock.
+    pub shared_grants: usize,
+    pub shared_handed_off: u64,
+    pub shared: bool,
 }
 
 impl Report {
     /// The history is linearizable and its corrupted copies are not.
     pub fn passed(&self) -> bool {
         let waits = self.handed_off + self.timed_out + self.at_once;
-        self.verdict.failed.is_empty()
-            && matches!(self.corrupted, Some((_, true)))
-            && (waits == 0 || matches!(self.skipped, Some((_, true))))
+        let rejected = |copy: Option<(usize, bool)>| matches!(copy, Some((_, true)));
+        // The shared keys' copies are made when the history has what they
+        // need (a reader and a writer that waited together, a request
+        // refused by a full semaphore), which timing decides: one found
+        // must be rejected; the checker's rejection of each is also shown
+        // on fixed histories (the unit tests).
+        let rejected_if_any = |copy: Option<(usize, bool)>| !matches!(copy, Some((_, false)));
+        self.verdict.linearizable()
+            && rejected(self.corrupted)
+            && (waits == 0 || rejected(self.skipped))
+            && rejected_if_any(self.overfilled)
+            && rejected_if_any(self.skipped_shared)
     }
 }
 
@@ -94,15 +232,20 @@ impl std::fmt::Display for Report {
             f,
             "checked     by todc-utils' WGL checker in {:.1} s: {}",
             self.check_time.as_secs_f64(),
-            if v.failed.is_empty() {
-                "every key's history is linearizable".to_string()
-            } else {
+            if v.linearizable() {
+                format!("every key's history is linearizable (at most {} steps for a key, of a budget of {})", v.most_work, budget())
+            } else if v.undecided.is_empty() {
                 format!("NOT LINEARIZABLE: keys {:?}", v.failed)
+            } else {
+                format!(
+                    "NOT LINEARIZABLE: keys {:?}; UNDECIDED (the check ran out of its budget of {} steps): keys {:?}",
+                    v.failed, budget(), v.undecided
+                )
             }
         )?;
         match self.corrupted {
             Some((key, true)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: rejected, as it must be"),
-            Some((key, false)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: ACCEPTED (the checker proves nothing)"),
+            Some((key, false)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: NOT REJECTED (accepted: the checker proves nothing; or the check ran out of its budget)"),
             None => write!(f, "corrupted   no key had two grants to swap"),
         }?;
         if self.handed_off + self.timed_out + self.at_once > 0 {
@@ -111,10 +254,30 @@ impl std::fmt::Display for Report {
                 "\nwaits       {} handed the lock at a release or lease end, {} timed out, {} granted at once",
                 self.handed_off, self.timed_out, self.at_once
             )?;
-            match self.skipped {
-                Some((key, true)) => write!(f, "\nskipped     key {key}, two waiters' places swapped (the head skipped): rejected, as it must be"),
-                Some((key, false)) => write!(f, "\nskipped     key {key}, two waiters' places swapped (the head skipped): ACCEPTED (FIFO is not checked)"),
-                None => write!(f, "\nskipped     no key had two waiters in a known order"),
+            for (copy, what) in [
+                (self.skipped, "an exclusive lock's"),
+                (
+                    self.skipped_shared,
+                    "a read-write lock's (a reader and a writer)",
+                ),
+            ] {
+                match copy {
+                    Some((key, true)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): rejected, as it must be"),
+                    Some((key, false)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): NOT REJECTED (accepted: FIFO is not checked; or the check ran out of its budget)"),
+                    None => write!(f, "\nskipped     no {what} two waiters in a known order"),
+                }?;
+            }
+        }
+        if self.shared {
+            write!(
+                f,
+                "\nshared      {} grants of read locks and semaphores, {} of them hand-offs to SHARED waiters",
+                self.shared_grants, self.shared_handed_off
+            )?;
+            match self.overfilled {
+                Some((key, true)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: rejected, as it must be"),
+                Some((key, false)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: NOT REJECTED (accepted: the LIMIT is not checked; or the check ran out of its budget)"),
+                None => write!(f, "\noverfilled  no semaphore request was refused"),
             }?;
         }
         Ok(())
@@ -125,12 +288,19 @@ impl std::fmt::Display for Report {
 /// corrupted on purpose ([`swap_tokens`], [`swap_places`]).
 pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
     let run = recorder::record(settings).await?;
-    let mut entries = run.recorder.entries();
+    let entries = run.recorder.entries();
     let kills = run.recorder.kills();
+    let shared = settings.shared;
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
         let verdict = check(&entries, &kills);
         let check_time = started.elapsed();
+        if std::env::var_os("LINCHECK_DEBUG").is_some() {
+            for key in &verdict.failed {
+                let mine: Vec<Entry> = entries.iter().filter(|e| e.key == *key).cloned().collect();
+                bisect(&mine, &kills);
+            }
+        }
         let grants = entries
             .iter()
             .flat_map(|e| &e.step)
@@ -138,17 +308,45 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
                 matches!((cmd, reply), (Cmd::Acquire { .. }, Some(Reply::Int(_))))
             })
             .count();
+        let shared_grants = entries
+            .iter()
+            .flat_map(|e| &e.step)
+            .filter(|(cmd, reply)| {
+                matches!(
+                    (cmd, reply),
+                    (
+                        Cmd::Acquire {
+                            mode: Mode::Shared { .. },
+                            ..
+                        },
+                        Some(Reply::Int(_))
+                    )
+                )
+            })
+            .count();
         // The other keys' histories are unchanged: only the corrupted
-        // key's is checked again.
+        // key's is checked again, up to a little after the corruption.
+        let recheck = |copy: Vec<Entry>, key: usize| {
+            let cut = corrupted_until(&entries, &copy, key).saturating_add(PAST_CORRUPTION_NS);
+            let mine: Vec<Entry> = copy.into_iter().filter(|e| e.key == key).collect();
+            (key, check(&prefix(&mine, cut), &kills).rejects(key))
+        };
+        let kind = |key: usize| Kind::of(key, shared);
         let mut waits = entries.clone();
-        let skipped = swap_places(&mut waits).map(|key| {
-            waits.retain(|e| e.key == key);
-            (key, check(&waits, &kills).failed == vec![key])
-        });
-        let corrupted = swap_tokens(&mut entries).map(|key| {
-            entries.retain(|e| e.key == key);
-            (key, check(&entries, &kills).failed == vec![key])
-        });
+        let skipped = swap_places(&mut waits, |key, _, _| kind(key) == Kind::Exclusive)
+            .map(|key| recheck(waits, key));
+        // On a read-write lock, a reader and a writer (two readers may
+        // be admitted together: their order may not show).
+        let mut waits = entries.clone();
+        let skipped_shared = swap_places(&mut waits, |key, first, second| {
+            kind(key) == Kind::ReadWrite && first != second
+        })
+        .map(|key| recheck(waits, key));
+        let mut full = entries.clone();
+        let overfilled =
+            overfill(&mut full, |key| kind(key) == Kind::Semaphore).map(|key| recheck(full, key));
+        let mut swapped = entries.clone();
+        let corrupted = swap_tokens(&mut swapped).map(|key| recheck(swapped, key));
         Report {
             verdict,
             grants,
@@ -162,10 +360,50 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
             timed_out: run.timed_out,
             at_once: run.at_once,
             skipped,
+            skipped_shared,
+            overfilled,
+            shared_grants,
+            shared_handed_off: run.shared_handed_off,
+            shared,
         }
     })
     .await
     .map_err(|e| format!("the checker failed: {e}"))
+}
+
+/// The latest moment of `key`'s steps that `copy` changed from `entries`
+/// (the same steps in the same order), or of the answers to the `WAIT`s
+/// among them: where a check of the copy can first see the change.
+pub fn corrupted_until(entries: &[Entry], copy: &[Entry], key: usize) -> u64 {
+    let mut waits = Vec::new();
+    let mut until = 0;
+    for (before, after) in entries.iter().zip(copy) {
+        if after.key != key
+            || (before.step == after.step
+                && before.called == after.called
+                && before.returned == after.returned)
+        {
+            continue;
+        }
+        for e in [before, after] {
+            until = until.max(e.returned.unwrap_or(e.called));
+        }
+        for (cmd, _) in &after.step {
+            if let Cmd::Enqueue { wait, .. } = cmd {
+                waits.push(wait.id);
+            }
+        }
+    }
+    for e in copy.iter().filter(|e| e.key == key) {
+        let answers = e
+            .step
+            .iter()
+            .any(|(cmd, _)| matches!(cmd, Cmd::Answer(wait) if waits.contains(&wait.id)));
+        if answers {
+            until = until.max(e.returned.unwrap_or(e.called));
+        }
+    }
+    until
 }
 
 /// Corrupts the history on purpose: two grants of one key, one returned
@@ -207,8 +445,12 @@ pub fn swap_tokens(entries: &mut [Entry]) -> Option<usize> {
 /// blocked (the first before the second was sent) and both granted later,
 /// swap their places in the queue (their [`Cmd::Enqueue`] steps' stamps):
 /// the node then served the later one first, skipping the queue's head.
-/// Returns the key, or `None` if no key has two such waiters.
-pub fn swap_places(entries: &mut [Entry]) -> Option<usize> {
+/// Only keys and pairs that `pick(key, first's mode, second's mode)`
+/// takes. Returns the key, or `None` if no key has two such waiters.
+pub fn swap_places(
+    entries: &mut [Entry],
+    pick: impl Fn(usize, Mode, Mode) -> bool,
+) -> Option<usize> {
     // Each WAIT's enqueue (index, called, seen blocked) and whether it was
     // handed the lock after it was seen blocked.
     let mut answered = std::collections::BTreeMap::new();
@@ -217,28 +459,41 @@ pub fn swap_places(entries: &mut [Entry]) -> Option<usize> {
             answered.insert(wait.id, entry.returned);
         }
     }
-    let waited: Vec<(usize, usize, u64, u64, u64)> = entries
+    let waited: Vec<(usize, usize, u64, u64, u64, Mode)> = entries
         .iter()
         .enumerate()
         .filter_map(|(i, entry)| match entry.step.as_slice() {
             [(Cmd::Enqueue { wait, .. }, Some(Reply::Nil))] => {
                 let blocked = entry.returned?;
                 let answer = (*answered.get(&wait.id)?)?;
-                (blocked < answer).then_some((i, entry.key, entry.called, blocked, answer))
+                (blocked < answer).then_some((
+                    i,
+                    entry.key,
+                    entry.called,
+                    blocked,
+                    answer,
+                    wait.mode,
+                ))
             }
             _ => None,
         })
         .collect();
     // The second was sent after the first was seen blocked, and seen
     // blocked before the first was answered: both waited together.
-    let (first, second) = waited.iter().find_map(|&(i, key, _, blocked, answer)| {
-        waited
-            .iter()
-            .find(|&&(j, other, called, seen, _)| {
-                j != i && other == key && called > blocked && seen < answer
-            })
-            .map(|&(j, ..)| (i, j))
-    })?;
+    let (first, second) = waited
+        .iter()
+        .find_map(|&(i, key, _, blocked, answer, mode)| {
+            waited
+                .iter()
+                .find(|&&(j, other, called, seen, _, other_mode)| {
+                    j != i
+                        && other == key
+                        && called > blocked
+                        && seen < answer
+                        && pick(key, mode, other_mode)
+                })
+                .map(|&(j, ..)| (i, j))
+        })?;
     let stamps = |entries: &[Entry], i: usize| entries.get(i).map(|e| (e.called, e.returned));
     let (a, b) = (stamps(entries, first)?, stamps(entries, second)?);
     let set = |entry: Option<&mut Entry>, (called, returned): (u64, Option<u64>)| {
@@ -252,10 +507,98 @@ pub fn swap_places(entries: &mut [Entry]) -> Option<usize> {
     entries.get(first).map(|e| e.key)
 }
 
+/// Corrupts the history on purpose: a shared request on a key `pick`
+/// takes (a semaphore's), refused (nil) by a node whose every permit was
+/// taken, answered instead with a new token (one above every token seen on
+/// the key before it was sent, and below every one seen after its reply),
+/// and a lease of 1 ms (so that it may end at once and no later step need
+/// see it): the node admitted one holder more than the `LIMIT`. Only a
+/// request made while `LIMIT` holders held the key is taken: one whose
+/// owner held it, seen by `LOCK.INFO` replies around it. Returns the key,
+/// or `None` if there is none.
+pub fn overfill(entries: &mut [Entry], pick: impl Fn(usize) -> bool) -> Option<usize> {
+    let token_of = |entry: &Entry| match entry.step.as_slice() {
+        [(Cmd::Acquire { .. } | Cmd::Answer(_) | Cmd::Fence { .. }, Some(Reply::Int(token)))] => {
+            Some(*token)
+        }
+        _ => None,
+    };
+    // A semaphore full from before the request was sent to after its
+    // reply: a `LOCK.INFO` that saw every permit taken returned just
+    // before it was sent, and another was sent just after its reply (no
+    // release in between: the key's only steps in that span are refused
+    // requests and reads).
+    let full = |entry: &Entry, limit: u8| {
+        let Some(returned) = entry.returned else {
+            return false;
+        };
+        let full_info = |e: &Entry| matches!(e.step.as_slice(), [(Cmd::Info, Some(Reply::Shared { holders }))] if *holders == u32::from(limit));
+        let before = entries
+            .iter()
+            .filter(|e| e.key == entry.key && e.returned.is_some_and(|r| r < entry.called))
+            .max_by_key(|e| e.returned);
+        let after = entries
+            .iter()
+            .filter(|e| e.key == entry.key && e.called > returned)
+            .min_by_key(|e| e.called);
+        let (Some(before), Some(after)) = (before, after) else {
+            return false;
+        };
+        let Some(before_returned) = before.returned else {
+            return false;
+        };
+        full_info(before)
+            && full_info(after)
+            && entries.iter().all(|e| {
+                e.key != entry.key
+                    || e.called > after.called
+                    || e.returned.is_some_and(|r| r < before_returned)
+                    || (e.returned.is_some()
+                        && e.step.iter().all(|(cmd, reply)| {
+                            matches!(cmd, Cmd::Info)
+                                || (matches!(cmd, Cmd::Acquire { .. })
+                                    && *reply == Some(Reply::Nil))
+                        }))
+            })
+    };
+    let (i, token) = entries.iter().enumerate().find_map(|(i, entry)| {
+        let [(
+            Cmd::Acquire {
+                mode: Mode::Shared { limit: Some(limit) },
+                ..
+            },
+            Some(Reply::Nil),
+        )] = entry.step.as_slice()
+        else {
+            return None;
+        };
+        if !pick(entry.key) || !full(entry, *limit) {
+            return None;
+        }
+        let returned = entry.returned?;
+        let of_key = || entries.iter().filter(|e| e.key == entry.key);
+        let below = of_key()
+            .filter(|e| e.returned.is_some_and(|r| r < entry.called))
+            .filter_map(token_of)
+            .max()?;
+        let token = below.checked_add(1)?;
+        let clear = of_key()
+            .filter_map(|e| token_of(e).map(|t| (e, t)))
+            .all(|(e, t)| t != token && (e.called <= returned || t > token));
+        clear.then_some((i, token))
+    })?;
+    let entry = entries.get_mut(i)?;
+    if let Some((Cmd::Acquire { ttl_ms, .. }, reply)) = entry.step.first_mut() {
+        *ttl_ms = 1;
+        *reply = Some(Reply::Int(token));
+    }
+    Some(entry.key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spec::Step;
+    use spec::{Mode, Step};
 
     /// One key's entries from (step, called, returned) triples.
     fn entries(steps: &[(Step, u64, Option<u64>)]) -> Vec<Entry> {
@@ -275,7 +618,7 @@ mod tests {
     }
 
     fn linearizable(steps: &[(Step, u64, Option<u64>)], kills: &[u64]) -> bool {
-        check(&entries(steps), kills).failed.is_empty()
+        check(&entries(steps), kills).linearizable()
     }
 
     const A: u8 = 0;
@@ -288,6 +631,7 @@ mod tests {
         Cmd::Acquire {
             owner,
             ttl_ms: HOUR_MS,
+            mode: Mode::Exclusive,
         }
     }
 
@@ -457,7 +801,11 @@ mod tests {
     }
 
     fn acquire_for(owner: u8, ttl_ms: u64) -> Cmd {
-        Cmd::Acquire { owner, ttl_ms }
+        Cmd::Acquire {
+            owner,
+            ttl_ms,
+            mode: Mode::Exclusive,
+        }
     }
 
     fn extend_for(owner: u8, ttl_ms: u64) -> Cmd {
@@ -572,6 +920,7 @@ mod tests {
             owner,
             ttl_ms: HOUR_MS,
             timeout_ms,
+            mode: Mode::Exclusive,
         }
     }
 
@@ -685,5 +1034,382 @@ mod tests {
         };
         assert!(!linearizable(&history(50), &[]));
         assert!(linearizable(&history(130), &[]));
+    }
+
+    const D: u8 = 3;
+    const E: u8 = 4;
+
+    /// `LOCK.ACQUIRE key owner ttl SHARED [LIMIT limit]`.
+    fn shared(owner: u8, ttl_ms: u64, limit: Option<u8>) -> Cmd {
+        Cmd::Acquire {
+            owner,
+            ttl_ms,
+            mode: Mode::Shared { limit },
+        }
+    }
+
+    fn read(owner: u8) -> Cmd {
+        shared(owner, HOUR_MS, None)
+    }
+
+    fn permit(owner: u8) -> Cmd {
+        shared(owner, HOUR_MS, Some(2))
+    }
+
+    fn holders(n: u32) -> Reply {
+        Reply::Shared { holders: n }
+    }
+
+    fn shared_wait(id: u32, owner: u8, timeout_ms: u64, limit: Option<u8>) -> spec::Wait {
+        spec::Wait {
+            mode: Mode::Shared { limit },
+            ..wait(id, owner, timeout_ms)
+        }
+    }
+
+    #[test]
+    fn a_semaphore_admits_no_more_holders_than_its_limit() {
+        let history = |third: Reply| {
+            [
+                (one(permit(A), Reply::Int(10)), 0, Some(1)),
+                (one(permit(B), Reply::Int(11)), 2, Some(3)),
+                (one(Cmd::Info, holders(2)), 4, Some(5)),
+                (one(permit(C), third), 6, Some(7)),
+            ]
+        };
+        assert!(linearizable(&history(Reply::Nil), &[]));
+        assert!(!linearizable(&history(Reply::Int(12)), &[]));
+        // Readers without a LIMIT: all of them.
+        let steps = [
+            (one(read(A), Reply::Int(10)), 0, Some(1)),
+            (one(read(B), Reply::Int(11)), 2, Some(3)),
+            (one(read(C), Reply::Int(12)), 4, Some(5)),
+            (one(Cmd::Info, holders(3)), 6, Some(7)),
+            (one(read(B), Reply::Int(11)), 8, Some(9)),
+            (one(release(B), Reply::Int(1)), 10, Some(11)),
+            (one(Cmd::Info, holders(3)), 12, Some(13)),
+        ];
+        assert!(linearizable(&steps, &[]));
+        // Each new holder's token is above every earlier one.
+        let steps = [
+            (one(read(A), Reply::Int(10)), 0, Some(1)),
+            (one(read(B), Reply::Int(9)), 2, Some(3)),
+        ];
+        assert!(!linearizable(&steps, &[]));
+        // A release frees a permit.
+        let steps = [
+            (one(permit(A), Reply::Int(10)), 0, Some(1)),
+            (one(permit(B), Reply::Int(11)), 2, Some(3)),
+            (one(release(A), Reply::Int(0)), 4, Some(5)),
+            (one(permit(C), Reply::Int(12)), 6, Some(7)),
+            (one(Cmd::Info, holders(2)), 8, Some(9)),
+        ];
+        assert!(linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn a_writer_waits_for_every_reader_and_readers_for_a_queued_writer() {
+        let history = |writer: Reply| {
+            [
+                (one(read(A), Reply::Int(10)), 0, Some(1)),
+                (one(read(B), Reply::Int(11)), 2, Some(3)),
+                (one(release(A), Reply::Int(0)), 4, Some(5)),
+                (one(acquire(D), writer), 6, Some(7)),
+            ]
+        };
+        assert!(linearizable(&history(Reply::Nil), &[]));
+        assert!(!linearizable(&history(Reply::Int(12)), &[]));
+        // A writer queued behind a reader: a new reader does not join.
+        let history = |reader: Reply| {
+            let mut steps = vec![(one(read(A), Reply::Int(10)), 0, Some(1))];
+            steps.extend(waited(wait(1, D, HOUR_MS), 2, 3, Reply::Int(12), 100));
+            steps.push((one(read(B), reader), 4, Some(5)));
+            steps.push((one(release(A), Reply::Int(0)), 6, Some(7)));
+            steps
+        };
+        assert!(linearizable(&history(Reply::Nil), &[]));
+        assert!(!linearizable(&history(Reply::Int(11)), &[]));
+    }
+
+    /// Writer E holds; readers B and C, then writer D, then reader A queue
+    /// (each seen blocked before the next is sent); the writer releases:
+    /// B and C are admitted together, D once both left, then A.
+    fn readers_around_a_writer(b: u64, c: u64, d: u64, a: u64) -> Vec<(Step, u64, Option<u64>)> {
+        let mut steps = vec![(one(acquire(E), Reply::Int(10)), 0, Some(1))];
+        steps.extend(waited(
+            shared_wait(1, B, HOUR_MS, None),
+            2,
+            3,
+            Reply::Int(b),
+            30,
+        ));
+        steps.extend(waited(
+            shared_wait(2, C, HOUR_MS, None),
+            4,
+            5,
+            Reply::Int(c),
+            31,
+        ));
+        steps.extend(waited(wait(3, D, HOUR_MS), 6, 7, Reply::Int(d), 60));
+        steps.extend(waited(
+            shared_wait(4, A, HOUR_MS, None),
+            8,
+            9,
+            Reply::Int(a),
+            80,
+        ));
+        steps.push((one(release(E), Reply::Int(0)), 10, Some(11)));
+        steps.push((one(Cmd::Info, holders(2)), 32, Some(33)));
+        steps.push((one(release(B), Reply::Int(0)), 40, Some(41)));
+        steps.push((one(release(C), Reply::Int(0)), 50, Some(51)));
+        steps.push((one(release(D), Reply::Int(0)), 70, Some(71)));
+        steps
+    }
+
+    #[test]
+    fn a_queue_admits_a_run_of_readers_then_a_writer_then_the_next_readers() {
+        assert!(linearizable(&readers_around_a_writer(11, 12, 13, 14), &[]));
+        // The writer served before the readers ahead of it, or the reader
+        // behind it before it.
+        assert!(!linearizable(&readers_around_a_writer(11, 13, 12, 14), &[]));
+        assert!(!linearizable(&readers_around_a_writer(11, 12, 14, 13), &[]));
+    }
+
+    #[test]
+    fn swapping_a_reader_and_a_writer_in_the_queue_breaks_the_history() {
+        let mut steps = entries(&readers_around_a_writer(11, 12, 13, 14));
+        assert!(check(&steps, &[]).failed.is_empty());
+        assert_eq!(
+            swap_places(&mut steps, |_, first, second| first != second),
+            Some(0)
+        );
+        assert_eq!(check(&steps, &[]).failed, vec![0]);
+    }
+
+    /// A holds the lock (exclusive: `holder`, or a permit of two with B
+    /// holding the other) and releases it at 10 ms, or its 100 ms lease
+    /// ends (`release` false); C waits from 2 ms with a timeout of
+    /// `timeout_ms` and is answered `answer` at `answered` ms.
+    fn served_late(
+        semaphore: bool,
+        released: bool,
+        timeout_ms: u64,
+        answer: Reply,
+        answered: u64,
+    ) -> bool {
+        let (take, mode): (fn(u8, u64) -> Cmd, _) = if semaphore {
+            (|owner, ttl| shared(owner, ttl, Some(2)), Some(Some(2)))
+        } else {
+            (acquire_for, None)
+        };
+        let ttl = if released { HOUR_MS } else { 100 };
+        let mut steps = vec![(one(take(A, ttl), Reply::Int(10)), 0, Some(ms(1)))];
+        if semaphore {
+            steps.push((one(take(B, HOUR_MS), Reply::Int(11)), 0, Some(ms(1))));
+        }
+        let waiting = match mode {
+            Some(limit) => shared_wait(1, C, timeout_ms, limit),
+            None => spec::Wait {
+                ttl_ms: HOUR_MS,
+                ..wait(1, C, timeout_ms)
+            },
+        };
+        steps.extend(waited(waiting, ms(2), ms(3), answer, ms(answered)));
+        if released {
+            steps.push((one(release(A), Reply::Int(0)), ms(10), Some(ms(11))));
+        }
+        linearizable(&steps, &[])
+    }
+
+    #[test]
+    fn the_head_of_the_queue_is_served_soon_after_it_can_be() {
+        for semaphore in [false, true] {
+            for release in [true, false] {
+                // Timed out 1 s after it queued: long after the lock came
+                // free (a release's reply at 11 ms, a lease's latest end
+                // at 121.1 ms), beyond the 100 ms allowance.
+                assert!(
+                    !served_late(semaphore, release, 1_000, Reply::Nil, 1_010),
+                    "semaphore {semaphore}, release {release}"
+                );
+                // Timed out before the lock could come free.
+                assert!(
+                    served_late(semaphore, release, 5, Reply::Nil, 10),
+                    "semaphore {semaphore}, release {release}"
+                );
+                // Granted: its answer may come later.
+                assert!(
+                    served_late(semaphore, release, 1_000, Reply::Int(12), 1_010),
+                    "semaphore {semaphore}, release {release}"
+                );
+            }
+        }
+        // The lock seen free with the head still waiting: at 50 ms after
+        // the release's reply, not at 150 ms.
+        let history = |info_at: u64| {
+            let mut steps = vec![(one(acquire(A), Reply::Int(10)), 0, Some(ms(1)))];
+            steps.extend(waited(
+                wait(1, B, HOUR_MS),
+                ms(2),
+                ms(3),
+                Reply::Nil,
+                ms(2_000),
+            ));
+            steps.push((one(release(A), Reply::Int(0)), ms(10), Some(ms(11))));
+            steps.push((
+                one(Cmd::Info, Reply::Nil),
+                ms(info_at),
+                Some(ms(info_at + 1)),
+            ));
+            steps
+        };
+        assert!(!linearizable(&history(150), &[]));
+        // (B timed out after 2 s: it was never served, also late.)
+        let early = {
+            let mut steps = vec![(one(acquire(A), Reply::Int(10)), 0, Some(ms(1)))];
+            steps.extend(waited(wait(1, B, 100), ms(2), ms(3), Reply::Nil, ms(200)));
+            steps.push((one(release(A), Reply::Int(0)), ms(10), Some(ms(11))));
+            steps.push((one(Cmd::Info, Reply::Nil), ms(50), Some(ms(51))));
+            steps
+        };
+        // B timed out at 102 ms at the earliest, after the release at
+        // 10 ms: too late to have been served by then? No: within the
+        // allowance (11 + 100 ms), so either order is possible.
+        assert!(linearizable(&early, &[]));
+    }
+
+    #[test]
+    fn a_shared_holder_s_lease_ends_within_its_bounds() {
+        // A and B hold the two permits, A's for 100 ms: C's permit cannot
+        // come before A's lease can end (94.9 ms), and must by 121.1 ms.
+        let history = |at: u64, reply: Reply| {
+            [
+                (one(shared(A, 100, Some(2)), Reply::Int(10)), 0, Some(ms(1))),
+                (one(permit(B), Reply::Int(11)), 0, Some(ms(1))),
+                (one(permit(C), reply), ms(at), Some(ms(at + 1))),
+            ]
+        };
+        assert!(!linearizable(&history(50, Reply::Int(12)), &[]));
+        assert!(linearizable(&history(95, Reply::Int(12)), &[]));
+        assert!(linearizable(&history(50, Reply::Nil), &[]));
+        assert!(!linearizable(&history(130, Reply::Nil), &[]));
+        // Each holder's own lease: B's (an hour) keeps it a holder.
+        let steps = [
+            (one(shared(A, 100, None), Reply::Int(10)), 0, Some(ms(1))),
+            (one(read(B), Reply::Int(11)), 0, Some(ms(1))),
+            (one(Cmd::Info, holders(1)), ms(200), Some(ms(201))),
+            (
+                one(extend_for(A, 100), Reply::Int(0)),
+                ms(202),
+                Some(ms(203)),
+            ),
+            (
+                one(extend_for(B, 100), Reply::Int(1)),
+                ms(204),
+                Some(ms(205)),
+            ),
+        ];
+        assert!(linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn a_semaphore_granted_beyond_its_limit_is_found() {
+        let mut steps = entries(&[
+            (one(permit(A), Reply::Int(10)), 0, Some(1)),
+            (one(permit(B), Reply::Int(11)), 2, Some(3)),
+            (one(Cmd::Info, holders(2)), 4, Some(5)),
+            (one(permit(C), Reply::Nil), 6, Some(7)),
+            (one(Cmd::Info, holders(2)), 8, Some(9)),
+            (one(permit(D), Reply::Int(20)), 10, Some(11)),
+        ]);
+        // (D's permit: A's or B's lease cannot have ended; the history is
+        // linearizable only without D's step.)
+        steps.pop();
+        assert!(check(&steps, &[]).failed.is_empty());
+        assert_eq!(overfill(&mut steps, |_| true), Some(0));
+        assert_eq!(
+            steps.get(3).map(|e| e.step.clone()),
+            Some(one(shared(C, 1, Some(2)), Reply::Int(12)))
+        );
+        assert_eq!(check(&steps, &[]).failed, vec![0]);
+    }
+
+    /// Reader A holds; writer D queues with a 100 ms timeout, reader B
+    /// behind it (readers wait behind a queued writer); D times out (at
+    /// 102 ms at the earliest, answered nil at 110 ms) and B, compatible
+    /// with A, is answered `b` at `answered` ms: granted within the
+    /// hand-off allowance, not when its own wait would end. (The module
+    /// once left B waiting: nothing served the queue when its head left.)
+    fn behind_a_writer_that_times_out(b: Reply, answered: u64) -> bool {
+        let mut steps = vec![(one(read(A), Reply::Int(10)), 0, Some(ms(1)))];
+        steps.extend(waited(wait(1, D, 100), ms(2), ms(3), Reply::Nil, ms(110)));
+        steps.extend(waited(
+            shared_wait(2, B, 5_000, None),
+            ms(4),
+            ms(5),
+            b,
+            ms(answered),
+        ));
+        linearizable(&steps, &[])
+    }
+
+    #[test]
+    fn a_reader_behind_a_writer_that_times_out_is_admitted_soon() {
+        assert!(behind_a_writer_that_times_out(Reply::Int(11), 120));
+        // Its answer may come later than its grant.
+        assert!(behind_a_writer_that_times_out(Reply::Int(11), 4_000));
+        // Left waiting until its own timeout: served too late.
+        assert!(!behind_a_writer_that_times_out(Reply::Nil, 5_010));
+        // Granted before the writer could have timed out: out of turn.
+        let mut steps = vec![(one(read(A), Reply::Int(10)), 0, Some(ms(1)))];
+        steps.extend(waited(wait(1, D, 100), ms(2), ms(3), Reply::Nil, ms(110)));
+        steps.extend(waited(
+            shared_wait(2, B, 5_000, None),
+            ms(4),
+            ms(5),
+            Reply::Int(11),
+            ms(50),
+        ));
+        assert!(!linearizable(&steps, &[]));
+    }
+
+    #[test]
+    fn a_check_out_of_budget_is_undecided_not_a_verdict() {
+        let steps = entries(&readers_around_a_writer(11, 12, 13, 14));
+        let verdict = check_within(&steps, &[], 3);
+        assert_eq!(verdict.undecided, vec![0]);
+        assert!(verdict.failed.is_empty());
+        assert!(!verdict.linearizable() && !verdict.rejects(0));
+        let verdict = check_within(&steps, &[], CHECK_BUDGET);
+        assert!(verdict.linearizable());
+        assert!(verdict.most_work > 3 && verdict.most_work < 1_000);
+        // A history that is not linearizable is not "rejected" either when
+        // the budget runs out first.
+        let bad = entries(&readers_around_a_writer(11, 13, 12, 14));
+        assert!(check_within(&bad, &[], CHECK_BUDGET).rejects(0));
+        assert!(!check_within(&bad, &[], 3).rejects(0));
+    }
+
+    #[test]
+    fn a_prefix_shows_a_corruption_that_the_whole_history_shows() {
+        let mut steps = entries(&readers_around_a_writer(11, 12, 13, 14));
+        let original = steps.clone();
+        assert_eq!(
+            swap_places(&mut steps, |_, first, second| first != second),
+            Some(0)
+        );
+        let until = corrupted_until(&original, &steps, 0);
+        assert!(until >= 60, "the swapped waiters' answers: {until}");
+        assert!(check(&prefix(&steps, until), &[]).rejects(0));
+        assert!(check(&prefix(&original, until), &[]).linearizable());
+        // Cut before the answers, the swap does not show: no false alarm.
+        assert!(check(&prefix(&steps, 9), &[]).linearizable());
+        // A step cut while it ran keeps no reply.
+        let cut = prefix(&original, 31);
+        assert!(cut.iter().all(|e| e.called <= 31));
+        assert!(cut
+            .iter()
+            .filter(|e| !matches!(e.returned, Some(r) if r <= 31))
+            .all(|e| e.step.iter().all(|(_, reply)| reply.is_none())));
     }
 }

@@ -16,7 +16,50 @@ use redis::Value;
 use testkit::{RedisServer, ServerOptions};
 
 use super::history::{Entry, Recorder};
-use super::spec::{Cmd, Owner, Reply, Step, Wait};
+use super::spec::{Cmd, Mode, Owner, Reply, Step, Wait};
+
+/// What kind of lock a key is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Every owner takes it without `SHARED`.
+    Exclusive,
+    /// A read-write lock: readers take it with `SHARED`, writers without
+    /// ([`mode`]: each owner always in the same mode, so that no request
+    /// meets its own hold in the other mode, an error).
+    ReadWrite,
+    /// A semaphore: every owner takes it with `SHARED LIMIT`
+    /// [`SEMAPHORE_PERMITS`].
+    Semaphore,
+}
+
+/// The permits of the workload's semaphores.
+pub const SEMAPHORE_PERMITS: u8 = 2;
+
+impl Kind {
+    /// Key `key`'s kind: with `shared`, the keys are exclusive locks,
+    /// read-write locks and semaphores in turn; without, all exclusive.
+    pub fn of(key: usize, shared: bool) -> Kind {
+        match key % 3 {
+            _ if !shared => Kind::Exclusive,
+            0 => Kind::Exclusive,
+            1 => Kind::ReadWrite,
+            _ => Kind::Semaphore,
+        }
+    }
+}
+
+/// The mode `owner` takes a key of `kind` in: on a read-write lock, owners
+/// whose number is a multiple of 3 write, the others read.
+pub fn mode(kind: Kind, owner: Owner) -> Mode {
+    match kind {
+        Kind::Exclusive => Mode::Exclusive,
+        Kind::ReadWrite if owner % 3 == 0 => Mode::Exclusive,
+        Kind::ReadWrite => Mode::Shared { limit: None },
+        Kind::Semaphore => Mode::Shared {
+            limit: Some(SEMAPHORE_PERMITS),
+        },
+    }
+}
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -45,6 +88,15 @@ pub struct Settings {
     /// it blocked (`CLIENT LIST`) before the next may send its own, so the
     /// queue's order is known.
     pub waiters: usize,
+    /// The keys the `WAIT` clients take (the first this many of `keys`):
+    /// fewer than all, so that their waits meet in the same queues (the
+    /// controls that swap two waiters need two that waited together) while
+    /// the other connections spread over every key (the checker's work
+    /// grows steeply with each key's steps).
+    pub waited_keys: usize,
+    /// Keys are exclusive locks, read-write locks and semaphores in turn
+    /// ([`Kind::of`]) (the default); `false`: all exclusive.
+    pub shared: bool,
 }
 
 impl Default for Settings {
@@ -52,7 +104,7 @@ impl Default for Settings {
         Settings {
             duration: Duration::from_secs(8),
             connections: 8,
-            keys: 6,
+            keys: 18,
             owners: 3,
             kill_every_ms: 500..=1_500,
             seed: 20_261_124,
@@ -60,6 +112,8 @@ impl Default for Settings {
             ttl_ms: 100..=800,
             lease_clock_ppm: 0,
             waiters: 3,
+            waited_keys: 6,
+            shared: true,
         }
     }
 }
@@ -97,6 +151,8 @@ pub struct Run {
     pub handed_off: u64,
     pub timed_out: u64,
     pub at_once: u64,
+    /// Of the hand-offs, those to `SHARED` waiters.
+    pub shared_handed_off: u64,
 }
 
 /// Records a history; an error is a reply the specification has no word
@@ -185,6 +241,7 @@ pub async fn record(settings: &Settings) -> Result<Run, String> {
         handed_off: counts.handed_off.load(Ordering::Relaxed),
         timed_out: counts.timed_out.load(Ordering::Relaxed),
         at_once: counts.at_once.load(Ordering::Relaxed),
+        shared_handed_off: counts.shared_handed_off.load(Ordering::Relaxed),
     })
 }
 
@@ -218,6 +275,7 @@ fn lease_clock_rate(url: &str, ppm: i64) -> Result<(), String> {
 #[derive(Default)]
 struct Counts {
     handed_off: AtomicU64,
+    shared_handed_off: AtomicU64,
     timed_out: AtomicU64,
     at_once: AtomicU64,
     wait_ids: std::sync::atomic::AtomicU32,
@@ -261,6 +319,11 @@ fn kill_loop(
 /// extend too often for theirs to).
 const PASSERS_BY: std::ops::RangeInclusive<Owner> = 100..=199;
 
+/// The passers-by of a shared key: few, so that the readers that may hold
+/// it at once (these, the regular readers and the waiting ones) stay within
+/// the model's [`super::spec::MAX_HOLDERS`].
+const SHARED_PASSERS_BY: std::ops::RangeInclusive<Owner> = 100..=103;
+
 struct Client {
     url: String,
     settings: Settings,
@@ -302,13 +365,14 @@ impl Client {
                 // to end.
                 Shape::Pipeline | Shape::Multi if rng.random_bool(0.08) => {
                     let key = rng.random_range(0..self.settings.keys);
-                    let owner = rng.random_range(PASSERS_BY);
+                    let owner = self.passer_by(key, &mut rng);
                     vec![
                         (
                             key,
                             Cmd::Acquire {
                                 owner,
                                 ttl_ms: rng.random_range(5_000..=10_000),
+                                mode: self.mode(key, owner),
                             },
                         ),
                         (
@@ -329,7 +393,7 @@ impl Client {
                     let (key, first) = self.command(&mut rng);
                     let mut commands = vec![(key, first)];
                     for _ in 1..rng.random_range(2..=3) {
-                        commands.push((key, self.command(&mut rng).1));
+                        commands.push((key, self.command_on(key, &mut rng)));
                     }
                     commands
                 }
@@ -357,23 +421,49 @@ impl Client {
         .ok()
     }
 
+    fn kind(&self, key: usize) -> Kind {
+        Kind::of(key, self.settings.shared)
+    }
+
+    fn mode(&self, key: usize, owner: Owner) -> Mode {
+        mode(self.kind(key), owner)
+    }
+
+    /// A passer-by for `key` (of a few for a shared key).
+    fn passer_by(&self, key: usize, rng: &mut StdRng) -> Owner {
+        match self.kind(key) {
+            Kind::Exclusive => rng.random_range(PASSERS_BY),
+            _ => rng.random_range(SHARED_PASSERS_BY),
+        }
+    }
+
     fn command(&self, rng: &mut StdRng) -> (usize, Cmd) {
         let key = rng.random_range(0..self.settings.keys);
+        (key, self.command_on(key, rng))
+    }
+
+    /// A command on `key` (in the mode its owner takes `key` in).
+    fn command_on(&self, key: usize, rng: &mut StdRng) -> Cmd {
         let owner: Owner = rng.random_range(0..self.settings.owners);
-        let cmd = match rng.random_range(0..105) {
+        match rng.random_range(0..105) {
             // A passer-by: its lease ends, unless it released first (one
             // of many: it seldom comes back to re-enter or release).
-            100..=103 => Cmd::Acquire {
-                owner: rng.random_range(PASSERS_BY),
-                ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
-            },
+            100..=103 => {
+                let owner = self.passer_by(key, rng);
+                Cmd::Acquire {
+                    owner,
+                    ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+                    mode: self.mode(key, owner),
+                }
+            }
             104 => Cmd::Release {
-                owner: rng.random_range(PASSERS_BY),
+                owner: self.passer_by(key, rng),
                 all: false,
             },
             0..=29 => Cmd::Acquire {
                 owner,
                 ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
+                mode: self.mode(key, owner),
             },
             30..=54 => Cmd::Release {
                 owner,
@@ -391,8 +481,7 @@ impl Client {
                 }),
             },
             _ => Cmd::Info,
-        };
-        (key, cmd)
+        }
     }
 
     /// Sends `commands` and records them; `Ok(false)` if the connection
@@ -537,12 +626,13 @@ impl Client {
                     }
                 }
             };
-            let key = rng.random_range(0..self.settings.keys);
+            let key = rng.random_range(0..self.settings.waited_keys.clamp(1, self.settings.keys));
             let wait = Wait {
                 id: self.counts.wait_ids.fetch_add(1, Ordering::Relaxed),
                 owner,
                 ttl_ms: rng.random_range(self.settings.ttl_ms.clone()),
                 timeout_ms: rng.random_range(100..=1_000),
+                mode: self.mode(key, owner),
             };
             let Some(gate) = gates.get(key) else {
                 return Err(format!("no gate for key {key}"));
@@ -613,7 +703,14 @@ impl Client {
                     continue;
                 }
                 (Some(Reply::Nil), _) => &self.counts.timed_out,
-                (Some(_), Some(_)) => &self.counts.handed_off,
+                (Some(_), Some(_)) => {
+                    if wait.mode != Mode::Exclusive {
+                        self.counts
+                            .shared_handed_off
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    &self.counts.handed_off
+                }
                 (Some(_), None) => &self.counts.at_once,
             };
             counter.fetch_add(1, Ordering::Relaxed);
@@ -670,11 +767,16 @@ fn owner_name(owner: Owner) -> String {
 fn request(key: usize, cmd: Cmd) -> redis::Cmd {
     let key = key_name(key);
     match cmd {
-        Cmd::Acquire { owner, ttl_ms } => redis::cmd("LOCK.ACQUIRE")
-            .arg(key)
-            .arg(owner_name(owner))
-            .arg(ttl_ms)
-            .to_owned(),
+        Cmd::Acquire {
+            owner,
+            ttl_ms,
+            mode,
+        } => {
+            let mut cmd = redis::cmd("LOCK.ACQUIRE");
+            cmd.arg(key).arg(owner_name(owner)).arg(ttl_ms);
+            mode_args(&mut cmd, mode);
+            cmd
+        }
         Cmd::Release { owner, all } => {
             let mut cmd = redis::cmd("LOCK.RELEASE");
             cmd.arg(key).arg(owner_name(owner));
@@ -697,13 +799,23 @@ fn request(key: usize, cmd: Cmd) -> redis::Cmd {
             cmd
         }
         Cmd::Info => redis::cmd("LOCK.INFO").arg(key).to_owned(),
-        Cmd::Enqueue { wait, .. } | Cmd::Answer(wait) => redis::cmd("LOCK.ACQUIRE")
-            .arg(key)
-            .arg(owner_name(wait.owner))
-            .arg(wait.ttl_ms)
-            .arg("WAIT")
-            .arg(wait.timeout_ms)
-            .to_owned(),
+        Cmd::Enqueue { wait, .. } | Cmd::Answer(wait) => {
+            let mut cmd = redis::cmd("LOCK.ACQUIRE");
+            cmd.arg(key).arg(owner_name(wait.owner)).arg(wait.ttl_ms);
+            mode_args(&mut cmd, wait.mode);
+            cmd.arg("WAIT").arg(wait.timeout_ms);
+            cmd
+        }
+    }
+}
+
+/// `SHARED [LIMIT n]` for a shared request.
+fn mode_args(cmd: &mut redis::Cmd, mode: Mode) {
+    if let Mode::Shared { limit } = mode {
+        cmd.arg("SHARED");
+        if let Some(limit) = limit {
+            cmd.arg("LIMIT").arg(limit);
+        }
     }
 }
 
@@ -725,6 +837,10 @@ fn reply(cmd: Cmd, value: &Value) -> Result<Reply, String> {
                     .and_then(|pair| pair.get(1))
                     .ok_or_else(|| format!("LOCK.INFO without {name}: {fields:?}"))
             };
+            if matches!(field("mode"), Ok(Value::BulkString(mode)) if mode == b"shared") {
+                let holders = u32::try_from(int(field("holders")?)?).map_err(|e| e.to_string())?;
+                return Ok(Reply::Shared { holders });
+            }
             let owner = match field("owner")? {
                 Value::BulkString(name) => std::str::from_utf8(name)
                     .ok()

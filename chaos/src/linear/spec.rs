@@ -1,8 +1,13 @@
-//! The sequential specification of one lock key: an exclusive, re-entrant
-//! lock with fencing tokens and leases, and its FIFO queue of waiters, as
-//! `LOCK.ACQUIRE [WAIT]`, `LOCK.RELEASE [ALL]`, `LOCK.EXTEND`, `LOCK.FENCE
-//! [ATLEAST n]` and `LOCK.INFO` define it. (Shared locks and semaphores
-//! are not modelled.)
+//! The sequential specification of one lock key: a re-entrant lock with
+//! fencing tokens and leases, exclusive, shared (readers) or a semaphore
+//! (`SHARED LIMIT n`), and its FIFO queue of waiters, as `LOCK.ACQUIRE
+//! [SHARED [LIMIT n]] [WAIT]`, `LOCK.RELEASE [ALL]`, `LOCK.EXTEND`,
+//! `LOCK.FENCE [ATLEAST n]` and `LOCK.INFO` define it. Each holder of a
+//! shared lock has its own holds, lease and token; a new holder (of either
+//! mode) gets a token above every earlier one on the key. A shared request
+//! joins shared holders with the same `LIMIT` while there is room and
+//! nobody waits; an exclusive one needs a free lock and an empty queue; a
+//! re-entry (the same mode) needs neither.
 //!
 //! **Time.** Each step carries the real-time stamps of its call and its
 //! return (nanoseconds on the recorder's monotonic clock), and takes effect
@@ -14,9 +19,14 @@
 //! ([`early_ns`], [`late_ns`]): before every step the lease may have ended
 //! if that interval starts before the step's return, and must have ended
 //! if it ends before the earliest moment the step can take effect. A lease
-//! end is a step of its own that nobody sent: the key is free from it on.
-//! So are a `WAIT`'s grant (to the head of the queue, whenever the lock is
-//! free) and its timeout (no earlier than its timeout after it queued).
+//! end is a step of its own that nobody sent: its holder is gone from it
+//! on. So are a `WAIT`'s grant (to the head of the queue, when it can be
+//! admitted: an exclusive head once nobody holds the lock, a shared head
+//! while there is room, each waiter behind it then in turn) and its timeout
+//! (no earlier than its timeout after it queued). The grant comes no later
+//! than [`HANDOFF_LATE_NS`] after the head could first be admitted (a
+//! release's return, a lease's latest end, a timeout's answer): a state in
+//! which it is still waiting after that is left out.
 //!
 //! A step whose reply never came (the node was killed first) may or may not
 //! have taken effect, and a grant's token is then unknown: the
@@ -35,10 +45,11 @@ pub type Owner = u8;
 /// A command on the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cmd {
-    /// `LOCK.ACQUIRE key owner ttl`.
+    /// `LOCK.ACQUIRE key owner ttl [SHARED [LIMIT n]]`.
     Acquire {
         owner: Owner,
         ttl_ms: u64,
+        mode: Mode,
     },
     Release {
         owner: Owner,
@@ -80,6 +91,18 @@ pub struct Wait {
     pub owner: Owner,
     pub ttl_ms: u64,
     pub timeout_ms: u64,
+    pub mode: Mode,
+}
+
+/// A lock's mode, as `LOCK.ACQUIRE` asks for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mode {
+    /// No `SHARED`: one holder at a time.
+    #[default]
+    Exclusive,
+    /// `SHARED` (a reader: any number of holders, [`MAX_HOLDERS`] in the
+    /// model), or `SHARED LIMIT n` (a semaphore of `n` permits).
+    Shared { limit: Option<u8> },
 }
 
 /// A reply, as far as the specification looks at it.
@@ -88,11 +111,15 @@ pub enum Reply {
     Nil,
     /// A token (acquire, fence), holds left (release) or 0/1 (extend).
     Int(u64),
-    /// `LOCK.INFO` of a held lock.
+    /// `LOCK.INFO` of a held exclusive lock.
     Holder {
         owner: Owner,
         holds: u32,
         token: u64,
+    },
+    /// `LOCK.INFO` of a held shared lock: how many hold it.
+    Shared {
+        holders: u32,
     },
 }
 
@@ -211,21 +238,58 @@ enum Outcome {
     TimedOut,
 }
 
+/// The most holders a state can have: the workload's shared keys have
+/// fewer owners that may hold them at once (a state that would need more is
+/// refused, so a workload that outgrew it fails loudly).
+pub const MAX_HOLDERS: usize = 8;
+
 /// One state of the key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
-    held: Option<Held>,
+    /// The lock's mode while anyone holds it (`Exclusive` when nobody
+    /// does: one state for a free key).
+    mode: Mode,
+    /// The holders by owner, then `None`s: one for an exclusive lock, up
+    /// to its `LIMIT` for a shared one. (With a named constant for the
+    /// length, rustc 1.95 fails with an internal error on the struct
+    /// updates.)
+    holders: [Option<Held>; 8],
     /// Every token granted on the key so far is at most this, except an
     /// unseen one, which is at least this (a grant whose reply was lost
-    /// raises it by one: its token is above the old value). A new lock's
+    /// raises it by one: its token is above the old value). A new holder's
     /// token is above it.
     issued: u64,
     /// The waiters in order, then `None`s: at most 6 (the workload has
-    /// fewer waiting clients). (With a named constant for the length,
-    /// rustc 1.95 fails with an internal error on the struct updates.)
+    /// fewer waiting clients).
     queue: [Option<Waiter>; 6],
     /// Waits granted or timed out and not yet answered (sorted).
     outcomes: [Option<(u32, Outcome)>; 6],
+    /// The head of the queue can be admitted (the lock is free, or shared
+    /// with room for a shared head, or held by the head's owner): it must
+    /// be, by this moment (`u64::MAX`: it cannot be). Set when that became
+    /// so, to the latest moment it can have ([`HANDOFF_LATE_NS`] after).
+    serve_by: u64,
+}
+
+/// How long after the moment its head could first be admitted (a release's
+/// reply, a lease's latest end, a waiter's timeout) a queue may still wait
+/// to be served. A release serves the queue in the same command; a lease
+/// end or a timeout is handled by the module's timer, armed for that
+/// millisecond, whose firing a busy machine can delay: the allowance is for
+/// that delay (the lease's own allowance is already in its latest end).
+pub const HANDOFF_LATE_NS: u64 = 100_000_000;
+
+impl Default for Key {
+    fn default() -> Key {
+        Key {
+            mode: Mode::Exclusive,
+            holders: [None; 8],
+            issued: 0,
+            queue: [None; 6],
+            outcomes: [None; 6],
+            serve_by: u64::MAX,
+        }
+    }
 }
 
 impl Key {
@@ -233,20 +297,23 @@ impl Key {
     /// state whose next step takes effect at `now` at the earliest: the
     /// states it may take effect in, each with the earliest moment it can.
     /// Meanwhile things may happen that no step of the history sent
-    /// ([`Key::events`]), in any number: the lease may end (if it can end
-    /// before the step's return), the head of the queue be granted, a
-    /// waiter time out. A state whose lease must have ended by its moment is
-    /// left out.
+    /// ([`Key::events`]), in any number, each at the earliest moment it
+    /// can (from `now` on, before the step was sent too): a lease may end
+    /// (if it can end before the step's return), the head of the queue be
+    /// granted, a waiter time out. Each happens in a state still valid at
+    /// its moment ([`Key::valid_at`]: one lease that must have ended
+    /// before another thing happens ends first, and a head is served by
+    /// its deadline); a state in which a lease must have ended by the
+    /// step's moment, or the queue's head been served, is left out.
     fn advance(self, now: u64, called: u64, returned: u64) -> Vec<(Key, u64)> {
-        let at = now.max(called);
-        if at > returned {
+        if now.max(called) > returned {
             return Vec::new();
         }
-        let mut seen: BTreeMap<Key, u64> = BTreeMap::from([(self, at)]);
-        let mut todo = vec![(self, at)];
+        let mut seen: BTreeMap<Key, u64> = BTreeMap::from([(self, now)]);
+        let mut todo = vec![(self, now)];
         while let Some((key, at)) = todo.pop() {
             for (next, next_at) in key.events(at, returned) {
-                if next_at > returned {
+                if next_at > returned || !key.valid_at(next_at) {
                     continue;
                 }
                 let earliest = seen.entry(next).or_insert(u64::MAX);
@@ -257,24 +324,33 @@ impl Key {
             }
         }
         seen.into_iter()
-            .filter(|(key, at)| key.held.map_or(true, |held| held.ends.by > *at))
+            .map(|(key, at)| (key, at.max(called)))
+            .filter(|(key, at)| key.valid_at(*at))
             .collect()
+    }
+
+    /// No lease in it must have ended by `at`, nor its queue's head been
+    /// served.
+    fn valid_at(&self, at: u64) -> bool {
+        self.held().all(|held| held.ends.by > at) && at <= self.serve_by
     }
 
     /// What may happen on its own from `at` on, before `returned`: each
     /// with the moment it happens at the earliest.
     fn events(self, at: u64, returned: u64) -> Vec<(Key, u64)> {
         let mut events = Vec::new();
-        if let Some(held) = self.held {
+        for held in self.held() {
             if held.ends.from <= returned {
-                events.push((Key { held: None, ..self }, at.max(held.ends.from)));
+                let key = self.without_holder(held.owner).settled(held.ends.by);
+                events.push((key, at.max(held.ends.from)));
             }
         }
         if let Some(head) = self.waiter(0) {
-            // The lock is free (or the head's owner holds it: a re-entry):
-            // the head is served.
-            if let Some(granted) = self.without(0).grant(head.wait, at, head.answer_by) {
-                events.push((granted, at));
+            // The head is served when it can be admitted (the same
+            // deadline holds for the next one, if it can be too: one
+            // hand-off admits a run of shared waiters).
+            if let Some(granted) = self.without(0).grant(head.wait, at, head.answer_by, true) {
+                events.push((granted.settled(u64::MAX), at));
             }
         }
         for (i, waiter) in self.queue.iter().enumerate() {
@@ -284,15 +360,80 @@ impl Key {
                     .without(i)
                     .with_outcome(waiter.wait.id, Outcome::TimedOut)
                 {
-                    events.push((key, at.max(waiter.timeout.from)));
+                    events.push((key.settled(waiter.answer_by), at.max(waiter.timeout.from)));
                 }
             }
             // Its client is gone (the node was killed): it left the queue.
             if waiter.answer_by == u64::MAX {
-                events.push((self.without(i), at));
+                events.push((self.without(i).settled(u64::MAX), at));
             }
         }
         events
+    }
+
+    /// The holders.
+    fn held(&self) -> impl Iterator<Item = Held> + '_ {
+        self.holders.iter().map_while(|held| *held)
+    }
+
+    fn holder(&self, owner: Owner) -> Option<Held> {
+        self.held().find(|held| held.owner == owner)
+    }
+
+    /// The key with `held` as its owner's hold (`None`: no room).
+    fn with_holder(mut self, held: Held) -> Option<Key> {
+        let slot = match self
+            .holders
+            .iter()
+            .position(|slot| matches!(slot, Some(h) if h.owner == held.owner))
+        {
+            Some(i) => self.holders.get_mut(i)?,
+            None => self.holders.iter_mut().find(|slot| slot.is_none())?,
+        };
+        *slot = Some(held);
+        self.holders
+            .sort_unstable_by_key(|slot| slot.map_or((1, 0), |h| (0, h.owner)));
+        Some(self)
+    }
+
+    /// The key without `owner`'s hold (free, and exclusive, without any).
+    fn without_holder(mut self, owner: Owner) -> Key {
+        if let Some(i) = self
+            .holders
+            .iter()
+            .position(|slot| matches!(slot, Some(h) if h.owner == owner))
+        {
+            if let Some(rest) = self.holders.get_mut(i..) {
+                rest.rotate_left(1);
+                if let Some(last) = rest.last_mut() {
+                    *last = None;
+                }
+            }
+        }
+        if self.holders[0].is_none() {
+            self.mode = Mode::Exclusive;
+        }
+        self
+    }
+
+    /// Whether `wait` (at the head of the queue) can be admitted now.
+    fn admits(&self, wait: Wait) -> bool {
+        self.admit(wait.owner, wait.mode, wait.ttl_ms, 0, 0, true)
+            .is_some()
+    }
+
+    /// The key with its hand-off deadline brought up to date after a change
+    /// that happened by `by` at the latest: if its head can be admitted, it
+    /// must be by `by` + [`HANDOFF_LATE_NS`] (or by the deadline it already
+    /// had); if not, there is none.
+    fn settled(self, by: u64) -> Key {
+        let serve_by = match self.waiter(0) {
+            Some(head) if self.admits(head.wait) => {
+                self.serve_by.min(by.saturating_add(HANDOFF_LATE_NS))
+            }
+            _ => u64::MAX,
+        };
+        Key { serve_by, ..self }
     }
 
     fn waiter(&self, i: usize) -> Option<Waiter> {
@@ -341,45 +482,96 @@ impl Key {
         })
     }
 
-    /// `wait` is granted at a moment in `[at, answer_by]`: a new lock if it
-    /// is free, a re-entry if its owner holds it; `None` otherwise (or if
-    /// the outcome has no room).
-    fn grant(self, wait: Wait, at: u64, answer_by: u64) -> Option<Key> {
-        let ends = Ends::after(at, answer_by, wait.ttl_ms);
-        let (held, token, issued) = match self.held {
-            None => {
-                let token = Token::Above(self.issued);
-                let held = Held {
-                    owner: wait.owner,
-                    holds: 1,
-                    token,
-                    ends,
-                };
-                (held, token, self.issued.saturating_add(1))
+    /// `owner` asks for the lock in `mode` with a lease of `ttl_ms`, at a
+    /// moment in `[at, returned]`: the key with its hold and the hold's
+    /// token, or `None` if it is refused (nil). Its own hold in the same
+    /// mode is re-entered (one more hold, the same token, the lease
+    /// renewed); a free lock is a new one; a shared lock with the same
+    /// `LIMIT` and room takes one more holder. A new holder's token is
+    /// above every earlier one. Unless `head` (the head of the queue being
+    /// served), a new holder also needs an empty queue (a newcomer never
+    /// overtakes a waiter).
+    fn admit(
+        self,
+        owner: Owner,
+        mode: Mode,
+        ttl_ms: u64,
+        at: u64,
+        returned: u64,
+        head: bool,
+    ) -> Option<(Key, Token)> {
+        let ends = Ends::after(at, returned, ttl_ms);
+        if let Some(held) = self.holder(owner) {
+            // Re-entry, in the same mode only (the other mode is an error
+            // the workload never provokes).
+            if self.mode != mode {
+                return None;
             }
-            Some(held) if held.owner == wait.owner => {
-                let held = Held {
-                    holds: held.holds.saturating_add(1),
-                    ends,
-                    ..held
-                };
-                (held, held.token, self.issued)
+            let key = self.with_holder(Held {
+                holds: held.holds.saturating_add(1),
+                ends,
+                ..held
+            })?;
+            return Some((key, held.token));
+        }
+        if !head && self.waiter(0).is_some() {
+            return None;
+        }
+        let holders = self.held().count();
+        let room = match (self.mode, mode) {
+            _ if holders == 0 => true,
+            (Mode::Shared { limit: held }, Mode::Shared { limit }) if held == limit => {
+                holders < limit.map_or(MAX_HOLDERS, usize::from)
             }
-            Some(_) => return None,
+            _ => false,
         };
-        Key {
-            held: Some(held),
-            issued,
+        if !room {
+            return None;
+        }
+        let token = Token::Above(self.issued);
+        let key = Key {
+            mode,
+            issued: self.issued.saturating_add(1),
             ..self
         }
-        .with_outcome(wait.id, Outcome::Granted(token))
+        .with_holder(Held {
+            owner,
+            holds: 1,
+            token,
+            ends,
+        })?;
+        Some((key, token))
+    }
+
+    /// `wait` is granted at a moment in `[at, answer_by]` (as the head of
+    /// the queue if `head`); `None` if it cannot be now (or if the outcome
+    /// has no room).
+    fn grant(self, wait: Wait, at: u64, answer_by: u64, head: bool) -> Option<Key> {
+        let (key, token) = self.admit(wait.owner, wait.mode, wait.ttl_ms, at, answer_by, head)?;
+        key.with_outcome(wait.id, Outcome::Granted(token))
+    }
+
+    /// The key with `owner`'s hold's token seen to be `token`.
+    fn seen(self, owner: Owner, token: u64) -> Key {
+        let key = match self.holder(owner) {
+            Some(held) => self
+                .with_holder(Held {
+                    token: Token::Is(token),
+                    ..held
+                })
+                .unwrap_or(self),
+            None => self,
+        };
+        Key {
+            issued: key.issued.max(token),
+            ..key
+        }
     }
 
     /// The states `cmd` can lead to when it replied `reply` (any reply when
     /// `None`, including having had no effect), taking effect at a moment
     /// in `[at, returned]`; none if it cannot have.
     fn next(self, cmd: Cmd, reply: Option<Reply>, at: u64, returned: u64) -> Vec<Key> {
-        let mine = |owner: Owner| self.held.filter(|held| held.owner == owner);
         // A command that does not change the key and replies `expected`.
         let read = |expected: Reply| match reply {
             None => vec![self],
@@ -387,66 +579,42 @@ impl Key {
             Some(_) => Vec::new(),
         };
         match cmd {
-            Cmd::Acquire { owner, ttl_ms } => {
-                let ends = Ends::after(at, returned, ttl_ms);
-                let held = match (self.held, mine(owner)) {
-                    // A free lock with waiters goes to the first of them,
-                    // never to a newcomer.
-                    (None, _) if self.waiter(0).is_some() => return read(Reply::Nil),
-                    // A new lock: a token above every earlier one.
-                    (None, _) => Held {
-                        owner,
-                        holds: 1,
-                        token: Token::Above(self.issued),
-                        ends,
-                    },
-                    // A re-entry: one more hold, the same token, the lease
-                    // renewed.
-                    (Some(_), Some(held)) => Held {
-                        holds: held.holds.saturating_add(1),
-                        ends,
-                        ..held
-                    },
-                    (Some(_), None) => return read(Reply::Nil),
-                };
-                // A new lock's unseen token is above `issued`: every later
-                // one must be above `issued + 1` at least.
-                let issued = if self.held.is_none() {
-                    self.issued.saturating_add(1)
-                } else {
-                    self.issued
+            Cmd::Acquire {
+                owner,
+                ttl_ms,
+                mode,
+            } => {
+                let Some((after, token)) = self.admit(owner, mode, ttl_ms, at, returned, false)
+                else {
+                    return read(Reply::Nil);
                 };
                 match reply {
-                    None => vec![
-                        self,
-                        Key {
-                            held: Some(held),
-                            issued,
-                            ..self
-                        },
-                    ],
-                    Some(Reply::Int(token)) if held.token.matches(token) => vec![Key {
-                        held: Some(Held {
-                            token: Token::Is(token),
-                            ..held
-                        }),
-                        issued: self.issued.max(token),
-                        ..self
-                    }],
+                    None => vec![self, after],
+                    // A new holder's token is above `issued`: once seen,
+                    // `issued` is that token.
+                    Some(Reply::Int(got)) if token.matches(got) => vec![Key {
+                        issued: self.issued,
+                        ..after
+                    }
+                    .seen(owner, got)],
                     Some(_) => Vec::new(),
                 }
             }
             Cmd::Release { owner, all } => {
-                let Some(held) = mine(owner) else {
+                let Some(held) = self.holder(owner) else {
                     return read(Reply::Nil);
                 };
                 let left = if all { 0 } else { held.holds.saturating_sub(1) };
-                let after = Key {
-                    held: (left > 0).then_some(Held {
+                let after = if left > 0 {
+                    let Some(after) = self.with_holder(Held {
                         holds: left,
                         ..held
-                    }),
-                    ..self
+                    }) else {
+                        return Vec::new();
+                    };
+                    after
+                } else {
+                    self.without_holder(owner)
                 };
                 match reply {
                     None => vec![self, after],
@@ -455,15 +623,14 @@ impl Key {
                 }
             }
             Cmd::Extend { owner, ttl_ms } => {
-                let Some(held) = mine(owner) else {
+                let Some(held) = self.holder(owner) else {
                     return read(Reply::Int(0));
                 };
-                let after = Key {
-                    held: Some(Held {
-                        ends: Ends::after(at, returned, ttl_ms),
-                        ..held
-                    }),
-                    ..self
+                let Some(after) = self.with_holder(Held {
+                    ends: Ends::after(at, returned, ttl_ms),
+                    ..held
+                }) else {
+                    return Vec::new();
                 };
                 match reply {
                     None => vec![self, after],
@@ -472,32 +639,35 @@ impl Key {
                 }
             }
             Cmd::Fence { owner, at_least } => {
-                let Some(held) = mine(owner) else {
+                let Some(held) = self.holder(owner) else {
                     return read(Reply::Nil);
                 };
                 let floor = at_least.unwrap_or(0);
                 let token = held.token.raised(floor);
-                let raised = |token: Token, issued: u64| Key {
-                    held: Some(Held { token, ..held }),
-                    issued: issued.max(floor),
-                    ..self
+                let raised = |token: Token, issued: u64| {
+                    self.with_holder(Held { token, ..held }).map(|key| Key {
+                        issued: issued.max(floor),
+                        ..key
+                    })
                 };
                 match reply {
-                    None => vec![self, raised(token, self.issued)],
+                    None => std::iter::once(self)
+                        .chain(raised(token, self.issued))
+                        .collect(),
                     Some(Reply::Int(got)) if token.matches(got) => {
-                        vec![raised(Token::Is(got), self.issued.max(got))]
+                        raised(Token::Is(got), self.issued.max(got))
+                            .into_iter()
+                            .collect()
                     }
                     Some(_) => Vec::new(),
                 }
             }
             Cmd::Enqueue { wait, answer_by } => {
-                let ran = if self.held.is_none() && self.waiter(0).is_some() {
-                    // Behind the others, even for a free lock.
-                    self.queued(wait, at, answer_by)
-                } else {
-                    self.grant(wait, at, answer_by)
-                        .or_else(|| self.queued(wait, at, answer_by))
-                };
+                // Granted at once as a plain acquisition would be (never
+                // ahead of the queue but for a re-entry), or queued.
+                let ran = self
+                    .grant(wait, at, answer_by, false)
+                    .or_else(|| self.queued(wait, at, answer_by));
                 match reply {
                     None => std::iter::once(self).chain(ran).collect(),
                     Some(Reply::Nil) => ran.into_iter().collect(),
@@ -518,47 +688,45 @@ impl Key {
                     (Outcome::Granted(token), Some(Reply::Int(got))) if token.matches(got) => {
                         // The holder's token is that one if the grant still
                         // holds the lock.
-                        let held = after.held.map(|held| {
-                            if held.owner == wait.owner && held.token == token {
-                                Held {
-                                    token: Token::Is(got),
-                                    ..held
-                                }
-                            } else {
-                                held
-                            }
-                        });
-                        vec![Key {
-                            held,
-                            issued: after.issued.max(got),
-                            ..after
-                        }]
+                        let key = match after.holder(wait.owner) {
+                            Some(held) if held.token == token => after.seen(wait.owner, got),
+                            _ => Key {
+                                issued: after.issued.max(got),
+                                ..after
+                            },
+                        };
+                        vec![key]
                     }
                     _ => Vec::new(),
                 }
             }
-            Cmd::Info => match (self.held, reply) {
-                (_, None) => vec![self],
-                (None, Some(Reply::Nil)) => vec![self],
-                (
-                    Some(held),
-                    Some(Reply::Holder {
-                        owner,
-                        holds,
-                        token,
-                    }),
-                ) if held.owner == owner && held.holds == holds && held.token.matches(token) => {
-                    vec![Key {
-                        held: Some(Held {
-                            token: Token::Is(token),
-                            ..held
+            Cmd::Info => {
+                let holders = self.held().count();
+                match (self.mode, self.held().next(), reply) {
+                    (_, _, None) => vec![self],
+                    (_, None, Some(Reply::Nil)) => vec![self],
+                    (
+                        Mode::Exclusive,
+                        Some(held),
+                        Some(Reply::Holder {
+                            owner,
+                            holds,
+                            token,
                         }),
-                        issued: self.issued.max(token),
-                        ..self
-                    }]
+                    ) if held.owner == owner
+                        && held.holds == holds
+                        && held.token.matches(token) =>
+                    {
+                        vec![self.seen(owner, token)]
+                    }
+                    (Mode::Shared { .. }, Some(_), Some(Reply::Shared { holders: n }))
+                        if usize::try_from(n).is_ok_and(|n| n == holders) =>
+                    {
+                        vec![self]
+                    }
+                    _ => Vec::new(),
                 }
-                _ => Vec::new(),
-            },
+            }
         }
     }
 }
@@ -580,6 +748,8 @@ pub fn apply(timed: &Timed, keys: &Keys) -> Keys {
         for (&key, &at) in &now {
             for (key, at) in key.advance(at, timed.called, timed.returned) {
                 for key in key.next(cmd, reply, at, timed.returned) {
+                    // Whatever it did, it did by its return.
+                    let key = key.settled(timed.returned);
                     let earliest = next.entry(key).or_insert(at);
                     *earliest = (*earliest).min(at);
                 }
@@ -588,6 +758,27 @@ pub fn apply(timed: &Timed, keys: &Keys) -> Keys {
         now = next;
     }
     now
+}
+
+thread_local! {
+    /// The steps [`LockSpec::apply`] may still take on this thread (see
+    /// [`with_budget`]), and whether it ran out.
+    static BUDGET: std::cell::Cell<(u64, bool)> = const { std::cell::Cell::new((u64::MAX, false)) };
+}
+
+/// Runs `check` with at most `steps` applications of a step to one of the
+/// key's possible states ([`LockSpec::apply`]) on this thread: past them every
+/// application is refused, which ends the checker's search at once (with
+/// "not linearizable"). Returns what `check` returned, and whether the
+/// budget ran out: its answer is then no verdict, and the caller must not
+/// take it for one either way; and how many steps it took. The bound is a
+/// count, not a time: the same history gets the same answer on a fast
+/// machine and under valgrind.
+pub fn with_budget<T>(steps: u64, check: impl FnOnce() -> T) -> (T, u64, bool) {
+    BUDGET.with(|budget| budget.set((steps, false)));
+    let answer = check();
+    let (left, ran_out) = BUDGET.with(|budget| budget.replace((u64::MAX, false)));
+    (answer, steps.saturating_sub(left), ran_out)
 }
 
 /// The specification for `todc_utils::WGLChecker`.
@@ -602,6 +793,18 @@ impl Specification for LockSpec {
     }
 
     fn apply(timed: &Timed, keys: &Keys) -> (bool, Keys) {
+        // Charged by the states the step is applied to (one application
+        // may try many): a closer measure of the work than the calls.
+        let cost = u64::try_from(keys.len()).unwrap_or(u64::MAX).max(1);
+        let spent = BUDGET.with(|budget| {
+            let (left, ran_out) = budget.get();
+            let spent = ran_out || left < cost;
+            budget.set((left.saturating_sub(cost), spent));
+            spent
+        });
+        if spent {
+            return (false, keys.clone());
+        }
         let next = apply(timed, keys);
         if next.is_empty() {
             return (false, keys.clone());
