@@ -1,10 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
-from redislock_native import LockNotAcquired, StaleToken
+from redislock_native import LockNotAcquired, RedisLockError, StaleToken
 from redislock_native.aio import AsyncRedlock
 
 
@@ -153,3 +154,42 @@ def test_async_distinct_waits_share_one_client(server):
         await held.release()
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_async_client_made_in_a_forked_child_works(server):
+    """ForkedProcessError tells a forked child to "create a new Redlock in
+    the child". The sync client does that fine (a runtime per client); the
+    asyncio one runs on pyo3-async-runtimes' process-wide runtime, made in
+    the parent, whose threads do not exist in the child: an AsyncRedlock
+    made in the child must still work (or refuse at once), never hang."""
+
+    async def use(name):
+        rl = AsyncRedlock(server.url, ttl=10.0)
+        lock = await rl.acquire(name)
+        await lock.release()
+
+    asyncio.run(use("parent"))  # the parent's runtime now exists
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what happened, never return into pytest
+        code = 1
+        try:
+            asyncio.run(asyncio.wait_for(use("child"), 10.0))
+            code = 0
+        except asyncio.TimeoutError:
+            code = 3
+        except RedisLockError:
+            code = 0  # a clear refusal is acceptable too
+        except BaseException:
+            code = 2
+        finally:
+            os.write(write, bytes([code]))
+            os._exit(0)
+    os.close(write)
+    result = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert result != b"\x03", "an AsyncRedlock made in a forked child hung (10 s)"
+    assert result == b"\x00"

@@ -475,3 +475,81 @@ def test_distinct_waits_share_one_client(server):
     held.release()
     with rl.lock("busy", wait=5.0):
         pass
+
+
+def test_waiting_connection_cut_short_by_the_deadline_is_not_acquired(server):
+    """client/src/single.rs (f1ad0ea) and the crate docs: a waiting
+    connection that does not open before the acquisition's deadline is
+    NotAcquired (the node said busy), not a node failure. Here the node
+    answers on its first connection and stalls every later one (a TCP
+    relay in front of the real server); the acquisition's deadline, not
+    the node timeout, bounds the connect, so the outcome is LockNotAcquired.
+    (A connect bounded by the node timeout may well be a NodeError.)"""
+    import asyncio as aio
+
+    relay_port = free_port_local()
+    opened = []
+    stop = threading.Event()
+
+    async def handle(reader, writer):
+        try:
+            await relayed(reader, writer)
+        except (aio.CancelledError, OSError):
+            pass  # the relay shutting down
+
+    async def relayed(reader, writer):
+        opened.append(time.monotonic())
+        if len(opened) > 1:  # stalled: accepted, never answered
+            while not stop.is_set():
+                await aio.sleep(0.05)
+            writer.close()
+            return
+        up_r, up_w = await aio.open_connection("127.0.0.1", server.port)
+
+        async def pipe(src, dst):
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except Exception:
+                pass
+            dst.close()
+
+        await aio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+    ready = threading.Event()
+
+    def relay():
+        async def main():
+            srv = await aio.start_server(handle, "127.0.0.1", relay_port)
+            ready.set()
+            while not stop.is_set():
+                await aio.sleep(0.05)
+            srv.close()
+
+        aio.run(main())
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        command(server.port, "LOCK.ACQUIRE", "stalled", "other", "60000")
+        rl = Redlock(
+            f"redis://127.0.0.1:{relay_port}", ttl=10.0, config=Config(node_timeout=1.0)
+        )
+        with pytest.raises(LockNotAcquired):
+            # 1.5 s: the waiting connection gets what is left after one
+            # round's allowance (1 s), well under the node timeout.
+            rl.acquire("stalled", wait=1.5)
+        assert len(opened) >= 2, "no waiting connection was tried"
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def free_port_local() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
