@@ -290,6 +290,9 @@ impl Node {
         };
         match tokio::time::timeout(timeout, open).await {
             Ok(Ok(conn)) => Ok(conn),
+            // redis-rs's own connection timeout (the same `timeout`) usually
+            // fires first: the same outcome as ours.
+            Ok(Err(error)) if error.is_timeout() => Err(NodeError::Timeout(timeout)),
             Ok(Err(error)) => Err(node_error(error)),
             Err(_) => Err(NodeError::Timeout(timeout)),
         }

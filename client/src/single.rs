@@ -27,7 +27,8 @@ impl LockCore {
     /// is undone there after the kill: nothing sent on the waiting
     /// connection runs after that (no late grant, no stale undo), and the
     /// undo is ahead of the handle's next command. Such a wait (or a
-    /// waiting connection that does not open in time) is `NotAcquired`, its
+    /// waiting connection whose connect the deadline cuts short; one cut by
+    /// the node timeout is the node's failure) is `NotAcquired`, its
     /// outcome the timeout: the node said busy, and a late reply is a slow
     /// or loaded node, not a failed one. If the kill fails, the wait is
     /// ended with `CLIENT UNBLOCK` and undone on its own connection, after
@@ -85,14 +86,15 @@ impl LockCore {
             node: node.name().to_string(),
             result,
         };
-        let mut conn = match node
-            .open_waiting(config.node_timeout.min(room - allowance))
-            .await
-        {
+        let connect_bound = config.node_timeout.min(room - allowance);
+        // Whether the acquisition's deadline, not the node timeout, bounds
+        // the connect: then a connect that times out is a wait that did not
+        // succeed in time (the node said busy a moment ago); bounded by the
+        // node timeout it is the node's failure.
+        let cut_by_deadline = connect_bound < config.node_timeout;
+        let mut conn = match node.open_waiting(connect_bound).await {
             Ok(conn) => conn,
-            // The node said busy a moment ago: a slow connection is a wait
-            // that did not succeed in time, not a failed node.
-            Err(error @ crate::error::NodeError::Timeout(_)) => {
+            Err(error @ crate::error::NodeError::Timeout(_)) if cut_by_deadline => {
                 return Err(not_acquired(1, vec![outcome(Err(error))]));
             }
             Err(error) => {
