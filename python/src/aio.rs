@@ -16,7 +16,30 @@ use redis_lock_client::{Error, Lock, Watchdog};
 use crate::{fork_check, map_err, pid, raise, seconds, ttl_seconds, Release};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
+    RUNTIME_PID.get_or_init(pid);
     pyo3_async_runtimes::tokio::get_runtime()
+}
+
+/// The process that started pyo3-async-runtimes' tokio runtime (one per
+/// process, never made again): a child forked after that has the runtime
+/// without its threads, where every awaitable would wait forever.
+static RUNTIME_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// Refuses at once, in a process forked after the asyncio runtime started,
+/// instead of returning awaitables that never resolve.
+fn runtime_check(py: Python<'_>) -> PyResult<()> {
+    match RUNTIME_PID.get() {
+        Some(&started) if started != pid() => Err(raise(
+            py,
+            "ForkedProcessError",
+            format!(
+                "the asyncio client's runtime was started in process {started} and has no threads in process {} (a fork): an AsyncRedlock cannot work here; start worker processes with multiprocessing's 'spawn' or 'forkserver' method, or use the asyncio client only after the fork",
+                pid()
+            ),
+            vec![],
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn py_err(error: Error) -> PyErr {
@@ -85,6 +108,7 @@ impl AsyncRedlockCore {
         tls_cert: Option<std::path::PathBuf>,
         tls_key: Option<std::path::PathBuf>,
     ) -> PyResult<AsyncRedlockCore> {
+        runtime_check(py)?;
         let tls = crate::tls_settings(py, tls_ca, tls_cert, tls_key)?;
         let (nodes, cluster, config) = sync.parts();
         let default = py
