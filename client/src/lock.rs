@@ -128,13 +128,17 @@ impl Lock {
 
     /// The fencing token of this hold if [`Lock::fencing_token`] has
     /// already computed it (and nothing since made it stale), without a
-    /// round trip; `None` when not held or not yet computed.
+    /// round trip; `None` when not held, not yet computed, or once the
+    /// hold's validity has ended (as [`Lock::fencing_token`] then fails).
     pub fn known_fencing_token(&self) -> Option<u64> {
-        let state = self.core.state();
-        if state.holds == 0 {
-            return None;
-        }
-        state.fence
+        let fence = {
+            let state = self.core.state();
+            if state.holds == 0 {
+                return None;
+            }
+            state.fence
+        };
+        fence.filter(|_| self.core.validity().is_some())
     }
 
     /// Time left in which the lock is certainly held, if it is.

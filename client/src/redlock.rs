@@ -77,7 +77,8 @@ impl LockCore {
         let deadline = patience.timeout(config).map(|timeout| started + timeout);
         let mut attempts = 0;
         loop {
-            attempts += 1;
+            // Unbounded in number under `acquire_for`'s deadline.
+            attempts = u32::saturating_add(attempts, 1);
             let last = match self.attempt().await {
                 Ok(mut grant) => {
                     grant.acquired.attempts = attempts;

@@ -202,6 +202,19 @@ async fn the_known_fencing_token_is_the_computed_one_while_held() {
     assert!(next > token);
     assert_eq!(lock.known_fencing_token(), Some(next));
     lock.release().await.unwrap();
+    // A hold whose validity ended (its lease left to lapse): no token, as
+    // fencing_token() then fails, though the handle still counts a hold.
+    let short = redlock.lock("known-lapse", Duration::from_secs(2)).unwrap();
+    short.acquire().await.unwrap();
+    let token = short.fencing_token().await.unwrap();
+    assert_eq!(short.known_fencing_token(), Some(token));
+    assert!(
+        common::eventually(Duration::from_secs(10), || short.validity().is_none()).await,
+        "the validity never ended"
+    );
+    assert_eq!(short.holds(), 1);
+    assert_eq!(short.known_fencing_token(), None, "validity ended");
+    assert!(short.fencing_token().await.is_err());
 }
 
 /// A wait whose timeout reply comes after the acquire deadline (a loaded
