@@ -825,11 +825,7 @@ fn mass_expiry(
             describe("SET PXAT", &strings, &string_latency),
         ),
     );
-    report
-        .expiry_series
-        .push(("LOCK.* leases (module timer)".into(), module.series));
-    report
-        .expiry_series
-        .push(("SET PXAT keys (Redis active expiry)".into(), strings.series));
+    report.expiry("LOCK.* leases (module timer)", module.series);
+    report.expiry("SET PXAT keys (the server's active expiry)", strings.series);
     server.flushall()
 }
