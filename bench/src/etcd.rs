@@ -312,7 +312,7 @@ enum Side {
 impl Side {
     fn name(&self) -> &'static str {
         match self {
-            Side::Ours(_) => "redis-lock-client (5 masters, appendfsync always)",
+            Side::Ours(_) => "redis-lock-client (5 masters)",
             Side::Etcd(_) => "etcd lock (3 members)",
         }
     }
@@ -385,9 +385,20 @@ async fn measure(side: &Side, tasks: usize, plan: &Plan) -> Result<Stats> {
 
 pub fn run(plan: &Plan, runtime: &tokio::runtime::Runtime, report: &mut Report) -> Result<()> {
     println!("12. against etcd: lock+unlock cycles/s");
+    // BENCH_APPENDFSYNC=everysec|no (and BENCH_TASKS=1,16,64) are for
+    // profiling: what the masters' fsync costs ours (bench/analysis.md).
+    let fsync = std::env::var("BENCH_APPENDFSYNC").unwrap_or_else(|_| "always".into());
     let masters = (0..5)
-        .map(|_| Server::start(&["--appendonly", "yes", "--appendfsync", "always"]))
+        .map(|_| Server::start(&["--appendonly", "yes", "--appendfsync", &fsync]))
         .collect::<Result<Vec<Server>>>()?;
+    let task_counts: Vec<usize> = std::env::var("BENCH_TASKS")
+        .ok()
+        .map(|list| {
+            list.split(',')
+                .filter_map(|t| t.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| vec![1, 16, 64]);
     let urls: Vec<String> = masters.iter().map(Server::url).collect();
     let etcd = Etcd::start()?;
     let redlock = runtime.block_on(async { redis_lock_client::Redlock::new(&urls) })?;
@@ -399,7 +410,7 @@ pub fn run(plan: &Plan, runtime: &tokio::runtime::Runtime, report: &mut Report) 
         "| tasks | lock | cycles/s | p50 µs | p99 µs | failed | load avg |\n\
          |---:|---|---:|---:|---:|---:|---|\n",
     );
-    for (i, tasks) in [1usize, 16, 64].into_iter().enumerate() {
+    for (i, tasks) in task_counts.into_iter().enumerate() {
         let mut runs: [Vec<Stats>; 2] = Default::default();
         for round in 0..plan.rounds {
             // Alternate who goes first, so drift in the machine's load spreads evenly.
@@ -431,7 +442,11 @@ pub fn run(plan: &Plan, runtime: &tokio::runtime::Runtime, report: &mut Report) 
         let med = |w: usize| median(&runs[w].iter().map(|s| s.cycles_per_s).collect::<Vec<_>>());
         report.row(
             12,
-            format!("client vs etcd lock, {tasks} tasks"),
+            if fsync == "always" {
+                format!("client vs etcd lock, {tasks} tasks")
+            } else {
+                format!("client (appendfsync {fsync}) vs etcd lock, {tasks} tasks")
+            },
             med(0),
             Some(med(1)),
             "cycles/s",
@@ -444,8 +459,8 @@ pub fn run(plan: &Plan, runtime: &tokio::runtime::Runtime, report: &mut Report) 
         12,
         format!(
             "Ours: `Redlock::acquire` + `Lock::release` over five module-loaded masters with \
-             `--appendonly yes --appendfsync always` (every grant on disk before it is \
-             answered, as etcd's raft log is), one client object shared by all tasks, each \
+             `--appendonly yes --appendfsync {fsync}` (`always`: every grant on disk before \
+             it is answered, as etcd's raft log is), one client object shared by all tasks, each \
              task locking and unlocking its own resource. etcd: {}, three members on \
              loopback (data directories in the run directory), each task with its own \
              keep-alive HTTP/1.1 connection to one member (tasks spread over the three) and \

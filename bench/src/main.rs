@@ -99,29 +99,31 @@ impl Plan {
         }
     }
 
+    /// Every section on each of four servers in under five minutes: one
+    /// round, a fifth of the full run's locks, sub-second windows.
     fn quick() -> Plan {
         Plan {
             quick: true,
             rounds: 1,
-            acquire_p32: 400_000,
-            acquire_p1: 100_000,
-            release_locks: 500_000,
-            release_ops: 100_000,
+            acquire_p32: 200_000,
+            acquire_p1: 50_000,
+            release_locks: 200_000,
+            release_ops: 50_000,
             release_rounds: 1,
-            reentry_locks: 100_000,
-            reentry_ops: 400_000,
-            memory_locks: 1_000_000,
-            scale_big: 1_000_000,
-            scale_ops: 200_000,
-            scale_window: Duration::from_millis(1500),
-            expiry_locks: 1_000_000,
-            client_warmup: Duration::from_millis(300),
-            client_window: Duration::from_millis(1500),
-            contention_warmup: Duration::from_millis(300),
-            contention_window: Duration::from_secs(2),
+            reentry_locks: 50_000,
+            reentry_ops: 200_000,
+            memory_locks: 200_000,
+            scale_big: 200_000,
+            scale_ops: 100_000,
+            scale_window: Duration::from_millis(500),
+            expiry_locks: 200_000,
+            client_warmup: Duration::from_millis(100),
+            client_window: Duration::from_millis(500),
+            contention_warmup: Duration::from_millis(100),
+            contention_window: Duration::from_millis(600),
             fifo_rounds: 1,
-            latency_trials: 10,
-            host_ops: 200_000,
+            latency_trials: 5,
+            host_ops: 50_000,
         }
     }
 }
@@ -281,88 +283,59 @@ fn run_server(
     report: &mut Report,
     fail: &mut dyn FnMut(&mut Report, u8, Error),
 ) -> Result<()> {
+    // One wanted section, its failure recorded, its time printed.
+    let mut section =
+        |n: u8, report: &mut Report, run: &mut dyn FnMut(&mut Report) -> Result<()>| {
+            if !wanted(n) {
+                return;
+            }
+            let started = Instant::now();
+            if let Err(e) = run(report) {
+                fail(report, n, e);
+            }
+            println!("   [section {n}: {:.0} s]", started.elapsed().as_secs_f64());
+        };
     {
-        // Sections 1-4, 6, 7: one module-loaded server, baselines on it too.
+        // Sections 1-4, 6, 7, 9, 10: one module-loaded server, baselines on it too.
         let server = Server::start(&[])?;
         println!("server on port {} (pid {})", server.port(), server.pid());
         let scripts = micro::load_scripts(&server)?;
-        if wanted(1) {
-            if let Err(e) = micro::acquire(&server, plan, report) {
-                fail(report, 1, e);
-            }
-        }
-        if wanted(2) {
-            if let Err(e) = micro::release(&server, &scripts, plan, report) {
-                fail(report, 2, e);
-            }
-        }
-        if wanted(3) {
-            if let Err(e) = micro::reentry(&server, &scripts, plan, report) {
-                fail(report, 3, e);
-            }
-        }
+        section(1, report, &mut |r| micro::acquire(&server, plan, r));
+        section(2, report, &mut |r| {
+            micro::release(&server, &scripts, plan, r)
+        });
+        section(3, report, &mut |r| {
+            micro::reentry(&server, &scripts, plan, r)
+        });
         let mut load_time = Duration::from_secs(5);
-        if wanted(4) {
-            match micro::memory(plan, report) {
-                Ok(t) => load_time = t,
-                Err(e) => fail(report, 4, e),
-            }
-        }
-        if wanted(7) {
-            if let Err(e) = micro::scale(&server, &scripts, plan, load_time, runtime, report) {
-                fail(report, 7, e);
-            }
-        }
-        if wanted(9) {
-            if let Err(e) = shared::run(&server, plan, report) {
-                fail(report, 9, e);
-            }
-        }
-        if wanted(10) {
-            if let Err(e) = fenced::run(&server, plan, report) {
-                fail(report, 10, e);
-            }
-        }
-        if wanted(6) {
-            let result = runtime.block_on(contention::run(
+        section(4, report, &mut |r| {
+            load_time = micro::memory(plan, r)?;
+            Ok(())
+        });
+        section(7, report, &mut |r| {
+            micro::scale(&server, &scripts, plan, load_time, runtime, r)
+        });
+        section(9, report, &mut |r| shared::run(&server, plan, r));
+        section(10, report, &mut |r| fenced::run(&server, plan, r));
+        section(6, report, &mut |r| {
+            runtime.block_on(contention::run(
                 server.url(),
                 scripts.unlock.clone(),
                 plan,
-                report,
-            ));
-            if let Err(e) = result {
-                fail(report, 6, e);
-            }
-        }
+                r,
+            ))
+        });
     }
-    if wanted(5) {
-        let result = (|| -> Result<()> {
-            let servers = (0..5)
-                .map(|_| Server::start(&[]))
-                .collect::<Result<Vec<Server>>>()?;
-            let urls: Vec<String> = servers.iter().map(Server::url).collect();
-            runtime.block_on(clients::run(urls, plan, report))
-        })();
-        if let Err(e) = result {
-            fail(report, 5, e);
-        }
-    }
-    if wanted(8) {
-        if let Err(e) = host::run(plan, report) {
-            fail(report, 8, e);
-        }
-    }
-    if wanted(11) {
-        if let Err(e) = anchors::run(plan, report) {
-            fail(report, 11, e);
-        }
-    }
-
-    if wanted(12) {
-        if let Err(e) = etcd::run(plan, runtime, report) {
-            fail(report, 12, e);
-        }
-    }
+    section(5, report, &mut |r| {
+        let servers = (0..5)
+            .map(|_| Server::start(&[]))
+            .collect::<Result<Vec<Server>>>()?;
+        let urls: Vec<String> = servers.iter().map(Server::url).collect();
+        runtime.block_on(clients::run(urls, plan, r))
+    });
+    section(8, report, &mut |r| host::run(plan, r));
+    section(11, report, &mut |r| anchors::run(plan, r));
+    section(12, report, &mut |r| etcd::run(plan, runtime, r));
     Ok(())
 }
 
