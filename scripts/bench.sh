@@ -39,7 +39,10 @@ if [ -n "${QUICK:-}" ] && [ "${QUICK}" != 0 ]; then
     args+=(--quick)
 fi
 cargo build --release -p redis-lock -p bench
-# Further sections (scripts of their own, e.g. the Python and Node packages'
-# benchmarks) go here, per server of $BENCH_SERVERS, before the report is
-# written by the run below.
+# A further section that is a script of its own (the Python and Node
+# packages' benchmarks) is run by the bench program, per server, the way
+# sections 8 and 11 run bench/callgrind-*.sh (bench/src/callgrind.rs: the
+# script gets --servers NAME and --tsv FILE, prints its Markdown table and
+# writes one row per line), so that its rows land in that server's table;
+# anything it needs installed goes above.
 exec cargo run --release --quiet -p bench -- "${args[@]}" "$@"
