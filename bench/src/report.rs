@@ -324,13 +324,15 @@ pub fn markdown(report: &Report, ctx: &Context, analysis: &str) -> String {
             continue;
         }
         let _ = writeln!(md, "### {number}. {title}\n");
-        for (_, detail, server) in parts {
+        for (i, (_, detail, server)) in parts.iter().enumerate() {
             if report.servers.len() > 1 {
                 let _ = writeln!(md, "**{server}.** {}\n", detail.trim_end());
             } else {
                 let _ = writeln!(md, "{}\n", detail.trim_end());
             }
-            if number == 7 {
+            // The chart once, after the server's last part of section 7.
+            let last_of_server = !parts[i + 1..].iter().any(|p| &p.2 == server);
+            if number == 7 && last_of_server {
                 if let Some((_, _, Some(file))) = ctx.charts.iter().find(|c| &c.0 == server) {
                     let _ = writeln!(md, "![{server}: PING latency during mass expiry]({file})\n");
                 }
@@ -545,6 +547,45 @@ mod tests {
             row(8.0, Some(0.0), Some(Target::RatioAtLeast(1.0))).met(),
             None
         );
+    }
+
+    #[test]
+    fn one_table_per_server_and_each_chart_once() {
+        let mut report = Report::default();
+        for server in ["Redis 7.0.15", "Valkey 9.1.2"] {
+            report.set_server(server);
+            report.row(1, "a", 95.0, Some(100.0), "ops/s", None);
+            report.detail(7, "scale");
+            report.detail(7, "expiry");
+        }
+        let ctx = Context {
+            mode: "quick",
+            machine: Vec::new(),
+            versions: Vec::new(),
+            commands: Vec::new(),
+            started_load: String::new(),
+            finished_load: String::new(),
+            duration_s: 1.0,
+            charts: vec![
+                (
+                    "Redis 7.0.15".into(),
+                    "r7.svg".into(),
+                    Some("e7.svg".into()),
+                ),
+                (
+                    "Valkey 9.1.2".into(),
+                    "v9.svg".into(),
+                    Some("e9.svg".into()),
+                ),
+            ],
+        };
+        let md = markdown(&report, &ctx, "");
+        assert!(md.contains("### Redis 7.0.15\n") && md.contains("### Valkey 9.1.2\n"));
+        assert_eq!(md.matches("| 1 | a |").count(), 2);
+        for file in ["r7.svg", "v9.svg", "e7.svg", "e9.svg"] {
+            assert_eq!(md.matches(&format!("({file})")).count(), 1, "{file}");
+        }
+        assert_eq!(report.for_server("Valkey 9.1.2").rows.len(), 1);
     }
 
     #[test]
