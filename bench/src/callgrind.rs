@@ -13,7 +13,8 @@ pub struct Output {
     pub rows: Vec<Vec<String>>,
 }
 
-/// Runs `bench/SCRIPT ARGS… --tsv FILE`, quick when the plan is.
+/// Runs `bench/SCRIPT ARGS… --servers NAME --tsv FILE` on the selected
+/// server, quick when the plan is.
 pub fn run(script: &str, args: &[&str], plan: &Plan) -> Result<Output> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let tsv = std::env::temp_dir().join(format!(
@@ -22,7 +23,12 @@ pub fn run(script: &str, args: &[&str], plan: &Plan) -> Result<Output> {
         std::process::id()
     ));
     let mut cmd = Command::new(root.join("bench").join(script));
-    cmd.args(args).arg("--tsv").arg(&tsv).current_dir(&root);
+    cmd.args(args)
+        .arg("--servers")
+        .arg(crate::server::current().name)
+        .arg("--tsv")
+        .arg(&tsv)
+        .current_dir(&root);
     if plan.quick {
         cmd.env("QUICK", "1");
     } else {

@@ -14,7 +14,8 @@ use crate::tools::{pipe_load, redis_benchmark, resp, CLIENTS};
 use crate::{median, Plan, Result};
 use std::fmt::Write as _;
 
-/// Keys the workload spreads over (preloaded, so every command finds one).
+/// Keys the workload spreads over (preloaded, so every command finds one);
+/// a fifth of them in a quick run.
 const KEYSPACE: u64 = 100_000;
 /// Pipelined, so that the server's own work shows rather than syscalls.
 const PIPELINE: u32 = 16;
@@ -65,22 +66,25 @@ pub fn run(plan: &Plan, report: &mut Report) -> Result<()> {
         ("DEL", &["DEL", "key:__rand_int__"]),
     ];
     let mut details = String::new();
+    let keyspace = if plan.quick { KEYSPACE / 5 } else { KEYSPACE };
+    // Keys written before each run (random, so four times the keyspace).
+    let fill = keyspace * 4;
     for (name, command) in workloads {
         let (ours, base, lines) = alternate(plan.rounds * 2, |loaded| {
             let server = if loaded { &with } else { &without };
             // Every key present, as the commands expect.
             redis_benchmark(
                 server.port(),
-                KEYSPACE * 4,
+                fill,
                 PIPELINE,
-                Some(KEYSPACE),
+                Some(keyspace),
                 &["SET", "key:__rand_int__", "value"],
             )?;
             redis_benchmark(
                 server.port(),
                 plan.host_ops,
                 PIPELINE,
-                Some(KEYSPACE),
+                Some(keyspace),
                 command,
             )
         })?;
@@ -150,7 +154,7 @@ pub fn run(plan: &Plan, report: &mut Report) -> Result<()> {
     report.detail(
         8,
         format!(
-            "Throughput (a figure): redis-benchmark, {CLIENTS} clients, pipeline {PIPELINE}, `-r {KEYSPACE}`, \
+            "Throughput (a figure): redis-benchmark, {CLIENTS} clients, pipeline {PIPELINE}, `-r {keyspace}`, \
              {} requests per run, {} rounds (median), on two servers started the same way, \
              one with the module loaded and one without; the keyspace is filled with \
              `SET` before each run. \"ours\" is the server with the module.\n\n{details}",

@@ -1,17 +1,20 @@
 //! `make bench`: the redis-lock module's commands against what users run
-//! today, and the Redlock client against rslock, in one run on servers this
-//! program starts and stops itself. Prints a table of ratios against the
-//! targets of issue 6 and writes BENCHMARKS.md with charts.
+//! today, and the Redlock client against rslock and etcd, in one run on
+//! servers this program starts and stops itself, every section on each
+//! server of `BENCH_SERVERS` in turn (`redis7 valkey8 redis8 valkey9`,
+//! default all four). Prints a table of ratios against the targets of
+//! issues 6 and 35 and writes BENCHMARKS.md with one table (and chart) per
+//! server.
 //!
 //! ```text
 //! redis-lock-bench [--quick] [--out FILE] [--only 1,2,…]
 //! ```
 //!
 //! `--quick` (or `QUICK=1`) runs every section with fewer requests, shorter
-//! windows and one round (about two minutes). `--only` runs some sections
+//! windows and one round (under five minutes for the four servers). `--only` runs some sections
 //! (1 acquire, 2 release, 3 re-entry, 4 memory, 5 clients, 6 contention,
 //! 7 scale, 8 do no harm, 9 shared locks and semaphores, 10 fenced writes, 11 native anchors,
-//! 12 Node.js clients: needs node and npm).
+//! 12 Node.js clients: needs node and npm, 13 against etcd).
 //! `--out` writes the report elsewhere than BENCHMARKS.md at the workspace
 //! root (the charts go beside it).
 
@@ -20,6 +23,7 @@ mod callgrind;
 mod churn;
 mod clients;
 mod contention;
+mod etcd;
 mod fenced;
 mod host;
 mod micro;
@@ -96,29 +100,31 @@ impl Plan {
         }
     }
 
+    /// Every section on each of four servers in under five minutes: one
+    /// round, a fifth to a tenth of the full run's locks, sub-second windows.
     fn quick() -> Plan {
         Plan {
             quick: true,
             rounds: 1,
-            acquire_p32: 400_000,
-            acquire_p1: 100_000,
-            release_locks: 500_000,
-            release_ops: 100_000,
+            acquire_p32: 200_000,
+            acquire_p1: 50_000,
+            release_locks: 200_000,
+            release_ops: 50_000,
             release_rounds: 1,
-            reentry_locks: 100_000,
-            reentry_ops: 400_000,
-            memory_locks: 1_000_000,
-            scale_big: 1_000_000,
-            scale_ops: 200_000,
-            scale_window: Duration::from_millis(1500),
-            expiry_locks: 1_000_000,
-            client_warmup: Duration::from_millis(300),
-            client_window: Duration::from_millis(1500),
-            contention_warmup: Duration::from_millis(300),
-            contention_window: Duration::from_secs(2),
+            reentry_locks: 50_000,
+            reentry_ops: 200_000,
+            memory_locks: 200_000,
+            scale_big: 100_000,
+            scale_ops: 100_000,
+            scale_window: Duration::from_millis(500),
+            expiry_locks: 100_000,
+            client_warmup: Duration::from_millis(100),
+            client_window: Duration::from_millis(500),
+            contention_warmup: Duration::from_millis(100),
+            contention_window: Duration::from_millis(600),
             fifo_rounds: 1,
-            latency_trials: 10,
-            host_ops: 200_000,
+            latency_trials: 5,
+            host_ops: 50_000,
         }
     }
 }
@@ -167,7 +173,8 @@ fn parse_args() -> Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9,10,11,12]"
+                    "redis-lock-bench [--quick] [--out FILE] [--only 1,2,3,4,5,6,7,8,9,10,11,12,13]\n\
+                     (BENCH_SERVERS=\"redis7 valkey8 redis8 valkey9\" picks the servers)"
                 );
                 std::process::exit(0);
             }
@@ -198,7 +205,7 @@ fn run() -> Result<bool> {
         Plan::full()
     };
     let wanted = |s: u8| args.only.is_empty() || args.only.contains(&s);
-    for tool in ["redis-server", "redis-cli", "redis-benchmark"] {
+    for tool in ["redis-cli", "redis-benchmark"] {
         if std::process::Command::new(tool)
             .arg("--version")
             .output()
@@ -209,6 +216,7 @@ fn run() -> Result<bool> {
             );
         }
     }
+    let kinds = server::Kind::from_env()?;
     let _ = std::fs::remove_dir_all(server::run_dir());
     let started = Instant::now();
     let started_load = report::loadavg();
@@ -227,89 +235,27 @@ fn run() -> Result<bool> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    {
-        // Sections 1-4, 6, 7: one module-loaded server, baselines on it too.
-        let server = Server::start(&[])?;
-        println!("server on port {} (pid {})", server.port(), server.pid());
-        let scripts = micro::load_scripts(&server)?;
-        if wanted(1) {
-            if let Err(e) = micro::acquire(&server, &plan, &mut report) {
-                fail(&mut report, 1, e);
-            }
+    for kind in &kinds {
+        server::select(kind);
+        report.set_server(&kind.label);
+        println!(
+            "\n== {} ({}, {})",
+            kind.label,
+            kind.name,
+            kind.binary.display()
+        );
+        let server_started = Instant::now();
+        if let Err(e) = run_server(&plan, &runtime, &wanted, &mut report, &mut fail) {
+            // Section 0: the server itself (it did not start, say).
+            fail(&mut report, 0, e);
         }
-        if wanted(2) {
-            if let Err(e) = micro::release(&server, &scripts, &plan, &mut report) {
-                fail(&mut report, 2, e);
-            }
-        }
-        if wanted(3) {
-            if let Err(e) = micro::reentry(&server, &scripts, &plan, &mut report) {
-                fail(&mut report, 3, e);
-            }
-        }
-        let mut load_time = Duration::from_secs(5);
-        if wanted(4) {
-            match micro::memory(&plan, &mut report) {
-                Ok(t) => load_time = t,
-                Err(e) => fail(&mut report, 4, e),
-            }
-        }
-        if wanted(7) {
-            if let Err(e) = micro::scale(&server, &scripts, &plan, load_time, &runtime, &mut report)
-            {
-                fail(&mut report, 7, e);
-            }
-        }
-        if wanted(9) {
-            if let Err(e) = shared::run(&server, &plan, &mut report) {
-                fail(&mut report, 9, e);
-            }
-        }
-        if wanted(10) {
-            if let Err(e) = fenced::run(&server, &plan, &mut report) {
-                fail(&mut report, 10, e);
-            }
-        }
-        if wanted(6) {
-            let result = runtime.block_on(contention::run(
-                server.url(),
-                scripts.unlock.clone(),
-                &plan,
-                &mut report,
-            ));
-            if let Err(e) = result {
-                fail(&mut report, 6, e);
-            }
-        }
-    }
-    if wanted(5) {
-        let result = (|| -> Result<()> {
-            let servers = (0..5)
-                .map(|_| Server::start(&[]))
-                .collect::<Result<Vec<Server>>>()?;
-            let urls: Vec<String> = servers.iter().map(Server::url).collect();
-            runtime.block_on(clients::run(urls, &plan, &mut report))
-        })();
-        if let Err(e) = result {
-            fail(&mut report, 5, e);
-        }
+        println!(
+            "== {} done in {:.0} s",
+            kind.label,
+            server_started.elapsed().as_secs_f64()
+        );
     }
     drop(runtime);
-    if wanted(8) {
-        if let Err(e) = host::run(&plan, &mut report) {
-            fail(&mut report, 8, e);
-        }
-    }
-    if wanted(11) {
-        if let Err(e) = anchors::run(&plan, &mut report) {
-            fail(&mut report, 11, e);
-        }
-    }
-    if wanted(12) {
-        if let Err(e) = node::run(&plan, &mut report) {
-            fail(&mut report, 12, e);
-        }
-    }
 
     let finished_load = report::loadavg();
     println!("\n{}", report.text_table());
@@ -328,6 +274,71 @@ fn run() -> Result<bool> {
     );
     let _ = std::fs::remove_dir_all(server::run_dir());
     Ok(ok)
+}
+
+/// Every wanted section on the selected server.
+fn run_server(
+    plan: &Plan,
+    runtime: &tokio::runtime::Runtime,
+    wanted: &dyn Fn(u8) -> bool,
+    report: &mut Report,
+    fail: &mut dyn FnMut(&mut Report, u8, Error),
+) -> Result<()> {
+    // One wanted section, its failure recorded, its time printed.
+    let mut section =
+        |n: u8, report: &mut Report, run: &mut dyn FnMut(&mut Report) -> Result<()>| {
+            if !wanted(n) {
+                return;
+            }
+            let started = Instant::now();
+            if let Err(e) = run(report) {
+                fail(report, n, e);
+            }
+            println!("   [section {n}: {:.0} s]", started.elapsed().as_secs_f64());
+        };
+    if [1, 2, 3, 4, 6, 7, 9, 10].into_iter().any(wanted) {
+        // Sections 1-4, 6, 7, 9, 10: one module-loaded server, baselines on it too.
+        let server = Server::start(&[])?;
+        println!("server on port {} (pid {})", server.port(), server.pid());
+        let scripts = micro::load_scripts(&server)?;
+        section(1, report, &mut |r| micro::acquire(&server, plan, r));
+        section(2, report, &mut |r| {
+            micro::release(&server, &scripts, plan, r)
+        });
+        section(3, report, &mut |r| {
+            micro::reentry(&server, &scripts, plan, r)
+        });
+        let mut load_time = Duration::from_secs(5);
+        section(4, report, &mut |r| {
+            load_time = micro::memory(plan, r)?;
+            Ok(())
+        });
+        section(7, report, &mut |r| {
+            micro::scale(&server, &scripts, plan, load_time, runtime, r)
+        });
+        section(9, report, &mut |r| shared::run(&server, plan, r));
+        section(10, report, &mut |r| fenced::run(&server, plan, r));
+        section(6, report, &mut |r| {
+            runtime.block_on(contention::run(
+                server.url(),
+                scripts.unlock.clone(),
+                plan,
+                r,
+            ))
+        });
+    }
+    section(5, report, &mut |r| {
+        let servers = (0..5)
+            .map(|_| Server::start(&[]))
+            .collect::<Result<Vec<Server>>>()?;
+        let urls: Vec<String> = servers.iter().map(Server::url).collect();
+        runtime.block_on(clients::run(urls, plan, r))
+    });
+    section(8, report, &mut |r| host::run(plan, r));
+    section(11, report, &mut |r| anchors::run(plan, r));
+    section(12, report, &mut |r| node::run(plan, r));
+    section(13, report, &mut |r| etcd::run(plan, runtime, r));
+    Ok(())
 }
 
 fn write_report(
@@ -354,15 +365,27 @@ fn write_report(
     } else {
         String::new()
     };
-    let chart = format!("{prefix}{stem}-ratios.svg");
-    report::ratio_chart(report, &dir.join(&chart))?;
-    let expiry_chart = if report.expiry_series.is_empty() {
-        None
-    } else {
-        let file = format!("{prefix}{stem}-expiry.svg");
-        report::expiry_chart(report, &dir.join(&file))?;
-        Some(file)
-    };
+    // One ratio chart (and mass-expiry chart) per server.
+    let mut charts = Vec::new();
+    let kinds = server::Kind::from_env().unwrap_or_default();
+    for (i, label) in report.servers.iter().enumerate() {
+        let part = report.for_server(label);
+        let tag = kinds
+            .iter()
+            .find(|k| &k.label == label)
+            .map(|k| k.name.to_string())
+            .unwrap_or_else(|| format!("server{i}"));
+        let chart = format!("{prefix}{stem}-ratios-{tag}.svg");
+        report::ratio_chart(&part, &dir.join(&chart))?;
+        let expiry_chart = if part.expiry_series.is_empty() {
+            None
+        } else {
+            let file = format!("{prefix}{stem}-expiry-{tag}.svg");
+            report::expiry_chart(&part, &dir.join(&file))?;
+            Some(file)
+        };
+        charts.push((label.clone(), chart, expiry_chart));
+    }
     let ctx = Context {
         mode: if plan.quick { "quick" } else { "full" },
         machine: machine(),
@@ -371,8 +394,7 @@ fn write_report(
         started_load,
         finished_load,
         duration_s: started.elapsed().as_secs_f64(),
-        chart_file: chart,
-        expiry_chart_file: expiry_chart,
+        charts,
     };
     let analysis = analysis(report);
     std::fs::write(out, report::markdown(report, &ctx, &analysis))?;
@@ -398,7 +420,8 @@ fn analysis(report: &Report) -> String {
     let mut sections: Vec<u8> = Vec::new();
     for row in report.rows.iter().filter(|r| r.met() == Some(false)) {
         out.push_str(&format!(
-            "- **{}. {}**: {} {} (ratio {}), target {}.\n",
+            "- **{} {}. {}**: {} {} (ratio {}), target {}.\n",
+            row.server,
             row.section,
             row.what,
             row.ours.round(),
@@ -493,11 +516,22 @@ fn versions() -> Vec<(String, String)> {
     .map(|c| format!("{c} {}", lock_version(c)))
     .collect::<Vec<_>>()
     .join(", ");
-    vec![
-        (
-            "redis-server".into(),
-            tools::version_of("redis-server", "--version"),
-        ),
+    let mut out: Vec<(String, String)> = server::Kind::from_env()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|k| {
+            (
+                format!("server `{}`", k.name),
+                format!(
+                    "{} ({})",
+                    tools::version_of(&k.binary.to_string_lossy(), "--version"),
+                    k.binary.display()
+                ),
+            )
+        })
+        .collect();
+    out.push(("etcd".into(), tools::version_of("etcd", "--version")));
+    out.extend([
         (
             "redis-benchmark".into(),
             tools::version_of("redis-benchmark", "--version"),
@@ -505,7 +539,8 @@ fn versions() -> Vec<(String, String)> {
         ("rustc".into(), tools::version_of("rustc", "--version")),
         ("crates".into(), crates),
         ("this tree".into(), format!("git {git}")),
-    ]
+    ]);
+    out
 }
 
 #[cfg(test)]

@@ -41,6 +41,8 @@ pub struct Row {
     pub target: Option<Target>,
     /// `/proc/loadavg` (1, 5, 15 min) when the row was measured.
     pub load: String,
+    /// The server it was measured on (its label, e.g. `Redis 7.0.15`).
+    pub server: String,
 }
 
 impl Row {
@@ -58,16 +60,24 @@ impl Row {
     }
 }
 
-#[derive(Default)]
+/// Points of a curve: (seconds, milliseconds).
+pub type Series = Vec<(f64, f64)>;
+
+#[derive(Default, Clone)]
 pub struct Report {
     pub rows: Vec<Row>,
-    /// Markdown detail per section number.
-    pub details: Vec<(u8, String)>,
-    /// PING latency over time during mass expiry: (label, points (s, ms)).
-    pub expiry_series: Vec<(String, Vec<(f64, f64)>)>,
+    /// Markdown detail per section number, with the server's label.
+    pub details: Vec<(u8, String, String)>,
+    /// PING latency over time during mass expiry: (server, label, points
+    /// (s, ms)).
+    pub expiry_series: Vec<(String, String, Series)>,
+    /// The server the rows and details that follow are measured on.
+    pub server: String,
+    /// The servers of the run, in order.
+    pub servers: Vec<String>,
 }
 
-pub const SECTIONS: [(u8, &str); 12] = [
+pub const SECTIONS: [(u8, &str); 13] = [
     (1, "Acquire on fresh keys"),
     (2, "Release"),
     (3, "Re-entrant acquire"),
@@ -86,6 +96,7 @@ pub const SECTIONS: [(u8, &str); 12] = [
         12,
         "Node.js clients: redislock-native vs redlock and redis-semaphore",
     ),
+    (13, "Against etcd: lock+unlock on a three-member cluster"),
 ];
 
 pub fn loadavg() -> String {
@@ -96,6 +107,46 @@ pub fn loadavg() -> String {
 }
 
 impl Report {
+    /// The rows, details and charts that follow belong to `label`.
+    pub fn set_server(&mut self, label: &str) {
+        self.server = label.to_string();
+        if !self.servers.iter().any(|s| s == label) {
+            self.servers.push(label.to_string());
+        }
+    }
+
+    /// What was measured on one server only (for its table and charts).
+    pub fn for_server(&self, label: &str) -> Report {
+        Report {
+            rows: self
+                .rows
+                .iter()
+                .filter(|r| r.server == label)
+                .cloned()
+                .collect(),
+            details: self
+                .details
+                .iter()
+                .filter(|d| d.2 == label)
+                .cloned()
+                .collect(),
+            expiry_series: self
+                .expiry_series
+                .iter()
+                .filter(|e| e.0 == label)
+                .cloned()
+                .collect(),
+            server: label.to_string(),
+            servers: vec![label.to_string()],
+        }
+    }
+
+    /// Adds a curve to the mass-expiry chart of the current server.
+    pub fn expiry(&mut self, label: impl Into<String>, points: Series) {
+        self.expiry_series
+            .push((self.server.clone(), label.into(), points));
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn row(
         &mut self,
@@ -114,13 +165,15 @@ impl Report {
             unit,
             target,
             load: loadavg(),
+            server: self.server.clone(),
         };
         println!("  {}", text_line(&row));
         self.rows.push(row);
     }
 
     pub fn detail(&mut self, section: u8, markdown: impl Into<String>) {
-        self.details.push((section, markdown.into()));
+        self.details
+            .push((section, markdown.into(), self.server.clone()));
     }
 
     /// The table printed at the end of a run.
@@ -131,8 +184,11 @@ impl Report {
             "{:<58} {:>12} {:>12} {:>8} {:>8} {:>5}  load avg",
             "comparison", "ours", "baseline", "ratio", "target", "met"
         );
-        for row in &self.rows {
-            let _ = writeln!(out, "{}", text_line(row));
+        for server in &self.servers {
+            let _ = writeln!(out, "-- {server}");
+            for row in self.rows.iter().filter(|r| &r.server == server) {
+                let _ = writeln!(out, "{}", text_line(row));
+            }
         }
         out
     }
@@ -178,8 +234,8 @@ pub struct Context {
     pub started_load: String,
     pub finished_load: String,
     pub duration_s: f64,
-    pub chart_file: String,
-    pub expiry_chart_file: Option<String>,
+    /// Per server (label): its ratio chart and its mass-expiry chart.
+    pub charts: Vec<(String, String, Option<String>)>,
 }
 
 pub fn markdown(report: &Report, ctx: &Context, analysis: &str) -> String {
@@ -191,8 +247,10 @@ pub fn markdown(report: &Report, ctx: &Context, analysis: &str) -> String {
          the same run, on the same servers: the module's commands against what users run \
          today (`SET NX PX`, Lua compare-and-delete, Redisson's reentrant hash script), and \
          the `redis-lock-client` Redlock client against `rslock` and a hand-written ideal \
-         script client. Rerun with `make bench` (`make bench QUICK=1` for a two-minute \
-         check); the run starts and stops its own `redis-server` processes on loopback.\n",
+         script client. Rerun with `make bench` (`make bench QUICK=1` for a five-minute \
+         check); the run starts and stops its own server processes on loopback \
+         (`BENCH_SERVERS` picks the servers: `redis7 valkey8 redis8 valkey9`, all four by \
+         default).\n",
         ctx.mode, ctx.duration_s
     );
     let _ = writeln!(md, "## Machine and versions\n");
@@ -208,38 +266,51 @@ pub fn markdown(report: &Report, ctx: &Context, analysis: &str) -> String {
     let _ = writeln!(md, "## Results\n");
     let _ = writeln!(
         md,
-        "Ratio = ours / baseline (for memory and stalls, lower is better). \
-         The load average is the one when the row was measured.\n"
+        "One table per server, every section run on each in turn (the Redlock and etcd \
+         sections on five servers of that kind). Ratio = ours / baseline (for memory and \
+         stalls, lower is better); a row that needs a server feature (`DELEX`, `DELIFEQ`, \
+         `SET … IFEQ`) is only in the tables of the servers that have it. The load average \
+         is the one when the row was measured.\n"
     );
-    let _ = writeln!(
-        md,
-        "| # | comparison | unit | ours | baseline | ratio | target | met | load avg |"
-    );
-    let _ = writeln!(md, "|---|---|---|---:|---:|---:|---|---|---|");
-    for row in &report.rows {
+    for server in &report.servers {
+        let part = report.for_server(server);
+        let _ = writeln!(md, "### {server}\n");
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            row.section,
-            row.what,
-            row.unit,
-            fmt_num(row.ours),
-            row.base.map(fmt_num).unwrap_or_else(|| "–".into()),
-            row.ratio()
-                .map(|r| format!("**{r:.2}×**"))
-                .unwrap_or_else(|| "–".into()),
-            row.target
-                .map(|t| t.describe())
-                .unwrap_or_else(|| "(figure)".into()),
-            match row.met() {
-                Some(true) => "yes",
-                Some(false) => "**no**",
-                None => "–",
-            },
-            row.load
+            "| # | comparison | unit | ours | baseline | ratio | target | met | load avg |"
         );
+        let _ = writeln!(md, "|---|---|---|---:|---:|---:|---|---|---|");
+        for row in &part.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                row.section,
+                row.what,
+                row.unit,
+                fmt_num(row.ours),
+                row.base.map(fmt_num).unwrap_or_else(|| "–".into()),
+                row.ratio()
+                    .map(|r| format!("**{r:.2}×**"))
+                    .unwrap_or_else(|| "–".into()),
+                row.target
+                    .map(|t| t.describe())
+                    .unwrap_or_else(|| "(figure)".into()),
+                match row.met() {
+                    Some(true) => "yes",
+                    Some(false) => "**no**",
+                    None => "–",
+                },
+                row.load
+            );
+        }
+        for (_, failure, _) in part.details.iter().filter(|d| d.0 == 0) {
+            let _ = writeln!(md, "\n{}", failure.trim_end());
+        }
+        if let Some((_, chart, _)) = ctx.charts.iter().find(|c| &c.0 == server) {
+            let _ = writeln!(md, "\n![{server}: ratios against the targets]({chart})");
+        }
+        let _ = writeln!(md);
     }
-    let _ = writeln!(md, "\n![ratios against the targets]({})\n", ctx.chart_file);
     if !analysis.trim().is_empty() {
         let _ = writeln!(
             md,
@@ -248,29 +319,34 @@ pub fn markdown(report: &Report, ctx: &Context, analysis: &str) -> String {
     }
     let _ = writeln!(md, "## Method and details\n");
     for (number, title) in SECTIONS {
-        let parts: Vec<&String> = report
+        let parts: Vec<&(u8, String, String)> = report
             .details
             .iter()
-            .filter(|(s, _)| *s == number)
-            .map(|(_, d)| d)
+            .filter(|(s, _, _)| *s == number)
             .collect();
         if parts.is_empty() {
             continue;
         }
         let _ = writeln!(md, "### {number}. {title}\n");
-        for part in parts {
-            let _ = writeln!(md, "{}\n", part.trim_end());
-        }
-        if number == 7 {
-            if let Some(file) = &ctx.expiry_chart_file {
-                let _ = writeln!(md, "![PING latency during mass expiry]({file})\n");
+        for (i, (_, detail, server)) in parts.iter().enumerate() {
+            if report.servers.len() > 1 {
+                let _ = writeln!(md, "**{server}.** {}\n", detail.trim_end());
+            } else {
+                let _ = writeln!(md, "{}\n", detail.trim_end());
+            }
+            // The chart once, after the server's last part of section 7.
+            let last_of_server = !parts[i + 1..].iter().any(|p| &p.2 == server);
+            if number == 7 && last_of_server {
+                if let Some((_, _, Some(file))) = ctx.charts.iter().find(|c| &c.0 == server) {
+                    let _ = writeln!(md, "![{server}: PING latency during mass expiry]({file})\n");
+                }
             }
         }
     }
     let _ = writeln!(md, "## Exact commands\n");
     let _ = writeln!(
         md,
-        "`$PORT` is the port of the run's module-loaded server (`redis-server --port $PORT \
+        "`$PORT` is the port of the run's module-loaded server (`<server> --port $PORT \
          --save '' --appendonly no --loadmodule target/release/libredis_lock.so`). Each \
          redis-benchmark run starts on an emptied server (`FLUSHALL SYNC`) after the \
          `redis-cli --pipe` loads listed for its section; keys `lock:%012d` match what \
@@ -381,7 +457,7 @@ pub fn expiry_chart(report: &Report, path: &Path) -> Result<()> {
     let root = SVGBackend::new(path, (900, 360)).into_drawing_area();
     root.fill(&WHITE)?;
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 1.0_f64);
-    for (_, points) in &report.expiry_series {
+    for (_, _, points) in &report.expiry_series {
         for (x, y) in points {
             x0 = x0.min(*x);
             x1 = x1.max(*x);
@@ -408,7 +484,7 @@ pub fn expiry_chart(report: &Report, path: &Path) -> Result<()> {
         .label_style(("sans-serif", 12))
         .draw()?;
     let colors = [RGBColor(40, 100, 200), RGBColor(210, 110, 40)];
-    for (i, (label, points)) in report.expiry_series.iter().enumerate() {
+    for (i, (_, label, points)) in report.expiry_series.iter().enumerate() {
         let color = colors[i % colors.len()];
         chart
             .draw_series(LineSeries::new(
@@ -448,6 +524,7 @@ mod tests {
             unit: "ops/s",
             target,
             load: "0 0 0".into(),
+            server: "Redis 7".into(),
         }
     }
 
@@ -477,6 +554,45 @@ mod tests {
     }
 
     #[test]
+    fn one_table_per_server_and_each_chart_once() {
+        let mut report = Report::default();
+        for server in ["Redis 7.0.15", "Valkey 9.1.2"] {
+            report.set_server(server);
+            report.row(1, "a", 95.0, Some(100.0), "ops/s", None);
+            report.detail(7, "scale");
+            report.detail(7, "expiry");
+        }
+        let ctx = Context {
+            mode: "quick",
+            machine: Vec::new(),
+            versions: Vec::new(),
+            commands: Vec::new(),
+            started_load: String::new(),
+            finished_load: String::new(),
+            duration_s: 1.0,
+            charts: vec![
+                (
+                    "Redis 7.0.15".into(),
+                    "r7.svg".into(),
+                    Some("e7.svg".into()),
+                ),
+                (
+                    "Valkey 9.1.2".into(),
+                    "v9.svg".into(),
+                    Some("e9.svg".into()),
+                ),
+            ],
+        };
+        let md = markdown(&report, &ctx, "");
+        assert!(md.contains("### Redis 7.0.15\n") && md.contains("### Valkey 9.1.2\n"));
+        assert_eq!(md.matches("| 1 | a |").count(), 2);
+        for file in ["r7.svg", "v9.svg", "e7.svg", "e9.svg"] {
+            assert_eq!(md.matches(&format!("({file})")).count(), 1, "{file}");
+        }
+        assert_eq!(report.for_server("Valkey 9.1.2").rows.len(), 1);
+    }
+
+    #[test]
     fn charts_render_without_fonts() {
         let mut report = Report::default();
         report.row(
@@ -497,7 +613,7 @@ mod tests {
         );
         report
             .expiry_series
-            .push(("module".into(), vec![(-1.0, 0.1), (0.5, 3.0)]));
+            .push(("s".into(), "module".into(), vec![(-1.0, 0.1), (0.5, 3.0)]));
         let dir = std::env::temp_dir().join(format!("bench-chart-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         ratio_chart(&report, &dir.join("r.svg")).expect("ratio chart");
