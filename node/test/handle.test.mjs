@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Lock, NotHeldError, Redlock, TokenPendingError } from "redislock-native";
+import { Lock, LockExpiredError, NotHeldError, Redlock, TokenPendingError } from "redislock-native";
 import { command, Servers, waitUntil } from "./servers.mjs";
 
 const servers = new Servers();
@@ -136,5 +136,14 @@ describe("handles", () => {
     assert.throws(() => again.token, TokenPendingError, "a new hold's token is fetched again");
     assert.ok((await again.fencingToken()) > first);
     await again.release();
+    // A hold whose validity ended (left to lapse): its token is refused.
+    const short = await rl.lock("token:lapse", { ttl: 2_000, fenced: true });
+    assert.equal(typeof short.token, "bigint");
+    const until = Date.now() + 10_000;
+    while (short.validity !== null && Date.now() < until) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.equal(short.validity, null, "the validity never ended");
+    assert.throws(() => short.token, LockExpiredError);
   });
 });

@@ -12,6 +12,7 @@ import type * as Binding from "../native/binding";
 import {
   AbortError,
   ConfigError,
+  LockExpiredError,
   fromNative,
   LockLostError,
   LockNotAcquiredError,
@@ -283,12 +284,18 @@ export class Lock extends EventEmitter {
    * holder's: `db.update(..., { fence: lock.token })`. There once the
    * token was fetched in this hold: acquire with `{ fenced: true }`, or
    * `await lock.fencingToken()` first. Throws TokenPendingError before
-   * that, NotHeldError when nothing is held: never a missing fence.
+   * that, LockExpiredError once the hold's validity has ended, NotHeldError
+   * when nothing is held: never a missing or stale fence.
    */
   get token(): bigint {
     const token = call(() => this.#native.knownToken);
     if (token !== null && token !== undefined) return token;
     if (this.holds === 0) throw new NotHeldError("lock.token: the handle holds nothing: acquire it first");
+    if (this.validity === null) {
+      throw new LockExpiredError(
+        "lock.token: this hold's validity has ended, so its token may no longer be used: acquire the lock again",
+      );
+    }
     throw new TokenPendingError(
       "lock.token: this hold's fencing token was not fetched yet: acquire with { fenced: true }, or await lock.fencingToken()",
     );
