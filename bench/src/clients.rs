@@ -195,14 +195,7 @@ async fn measure(which: Which, urls: &[String], tasks: usize, plan: &Plan) -> Re
     let cpu0 = cpu_time();
     tokio::time::sleep_until(until.into()).await;
     let cpu1 = cpu_time();
-    let mut all = Vec::new();
-    let mut failures = 0;
-    for handle in handles {
-        let (latencies, failed) = handle.await?;
-        all.extend(latencies);
-        failures += failed;
-    }
-    all.sort_unstable();
+    let (all, failures) = gather(handles).await?;
     let cycles = all.len().max(1) as f64;
     Ok(Stats {
         cycles_per_s: all.len() as f64 / plan.client_window.as_secs_f64(),
@@ -334,4 +327,20 @@ pub async fn run(urls: Vec<String>, plan: &Plan, report: &mut Report) -> Result<
         ),
     );
     Ok(())
+}
+
+/// The latencies (µs, sorted) and failed cycles of a run's tasks, each
+/// task's `(latencies, failures)` put together.
+pub(crate) async fn gather(
+    handles: Vec<tokio::task::JoinHandle<(Vec<u32>, u64)>>,
+) -> Result<(Vec<u32>, u64)> {
+    let mut all = Vec::new();
+    let mut failures = 0;
+    for handle in handles {
+        let (latencies, failed) = handle.await?;
+        all.extend(latencies);
+        failures += failed;
+    }
+    all.sort_unstable();
+    Ok((all, failures))
 }

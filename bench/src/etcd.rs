@@ -366,14 +366,7 @@ async fn measure(side: &Side, tasks: usize, plan: &Plan) -> Result<Stats> {
             (latencies, failures)
         }));
     }
-    let mut all = Vec::new();
-    let mut failures = 0;
-    for handle in handles {
-        let (latencies, failed) = handle.await?;
-        all.extend(latencies);
-        failures += failed;
-    }
-    all.sort_unstable();
+    let (all, failures) = crate::clients::gather(handles).await?;
     Ok(Stats {
         cycles_per_s: (all.len() as u64 - failures.min(all.len() as u64)) as f64
             / plan.client_window.as_secs_f64(),
