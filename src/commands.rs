@@ -32,12 +32,9 @@ fn open<'a>(ctx: Ctx, args: &Argv<'a>, write: bool) -> Result<Opened<'a>, c_int>
     };
     let mut key = LockKey::open(ctx, name, write)
         .map_err(|WrongType| ffi::reply_error(ctx, ffi::WRONGTYPE))?;
-    // A read propagates nothing and settles nothing: no flags to read.
-    let target = if write {
-        Target::of_command(ctx, name, bytes)
-    } else {
-        Target::new(ctx, name, ffi::selected_db(ctx), bytes)
-    };
+    // A read settles nothing, but it sees the instant of its transaction
+    // as a write does.
+    let target = Target::of_command(ctx, name, bytes);
     if write && target.on_primary() {
         waiting::settle(&target, &mut key);
     }

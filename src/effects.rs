@@ -3,9 +3,10 @@
 //! and the expiry index. One place, so every path (commands, waiter grants,
 //! the expiry timer) propagates the same way.
 
+use std::cell::Cell;
 use std::ffi::{c_int, CStr};
 
-use redis_lock_core::{filing, lease, Change, Holder, Now, Slot};
+use redis_lock_core::{filing, lease, Change, Clock, Holder, Now, Slot, UnitInstant};
 use redis_module::raw;
 
 use crate::ffi::key::LockKey;
@@ -41,11 +42,18 @@ impl<'a> Target<'a> {
         }
     }
 
-    /// `name` in the calling client's database, now, from a command.
+    /// `name` in the calling client's database, now, from a command: inside
+    /// a transaction, script or function, the instant of the whole unit
+    /// ([`command_now`]).
     pub fn of_command(ctx: Ctx, name: RString, bytes: &'a [u8]) -> Self {
+        let flags = ffi::context_flags(ctx);
         Target {
-            flags: Some(ffi::context_flags(ctx)),
-            ..Target::new(ctx, name, ffi::selected_db(ctx), bytes)
+            ctx,
+            name,
+            db: ffi::selected_db(ctx),
+            bytes,
+            now: command_now(flags),
+            flags: Some(flags),
         }
     }
 
@@ -58,6 +66,34 @@ impl<'a> Target<'a> {
     pub fn id(&self) -> KeyId {
         KeyId::new(self.db, self.bytes)
     }
+}
+
+thread_local! {
+    static UNIT: Cell<UnitInstant> = const { Cell::new(UnitInstant::new()) };
+}
+
+/// The instant of a command whose context flags are `flags`. Inside an
+/// `EXEC`, a script or a function, every command sees the same instant,
+/// as every command there sees the same server time for key expiry: the
+/// unit's first reading, kept by the server's frozen time
+/// (`redis_lock_core::UnitInstant`), so that no lease ends between two
+/// commands of one transaction. Elsewhere, and on a server that does not
+/// tell its frozen time (Redis 7.0), the clock is read now.
+fn command_now(flags: c_int) -> Now<'static> {
+    const IN_UNIT: c_int =
+        (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) as c_int;
+    if flags & IN_UNIT != 0 {
+        if let Some(unit) = ffi::cached_server_micros() {
+            let reading = UNIT.with(|kept| {
+                let mut instant = kept.get();
+                let reading = instant.reading(unit, || CLOCK.monotonic_ms());
+                kept.set(instant);
+                reading
+            });
+            return Now::at(reading, &CLOCK);
+        }
+    }
+    Now::of(&CLOCK)
 }
 
 /// Files `owner`'s hold in `slot` after `change`, by the lease index's

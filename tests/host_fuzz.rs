@@ -343,6 +343,9 @@ struct Fuzz {
     during_passes: u64,
     /// Ended locks seen in the keyspace (by their `DUMP`), since when.
     ended_since: HashMap<Vec<u8>, Instant>,
+    /// The server tells the module its frozen time, so one `MULTI` is one
+    /// instant for leases (Redis 7.2+, Valkey; not Redis 7.0).
+    one_instant_per_multi: bool,
     /// The most ended locks seen at once, and their longest stay.
     ended_seen: u64,
     ended_longest: Duration,
@@ -396,7 +399,24 @@ impl Fuzz {
             filled: [false; DBS as usize],
             unfiled_db: None,
             recent: VecDeque::new(),
+            one_instant_per_multi: false,
         }
+        .knowing_the_server()
+    }
+
+    fn knowing_the_server(mut self) -> Self {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut self.probe)
+            .unwrap();
+        let version = info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_version:"))
+            .unwrap()
+            .trim();
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+        self.one_instant_per_multi = (parts.next().unwrap(), parts.next().unwrap()) >= (7, 2);
+        self
     }
 
     fn context(&self) -> String {
@@ -433,6 +453,14 @@ impl Fuzz {
     /// The lock at `key` in `db`, in one `MULTI` (no timer runs between
     /// its two reads).
     fn probe_key(&mut self, db: i64, key: &str) -> Seen {
+        self.probe_key_once(db, key, !self.one_instant_per_multi)
+    }
+
+    /// [`Self::probe_key`]; `may_retry`: on a server where the module reads
+    /// the clock per command (Redis 7.0), a lease may end between the two
+    /// reads of one `MULTI`: then the probe is taken again, and the lock
+    /// must have gone.
+    fn probe_key_once(&mut self, db: i64, key: &str, may_retry: bool) -> Seen {
         let _: () = redis::cmd("SELECT").arg(db).query(&mut self.probe).unwrap();
         let replies: Vec<Value> = redis::pipe()
             .atomic()
@@ -469,7 +497,16 @@ impl Fuzz {
         let holders = parse_holders(&replies[1]);
         if holders.is_empty() {
             // Its last lease ended between the two reads: impossible in one
-            // MULTI.
+            // MULTI where the module keeps one instant for it.
+            if may_retry {
+                let again = self.probe_key_once(db, key, false);
+                assert!(
+                    matches!(again, Seen::Free),
+                    "LOCK.INFO saw a lock, LOCK.HOLDERS no holder, at {key} in db {db}, \
+                     and the next probe saw {again:?}"
+                );
+                return again;
+            }
             panic!("LOCK.INFO saw a lock, LOCK.HOLDERS no holder, at {key} in db {db}");
         }
         Seen::Lock {

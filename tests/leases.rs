@@ -444,3 +444,91 @@ fn a_fast_or_jumping_lease_clock_ends_leases_early() {
     assert!(wait_until(SOON, || !exists(&mut c, "normal")));
     assert!(granted.elapsed() >= Duration::from_millis(590));
 }
+
+/// Whether the server tells modules its frozen time
+/// (`RedisModule_CachedMicroseconds`: Redis 7.2 and later, every Valkey,
+/// which reports `redis_version` 7.2.4).
+fn tells_frozen_time(c: &mut redis::Connection) -> bool {
+    let info = info_section(c, "server");
+    let version = &info["redis_version"];
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+    let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+    (major, minor) >= (7, 2)
+}
+
+/// Every command of one `EXEC` or script sees one instant, as every command
+/// there sees one server time for key expiry: a lease ends for the whole
+/// transaction or for none of it. The lease clock jumps past the lease's
+/// end between two reads of one `EXEC`: both still see the lock, another
+/// owner is refused it, and the next command (a new instant) sees it gone.
+/// Before the module kept one instant per unit, the second read saw no
+/// lock (the host fuzzer's memcheck pass once saw `LOCK.INFO` and
+/// `LOCK.HOLDERS` of one `MULTI` disagree). Redis 7.0 does not tell modules
+/// its frozen time: there each command reads the clock, which this test
+/// shows too (docs/src/behaviour.md says so).
+#[test]
+fn a_lease_ends_for_a_whole_transaction_or_for_none_of_it() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let frozen = tells_frozen_time(&mut c);
+
+    acquire(&mut c, "k", "o", 60_000).unwrap();
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("LOCK.INFO")
+        .arg("k")
+        .cmd("LOCK.DEBUG")
+        .arg("MONOTONIC-JUMP")
+        .arg("60001")
+        .cmd("LOCK.INFO")
+        .arg("k")
+        .cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg("other")
+        .arg("60000")
+        .cmd("LOCK.HOLDERS")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    let before = parse_info(replies[0].clone()).expect("held at the start");
+    let after = parse_info(replies[2].clone());
+    if frozen {
+        let after = after.expect("the lease ended inside the transaction");
+        assert_eq!(after.identity(), before.identity());
+        assert_eq!(after.pttl, before.pttl, "one instant: the same pttl");
+        assert_eq!(replies[3], Value::Nil, "another owner got the lock");
+        assert_ne!(replies[4], Value::Array(vec![]), "{:?}", replies[4]);
+    } else {
+        assert!(after.is_none(), "Redis 7.0 reads the clock per command");
+    }
+    // A new unit reads the clock afresh: the lease has ended.
+    let later: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("LOCK.INFO")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    if frozen {
+        assert_eq!(later, vec![Value::Nil]);
+        assert!(wait_until(SOON, || !exists(&mut c, "k")));
+    }
+
+    // The same in a script.
+    acquire(&mut c, "s", "o", 60_000).unwrap();
+    let seen: Vec<i64> = redis::cmd("EVAL")
+        .arg(
+            "local a = redis.call('LOCK.INFO', KEYS[1]) \
+             redis.call('LOCK.DEBUG', 'MONOTONIC-JUMP', '60001') \
+             local b = redis.call('LOCK.INFO', KEYS[1]) \
+             return {a and 1 or 0, b and 1 or 0}",
+        )
+        .arg(1)
+        .arg("s")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(seen, if frozen { vec![1, 1] } else { vec![1, 0] });
+    assert!(
+        lock_info(&mut c, "s").is_none(),
+        "a new instant after the script"
+    );
+}

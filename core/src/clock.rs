@@ -185,8 +185,15 @@ pub struct Now<'a> {
 
 impl<'a> Now<'a> {
     pub fn of(clock: &'a impl Clock) -> Self {
+        Self::at(clock.monotonic_ms(), clock)
+    }
+
+    /// The instant `monotonic_ms`, a reading of `clock` taken earlier (an
+    /// instant shared by every command of one transaction); the wall clock
+    /// is still read when first asked for.
+    pub fn at(monotonic_ms: u64, clock: &'a impl Clock) -> Self {
         Now {
-            monotonic_ms: clock.monotonic_ms(),
+            monotonic_ms,
             wall_us: Cell::new(None),
             clock,
         }
@@ -205,6 +212,43 @@ impl Clock for Now<'_> {
                 let wall_us = self.clock.wall_us();
                 self.wall_us.set(Some(wall_us));
                 wall_us
+            }
+        }
+    }
+}
+
+/// One monotonic reading for a whole execution unit: a transaction
+/// (`MULTI`/`EXEC`), a script or a function. The server freezes its own
+/// time for such a unit (its cached time, in microseconds, is set when the
+/// unit's outer command starts and kept for every command inside it), so
+/// that a key's expiry is one moment for all of it; a lease must be too,
+/// or a lease could end between two commands of one `EXEC`.
+///
+/// The adapter keys the reading by the server's frozen time: the first
+/// command of a unit reads the clock, the others of the same unit (same
+/// key) reuse that reading. Readings stay in order: a unit's reading is
+/// taken after everything before it ran, and everything after it reads the
+/// clock afresh.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UnitInstant {
+    kept: Option<(i64, u64)>,
+}
+
+impl UnitInstant {
+    pub const fn new() -> Self {
+        UnitInstant { kept: None }
+    }
+
+    /// The monotonic reading for the unit whose frozen server time is
+    /// `unit`: the one taken by an earlier command of the same unit, or a
+    /// new one from `read` (then kept for the unit's next commands).
+    pub fn reading(&mut self, unit: i64, read: impl FnOnce() -> u64) -> u64 {
+        match self.kept {
+            Some((kept_unit, reading)) if kept_unit == unit => reading,
+            _ => {
+                let reading = read();
+                self.kept = Some((unit, reading));
+                reading
             }
         }
     }
@@ -360,6 +404,21 @@ mod tests {
         }
         let now = Now::of(&NoWall);
         assert_eq!(now.monotonic_ms(), 7);
+    }
+
+    #[test]
+    fn one_unit_reads_the_clock_once() {
+        let clock = ManualClock::new(10, 1_000);
+        let mut unit = UnitInstant::new();
+        assert_eq!(unit.reading(500, || clock.monotonic_ms()), 10);
+        clock.advance_ms(7);
+        // A later command of the same unit (same frozen server time).
+        assert_eq!(unit.reading(500, || clock.monotonic_ms()), 10);
+        // The next unit reads the clock afresh, and keeps that reading.
+        assert_eq!(unit.reading(501, || clock.monotonic_ms()), 17);
+        clock.advance_ms(3);
+        assert_eq!(unit.reading(501, || clock.monotonic_ms()), 17);
+        assert_eq!(unit.reading(9_000, || clock.monotonic_ms()), 20);
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub mod token;
 pub mod wait;
 pub mod waiters;
 
-pub use clock::{Clock, ManualClock, Now, SystemClock};
+pub use clock::{Clock, ManualClock, Now, SystemClock, UnitInstant};
 pub use key_id::KeyId;
 pub use lock::{Holder, Lock, Mode};
 pub use ops::{Change, Node, Outcome, Slot};

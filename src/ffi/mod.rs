@@ -179,6 +179,13 @@ fn log(ctx: Ctx, level: &std::ffi::CStr, message: &str) {
     }
 }
 
+/// The server's cached time, microseconds: set when a command starts and
+/// kept for every command inside the same `EXEC`, script or function.
+/// `None` where the server has no such call (Redis 7.0).
+pub fn cached_server_micros() -> Option<i64> {
+    rm!(RedisModule_CachedMicroseconds())
+}
+
 /// The client's context flags (role, MULTI, Lua, loading, replicated...).
 pub fn context_flags(ctx: Ctx) -> c_int {
     rm!(RedisModule_GetContextFlags(ctx)).unwrap_or(0)
