@@ -496,10 +496,10 @@ pub fn expiry_chart(report: &Report, path: &Path) -> Result<()> {
     }
     chart
         .draw_series(LineSeries::new(
-            vec![(x0, 10.0), (x1, 10.0)],
+            vec![(x0, 5.0), (x1, 5.0)],
             RGBColor(120, 120, 120).stroke_width(1),
         ))?
-        .label("10 ms target")
+        .label("5 ms target")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(120, 120, 120)));
     chart
         .configure_series_labels()
