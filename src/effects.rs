@@ -16,7 +16,9 @@ use crate::state::{KeyId, ModuleState, CLOCK};
 use crate::timer;
 
 /// The key a command or callback works on, and the instant it does: the
-/// clocks are read once per command (clock reads were 7% of its time).
+/// clocks are read once per command (clock reads were 7% of its time), and
+/// once per transaction or script for the commands inside one
+/// ([`command_now`]).
 pub struct Target<'a> {
     pub ctx: Ctx,
     pub name: RString,

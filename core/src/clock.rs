@@ -172,7 +172,8 @@ impl Clock for SystemClock {
     }
 }
 
-/// One instant for a whole command: the monotonic clock is read once, at
+/// One instant for a whole command (or, through [`UnitInstant`], for every
+/// command of one transaction): the monotonic clock is read once, at
 /// the start, and every step of the command sees that reading. The wall
 /// clock is read the first time a step asks for it (issuing a token,
 /// writing a lease end for a replica) and that reading is kept: most
