@@ -732,6 +732,9 @@ impl NativeLock {
             id,
             settled: false,
         };
+        // Boxed: the task then moves a pointer, not the operation's whole
+        // state machine, through the runtime's spawn path.
+        let op = Box::pin(op);
         runtime.spawn(async move { promised.settle(op.await) });
         Ok(())
     }
