@@ -3,9 +3,11 @@
 //! fencing write-back, re-entry, the watchdog) stays in redis-lock-client;
 //! this layer converts arguments (milliseconds to `Duration`), runs every
 //! network round as a future on napi's tokio runtime (Node's event loop never
-//! waits on the network), forwards a watchdog's loss to JavaScript through a
-//! weak threadsafe function, and encodes the crate's typed errors so that the
-//! wrapper can throw the matching error class.
+//! waits on the network), hands the outcomes of acquire, extend and release
+//! back through one completion queue (`NativeHub`: one wake-up of Node's loop
+//! settles every outcome queued by then), forwards a watchdog's loss to
+//! JavaScript through a weak threadsafe function, and encodes the crate's
+//! typed errors so that the wrapper can throw the matching error class.
 //!
 //! Errors cross as a JavaScript `Error` whose message is
 //! `REDISLOCK:{"code":…,"message":…,…}` (JSON); the wrapper parses it.
@@ -341,12 +343,18 @@ pub struct NativeRedlock {
     /// napi's runtime, for what a finalizer on Node's thread drops.
     runtime: Option<tokio::runtime::Handle>,
     default: redis_lock_client::Redlock,
+    /// Where its handles' operations settle.
+    hub: Arc<Hub>,
 }
 
 #[napi]
 impl NativeRedlock {
     #[napi(constructor, catch_unwind)]
-    pub fn new(nodes: Vec<String>, options: Option<NativeOptions>) -> napi::Result<Self> {
+    pub fn new(
+        nodes: Vec<String>,
+        hub: &NativeHub,
+        options: Option<NativeOptions>,
+    ) -> napi::Result<Self> {
         let options = options.unwrap_or_default();
         let config = make_config(&options)?;
         let cluster = options.cluster.unwrap_or(false);
@@ -361,7 +369,11 @@ impl NativeRedlock {
         };
         let default = recipe.make(config).map_err(map_err)?;
         let runtime = within_runtime_if_available(|| tokio::runtime::Handle::try_current().ok());
-        Ok(NativeRedlock { runtime, default })
+        Ok(NativeRedlock {
+            runtime,
+            default,
+            hub: Arc::clone(&hub.hub),
+        })
     }
 
     /// A handle (not yet acquired): kind "exclusive", "shared" or "permit"
@@ -395,7 +407,12 @@ impl NativeRedlock {
             }
         }
         .map_err(map_err)?;
-        Ok(NativeLock::new(lock, wait, self.runtime.clone()))
+        Ok(NativeLock::new(
+            lock,
+            wait,
+            self.runtime.clone(),
+            Arc::clone(&self.hub),
+        ))
     }
 
     /// Checks that every answering node has the module loaded (and WAITAOF
@@ -507,16 +524,163 @@ impl From<Release> for NativeRelease {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Completions
+
+/// What a finished operation hands to JavaScript.
+enum Outcome {
+    Acquired(NativeAcquired),
+    Released(NativeRelease),
+    Extended(NativeExtended),
+}
+
+struct Done {
+    id: u32,
+    /// An error is its coded message.
+    outcome: Result<Outcome, String>,
+}
+
+/// Where finished operations wait for Node's thread. A `#[napi] async fn`
+/// settles each promise through a threadsafe function of its own (created
+/// on Node's thread, called from the runtime, one wake-up of Node's loop
+/// each, then closed); here every operation's outcome goes into one queue,
+/// and only the outcome that finds the queue empty wakes Node's loop, whose
+/// callback drains everything queued by then (`NativeHub.drain`): under
+/// load, one wake-up settles many promises. The queue is in completion
+/// order, and the callback settles in that order.
+struct Hub {
+    queue: Mutex<Vec<Done>>,
+    /// Weak: it never keeps Node's loop alive (the JavaScript side keeps it
+    /// alive while operations are pending).
+    ready: ThreadsafeFunction<(), (), (), Status, false, true>,
+}
+
+impl Hub {
+    fn complete(&self, id: u32, outcome: napi::Result<Outcome>) {
+        let first = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.push(Done {
+                id,
+                outcome: outcome.map_err(|e| e.reason.clone()),
+            });
+            queue.len() == 1
+        };
+        // A push onto a non-empty queue needs no signal: the outcome that
+        // found it empty signalled, and the drain that takes that one
+        // (under the same mutex, so after this push) takes this one too.
+        if first {
+            self.ready.call((), ThreadsafeFunctionCallMode::NonBlocking);
+        }
+    }
+}
+
+/// The promise of one operation, settled exactly once: with the outcome,
+/// or, when the future is dropped unfinished (the runtime shut down, or a
+/// panic), with an error, so that no promise is left pending forever.
+struct Promised {
+    hub: Arc<Hub>,
+    id: u32,
+    settled: bool,
+}
+
+impl Promised {
+    fn settle(mut self, outcome: napi::Result<Outcome>) {
+        self.settled = true;
+        self.hub.complete(self.id, outcome);
+    }
+}
+
+impl Drop for Promised {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.hub.complete(
+                self.id,
+                Err(coded(
+                    "RUNTIME",
+                    "the operation was dropped before it finished (the addon's runtime shut down)",
+                    &[],
+                )),
+            );
+        }
+    }
+}
+
+/// One finished operation for JavaScript: `error` (the coded message) or
+/// the outcome of its kind.
+#[napi(object)]
+pub struct NativeDone {
+    pub id: u32,
+    pub error: Option<String>,
+    pub acquired: Option<NativeAcquired>,
+    pub released: Option<NativeRelease>,
+    pub extended: Option<NativeExtended>,
+}
+
+/// The completion queue of this JavaScript environment (one per module
+/// instance: the wrapper makes it once, with the callback that drains it).
+#[napi]
+pub struct NativeHub {
+    hub: Arc<Hub>,
+}
+
+#[napi]
+impl NativeHub {
+    /// `ready()` is called (on Node's thread) when outcomes are queued;
+    /// it calls `drain()`.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(ready: ThreadsafeFunction<(), (), (), Status, false, true>) -> napi::Result<Self> {
+        Ok(NativeHub {
+            hub: Arc::new(Hub {
+                queue: Mutex::new(Vec::new()),
+                ready,
+            }),
+        })
+    }
+
+    /// The operations finished since the last drain, in completion order.
+    #[napi(catch_unwind)]
+    pub fn drain(&self) -> napi::Result<Vec<NativeDone>> {
+        let done = std::mem::take(&mut *self.hub.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        Ok(done
+            .into_iter()
+            .map(|Done { id, outcome }| {
+                let mut out = NativeDone {
+                    id,
+                    error: None,
+                    acquired: None,
+                    released: None,
+                    extended: None,
+                };
+                match outcome {
+                    Ok(Outcome::Acquired(a)) => out.acquired = Some(a),
+                    Ok(Outcome::Released(r)) => out.released = Some(r),
+                    Ok(Outcome::Extended(e)) => out.extended = Some(e),
+                    Err(e) => out.error = Some(e),
+                }
+                out
+            })
+            .collect())
+    }
+}
+
 /// One lock handle (one owner id). Operations run as futures on the tokio
 /// runtime; `abort()` drops a pending acquisition (the crate then releases
 /// whatever it won, in the background, before the handle's next operation).
+/// `acquire`, `extend` and `release` settle through the hub: each takes the
+/// id of its promise on the JavaScript side and returns at once.
 #[napi]
 pub struct NativeLock {
-    slot: Mutex<Slot>,
-    cancel: watch::Sender<u64>,
+    state: Arc<LockState>,
+    hub: Arc<Hub>,
     resource: String,
     owner: String,
     ttl: Duration,
+}
+
+/// What an operation in flight shares with the handle.
+struct LockState {
+    slot: Mutex<Slot>,
+    cancel: watch::Sender<u64>,
     /// The acquire deadline of `acquire` (None: the client's settings).
     wait: Option<Duration>,
     runtime: Option<tokio::runtime::Handle>,
@@ -527,37 +691,56 @@ impl NativeLock {
         lock: Lock,
         wait: Option<Duration>,
         runtime: Option<tokio::runtime::Handle>,
+        hub: Arc<Hub>,
     ) -> NativeLock {
         let (cancel, _) = watch::channel(0);
         NativeLock {
-            runtime,
-            wait,
             resource: lock.resource().to_string(),
             owner: lock.owner().to_string(),
             ttl: lock.ttl(),
-            slot: Mutex::new(Slot {
-                held: Some(Arc::new(Held::Plain(lock))),
-                quiet: Arc::new(AtomicBool::new(false)),
+            hub,
+            state: Arc::new(LockState {
+                runtime,
+                wait,
+                slot: Mutex::new(Slot {
+                    held: Some(Arc::new(Held::Plain(lock))),
+                    quiet: Arc::new(AtomicBool::new(false)),
+                }),
+                cancel,
             }),
-            cancel,
         }
     }
 
-    fn slot(&self) -> napi::Result<std::sync::MutexGuard<'_, Slot>> {
-        self.slot
-            .lock()
-            .map_err(|_| coded("RUNTIME", "a thread panicked holding a lock handle", &[]))
+    fn held(&self) -> napi::Result<Arc<Held>> {
+        self.state.held()
     }
 
-    fn held(&self) -> napi::Result<Arc<Held>> {
-        self.slot()?
-            .held
-            .clone()
-            .ok_or_else(|| map_err(Error::NotHeld))
+    /// Runs `op` on the runtime; its outcome settles promise `id`.
+    fn start<F>(&self, id: u32, op: F) -> napi::Result<()>
+    where
+        F: std::future::Future<Output = napi::Result<Outcome>> + Send + 'static,
+    {
+        let Some(runtime) = &self.state.runtime else {
+            return Err(coded(
+                "RUNTIME",
+                "the addon's runtime is not available",
+                &[],
+            ));
+        };
+        let promised = Promised {
+            hub: Arc::clone(&self.hub),
+            id,
+            settled: false,
+        };
+        // Boxed: the task then moves a pointer, not the operation's whole
+        // state machine, through the runtime's spawn path.
+        let op = Box::pin(op);
+        runtime.spawn(async move { promised.settle(op.await) });
+        Ok(())
     }
 }
 
-impl Drop for NativeLock {
+impl Drop for LockState {
     fn drop(&mut self) {
         // The crate's Lock releases a still-held lock in the background when
         // dropped inside a tokio runtime; a finalizer runs on Node's thread,
@@ -578,98 +761,53 @@ impl Drop for NativeLock {
 #[napi]
 impl NativeLock {
     /// Acquires (or re-enters): `tryOnce` makes one attempt without retry or
-    /// wait. Resolves with the outcome; rejects with code ABORTED after
+    /// wait. Settles promise `id` with the outcome; with code ABORTED after
     /// `abort(ticket)` with this call's `ticket`.
-    #[napi]
-    pub async fn acquire(&self, try_once: bool, ticket: u32) -> napi::Result<NativeAcquired> {
-        let mut cancelled = self.cancel.subscribe();
-        let ticket = u64::from(ticket);
-        let wait = self.wait;
-        let acquire = async {
-            let held = self.unwatched_if_idle().await?;
-            let lock = held.lock();
-            let result = if try_once {
-                lock.try_acquire().await
-            } else if let Some(wait) = wait {
-                lock.acquire_for(wait).await
-            } else {
-                lock.acquire().await
-            };
-            result.map(NativeAcquired::from).map_err(map_err)
-        };
-        tokio::select! {
-            result = acquire => result,
-            _ = cancelled.wait_for(|t| *t == ticket) => Err(coded(
-                "ABORTED",
-                "the acquisition was aborted; anything it was granted is released",
-                &[],
-            )),
-        }
+    #[napi(catch_unwind)]
+    pub fn acquire(&self, try_once: bool, ticket: u32, id: u32) -> napi::Result<()> {
+        let state = Arc::clone(&self.state);
+        let cancelled = state.cancel.subscribe();
+        self.start(id, async move {
+            state
+                .acquire(try_once, u64::from(ticket), cancelled)
+                .await
+                .map(Outcome::Acquired)
+        })
     }
 
     /// Drops the pending acquisition started with `ticket`.
     #[napi(catch_unwind)]
     pub fn abort(&self, ticket: u32) -> napi::Result<()> {
-        self.cancel.send_replace(u64::from(ticket));
+        self.state.cancel.send_replace(u64::from(ticket));
         Ok(())
     }
 
     /// Renews the lease to the TTL (or `ttl` ms) on every node still
-    /// holding it.
-    #[napi]
-    pub async fn extend(&self, ttl: Option<f64>) -> napi::Result<NativeExtended> {
-        let held = self.held()?;
-        let lock = held.lock();
-        let result = match ttl {
-            None => lock.extend().await,
-            Some(ttl) => lock.extend_with(ttl_millis(ttl)?).await,
-        };
-        result.map(NativeExtended::from).map_err(map_err)
+    /// holding it; settles promise `id`.
+    #[napi(catch_unwind)]
+    pub fn extend(&self, ttl: Option<f64>, id: u32) -> napi::Result<()> {
+        let ttl = ttl.map(ttl_millis).transpose()?;
+        let state = Arc::clone(&self.state);
+        self.start(id, async move {
+            let held = state.held()?;
+            let lock = held.lock();
+            let result = match ttl {
+                None => lock.extend().await,
+                Some(ttl) => lock.extend_with(ttl).await,
+            };
+            result.map(|e| Outcome::Extended(e.into())).map_err(map_err)
+        })
     }
 
     /// Releases one hold (`all`: every hold); the last one releases the
-    /// lock on every node, and stops the watchdog first.
-    #[napi]
-    pub async fn release(&self, all: bool) -> napi::Result<NativeRelease> {
-        let held = self.held()?;
-        let last = all || held.lock().holds() <= 1;
-        if !(last && matches!(*held, Held::Watched(_))) {
-            let lock = held.lock();
-            let result = if all {
-                lock.release_all().await
-            } else {
-                lock.release().await
-            };
-            return result.map(NativeRelease::from).map_err(map_err);
-        }
-        drop(held);
-        let taken = {
-            let mut slot = self.slot()?;
-            slot.quiet.store(true, Ordering::SeqCst);
-            slot.held.take()
-        };
-        let Some(taken) = taken else {
-            return Err(map_err(Error::NotHeld));
-        };
-        match Arc::try_unwrap(taken) {
-            Ok(held) => {
-                let lock = match held {
-                    Held::Watched(watchdog) => watchdog.stop().await,
-                    Held::Plain(lock) => lock,
-                };
-                let result = lock.release_all().await;
-                self.put_back(Arc::new(Held::Plain(lock)))?;
-                result.map(NativeRelease::from).map_err(map_err)
-            }
-            // Another operation (a token, a fenced write) still uses the
-            // handle: release through it; the watchdog stops when the last
-            // user is done, and its loss report is no longer forwarded.
-            Err(shared) => {
-                let result = shared.lock().release_all().await;
-                self.put_back(shared)?;
-                result.map(NativeRelease::from).map_err(map_err)
-            }
-        }
+    /// lock on every node, and stops the watchdog first. Settles promise
+    /// `id`.
+    #[napi(catch_unwind)]
+    pub fn release(&self, all: bool, id: u32) -> napi::Result<()> {
+        let state = Arc::clone(&self.state);
+        self.start(id, async move {
+            state.release(all).await.map(Outcome::Released)
+        })
     }
 
     /// The fencing token of this hold once `token()` computed it (no round
@@ -751,8 +889,9 @@ impl NativeLock {
         &self,
         on_loss: ThreadsafeFunction<String, (), String, Status, false, true>,
     ) -> napi::Result<()> {
+        let state = &self.state;
         let (taken, quiet) = {
-            let mut slot = self.slot()?;
+            let mut slot = state.slot()?;
             let quiet = Arc::new(AtomicBool::new(false));
             slot.quiet = Arc::clone(&quiet);
             (slot.held.take(), quiet)
@@ -763,24 +902,24 @@ impl NativeLock {
         let held = match Arc::try_unwrap(taken) {
             Ok(held) => held,
             Err(shared) => {
-                self.put_back(shared)?;
+                state.put_back(shared)?;
                 return Err(busy());
             }
         };
         let lock = match held {
             Held::Plain(lock) => lock,
             watched @ Held::Watched(_) => {
-                self.put_back(Arc::new(watched))?;
+                state.put_back(Arc::new(watched))?;
                 return Ok(());
             }
         };
         if !lock.is_held() {
-            self.put_back(Arc::new(Held::Plain(lock)))?;
+            state.put_back(Arc::new(Held::Plain(lock)))?;
             return Err(map_err(Error::NotHeld));
         }
         let watchdog = within_runtime_if_available(|| lock.watchdog()).map_err(map_err)?;
         let lost = watchdog.lost();
-        self.put_back(Arc::new(Held::Watched(watchdog)))?;
+        state.put_back(Arc::new(Held::Watched(watchdog)))?;
         napi::bindgen_prelude::spawn(async move {
             if let LockStatus::Lost { outcomes } = lost.await {
                 if !quiet.load(Ordering::SeqCst) {
@@ -844,10 +983,100 @@ impl NativeLock {
     }
 }
 
-impl NativeLock {
+impl LockState {
+    fn slot(&self) -> napi::Result<std::sync::MutexGuard<'_, Slot>> {
+        self.slot
+            .lock()
+            .map_err(|_| coded("RUNTIME", "a thread panicked holding a lock handle", &[]))
+    }
+
+    fn held(&self) -> napi::Result<Arc<Held>> {
+        self.slot()?
+            .held
+            .clone()
+            .ok_or_else(|| map_err(Error::NotHeld))
+    }
+
     fn put_back(&self, held: Arc<Held>) -> napi::Result<()> {
         self.slot()?.held = Some(held);
         Ok(())
+    }
+
+    async fn acquire(
+        &self,
+        try_once: bool,
+        ticket: u64,
+        mut cancelled: watch::Receiver<u64>,
+    ) -> napi::Result<NativeAcquired> {
+        // Not raced with the abort: stopping a watchdog left from an earlier
+        // hold takes the handle out of its slot until the watchdog has
+        // stopped, and an abort that dropped this halfway would leave the
+        // handle empty (every later operation NotHeld).
+        let held = self.unwatched_if_idle().await?;
+        let wait = self.wait;
+        let acquire = async {
+            let lock = held.lock();
+            let result = if try_once {
+                lock.try_acquire().await
+            } else if let Some(wait) = wait {
+                lock.acquire_for(wait).await
+            } else {
+                lock.acquire().await
+            };
+            result.map(NativeAcquired::from).map_err(map_err)
+        };
+        tokio::select! {
+            // An abort that came first sends nothing.
+            biased;
+            _ = cancelled.wait_for(|t| *t == ticket) => Err(coded(
+                "ABORTED",
+                "the acquisition was aborted; anything it was granted is released",
+                &[],
+            )),
+            result = acquire => result,
+        }
+    }
+
+    async fn release(&self, all: bool) -> napi::Result<NativeRelease> {
+        let held = self.held()?;
+        let last = all || held.lock().holds() <= 1;
+        if !(last && matches!(*held, Held::Watched(_))) {
+            let lock = held.lock();
+            let result = if all {
+                lock.release_all().await
+            } else {
+                lock.release().await
+            };
+            return result.map(NativeRelease::from).map_err(map_err);
+        }
+        drop(held);
+        let taken = {
+            let mut slot = self.slot()?;
+            slot.quiet.store(true, Ordering::SeqCst);
+            slot.held.take()
+        };
+        let Some(taken) = taken else {
+            return Err(map_err(Error::NotHeld));
+        };
+        match Arc::try_unwrap(taken) {
+            Ok(held) => {
+                let lock = match held {
+                    Held::Watched(watchdog) => watchdog.stop().await,
+                    Held::Plain(lock) => lock,
+                };
+                let result = lock.release_all().await;
+                self.put_back(Arc::new(Held::Plain(lock)))?;
+                result.map(NativeRelease::from).map_err(map_err)
+            }
+            // Another operation (a token, a fenced write) still uses the
+            // handle: release through it; the watchdog stops when the last
+            // user is done, and its loss report is no longer forwarded.
+            Err(shared) => {
+                let result = shared.lock().release_all().await;
+                self.put_back(shared)?;
+                result.map(NativeRelease::from).map_err(map_err)
+            }
+        }
     }
 
     /// The handle for a new acquisition. A watchdog left from an earlier

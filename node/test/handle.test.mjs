@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 
-import { Lock, LockExpiredError, NotHeldError, Redlock, TokenPendingError } from "redislock-native";
+import { AbortError, Lock, LockExpiredError, NotHeldError, Redlock, TokenPendingError } from "redislock-native";
 import { command, Servers, waitUntil } from "./servers.mjs";
 
 const servers = new Servers();
@@ -75,6 +75,38 @@ describe("handles", () => {
     }, 2_500, "a renewal of the new hold");
     assert.ok(lock.isHeld);
     await lock.release();
+  });
+
+  test("an acquire aborted while it stops an earlier hold's watchdog leaves the handle usable", async () => {
+    const rl = new Redlock([server.url], { ttl: 3_000, nodeTimeout: 1_000, store: store.url });
+    const lock = rl.handle("unwatch-abort");
+    // Each round leaves the handle with the watchdog of a released hold (a
+    // release that raced a fenced write cannot stop it), then aborts an
+    // acquire at once: the abort comes while that acquire stops the
+    // watchdog. Before the fix the abort could drop it halfway, with the
+    // handle out of its slot: every later operation was NotHeld.
+    for (let round = 0; round < 10; round++) {
+      await lock.acquire();
+      lock.watch();
+      assert.equal(await lock.fenced("fence:unwatch-abort", ["SET", "unwatch-abort", String(round)]), "OK");
+      assert.equal(await command(store.port, "CLIENT", "PAUSE", "300", "WRITE"), "OK");
+      const write = lock.fenced("fence:unwatch-abort", ["SET", "unwatch-abort", "x"]).catch((e) => e);
+      await waitUntil(async () => (await command(store.port, "CLIENT", "LIST")).includes("cmd=lock.fenced"), 2_000, "write held by the store");
+      assert.equal((await lock.release()).holdsLeft, 0);
+      await write;
+      const controller = new AbortController();
+      const attempt = lock.acquire({ signal: controller.signal });
+      controller.abort();
+      const err = await attempt.then(() => null, (e) => e);
+      assert.ok(err instanceof AbortError, `round ${round}: ${err}`);
+      assert.equal(lock.holds, 0, `round ${round}: the aborted acquire holds nothing`);
+      // The handle still works: a new hold, released.
+      const again = await lock.acquire().catch((e) => e);
+      assert.ok(!(again instanceof Error), `round ${round}: the handle after the abort: ${again}`);
+      assert.ok(lock.isHeld);
+      await lock.release();
+    }
+    assert.equal(await command(server.port, "EXISTS", "unwatch-abort"), 0n);
   });
 
   test("the store reconnects after its connection breaks", async () => {

@@ -215,6 +215,60 @@ describe("single node", () => {
     assert.equal(await command(server.port, "EXISTS", "abort-me"), 0n);
   });
 
+  test("many acquires, some aborted mid-flight: every grant is released or held by a live task", async () => {
+    // The grants come back through one completion queue that wakes Node's
+    // loop once for many outcomes: each must reach its own promise (two
+    // clients share the queue), an abort at any moment (queued on the node,
+    // granted but not yet delivered, delivered) must give back what was
+    // granted, and nothing may stay held until the TTL (60 s).
+    const clients = [0, 1].map(() => new Redlock([server.url], { ttl: 60_000, nodeTimeout: 2_000 }));
+    const KEYS = 8;
+    const TASKS = 240;
+    const keys = Array.from({ length: KEYS }, (_, k) => `delivery:${k}`);
+    const inside = new Set();
+    let violations = 0;
+    let granted = 0;
+    let aborted = 0;
+    const wrong = [];
+    const tasks = Array.from({ length: TASKS }, async (_, i) => {
+      const key = keys[i % KEYS];
+      const controller = new AbortController();
+      // Two tasks in three are aborted after 0-30 ms, mid-flight.
+      const timer = i % 3 === 0 ? undefined : setTimeout(() => controller.abort(), (i * 7) % 31);
+      let lock;
+      try {
+        lock = await clients[i % 2].lock(key, { wait: 30_000, signal: controller.signal });
+      } catch (e) {
+        if (!(e instanceof AbortError)) wrong.push(`task ${i}: ${e}`);
+        aborted++;
+        return;
+      } finally {
+        clearTimeout(timer);
+      }
+      granted++;
+      if (inside.has(key)) violations++;
+      inside.add(key);
+      // The node agrees that this handle holds it.
+      const held = await info(key);
+      if (!lock.isHeld || held?.owner !== lock.owner) wrong.push(`task ${i}: granted, but the node's holder is ${held?.owner}, not ${lock.owner}`);
+      await new Promise((r) => setTimeout(r, i % 3));
+      inside.delete(key);
+      const released = await lock.release();
+      if (released.holdsLeft !== 0 || released.released !== 1) wrong.push(`task ${i}: release ${JSON.stringify(released)}`);
+    });
+    await Promise.all(tasks);
+    assert.deepEqual(wrong, []);
+    assert.equal(violations, 0, "two holders of one key at once");
+    assert.equal(granted + aborted, TASKS);
+    assert.ok(granted >= TASKS / 3 && aborted > 0, `granted ${granted}, aborted ${aborted}`);
+    // Every key free long before the 60 s lease (an aborted grant is
+    // released in the background), with no waiter left behind.
+    await waitUntil(async () => {
+      for (const key of keys) if ((await command(server.port, "EXISTS", key)) !== 0n) return false;
+      return true;
+    }, 10_000, "every key free");
+  });
+
   test("fenced writes: the store refuses a stale holder", async () => {
     const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
     const first = await rl.lock("lock:order:7");

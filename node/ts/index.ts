@@ -148,6 +148,64 @@ async function wrap<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
   }
 }
 
+// Acquire, extend and release settle through the addon's completion queue
+// (NativeHub): each operation takes the id of its promise here and the
+// native call returns at once; the addon queues the outcome and wakes Node's
+// loop only when the queue was empty, and `drain` then settles every outcome
+// queued by then, in completion order. (A native `async fn` settles each
+// promise through a threadsafe function of its own: one wake-up of the loop
+// per operation.)
+interface Settle {
+  resolve: (value: any) => void;
+  reject: (error: unknown) => void;
+}
+const settles = new Map<number, Settle>();
+let lastId = 0;
+let hub: Binding.NativeHub | undefined;
+// The hub's callback is weak: this timer keeps the process alive while an
+// operation is pending (ref'd then), as an awaited promise expects.
+let keepAlive: ReturnType<typeof setInterval> | undefined;
+
+function theHub(): Binding.NativeHub {
+  if (hub === undefined) {
+    hub = new native.NativeHub(drain);
+    keepAlive = setInterval(() => undefined, 0x7fffffff);
+    keepAlive.unref();
+  }
+  return hub;
+}
+
+function drain(): void {
+  let done: Binding.NativeDone[];
+  try {
+    done = hub?.drain() ?? [];
+  } catch (e) {
+    // Nothing may escape into the addon's callback.
+    process.emitWarning(`redislock-native: draining completions failed: ${String(e)}`, "RedisLockWarning");
+    return;
+  }
+  for (const d of done) {
+    const settle = settles.get(d.id);
+    if (settle === undefined) continue;
+    settles.delete(d.id);
+    if (d.error != null) settle.reject(new Error(d.error));
+    else settle.resolve(d.acquired ?? d.released ?? d.extended);
+  }
+  if (settles.size === 0) keepAlive?.unref();
+}
+
+/** Starts a native operation that settles promise `id` through the hub. */
+function submit<T>(start: (id: number) => void): Promise<T> {
+  lastId = lastId >= 0xffffffff ? 1 : lastId + 1;
+  const id = lastId;
+  return new Promise<T>((resolve, reject) => {
+    // Settled in a later turn of the loop, never during this call.
+    start(id);
+    settles.set(id, { resolve, reject });
+    if (settles.size === 1) keepAlive?.ref();
+  });
+}
+
 function aborted(signal: AbortSignal): AbortError {
   return new AbortError("the acquisition was aborted; anything it was granted is released", signal.reason);
 }
@@ -175,7 +233,8 @@ let tickets = 0;
 export class Lock extends EventEmitter {
   readonly #native: Binding.NativeLock;
   readonly #redlock: Redlock;
-  #controller = new AbortController();
+  // Made when `signal` is first asked for, or on a loss.
+  #controller: AbortController | undefined;
   #watching = false;
 
   /** @internal */
@@ -215,6 +274,7 @@ export class Lock extends EventEmitter {
   }
   /** Aborted (with a LockLostError) when the watchdog reports the loss. */
   get signal(): AbortSignal {
+    this.#controller ??= new AbortController();
     return this.#controller.signal;
   }
 
@@ -230,17 +290,20 @@ export class Lock extends EventEmitter {
     signal?.addEventListener("abort", onAbort, { once: true });
     let result: Acquired;
     try {
-      result = await wrap(this.#native.acquire(tryOnce, ticket), signal);
+      result = await wrap(
+        submit<Acquired>((id) => this.#native.acquire(tryOnce, ticket, id)),
+        signal,
+      );
     } finally {
       signal?.removeEventListener("abort", onAbort);
     }
     if (signal?.aborted) {
       // Granted as the abort came: give this hold back.
-      await this.#native.release(false).catch(() => undefined);
+      await submit<Released>((id) => this.#native.release(false, id)).catch(() => undefined);
       throw aborted(signal);
     }
-    if (result.holds === 1 && this.#controller.signal.aborted) {
-      this.#controller = new AbortController();
+    if (result.holds === 1 && this.#controller?.signal.aborted) {
+      this.#controller = undefined;
     }
     return result;
   }
@@ -258,7 +321,7 @@ export class Lock extends EventEmitter {
 
   /** Renews the lease (to `ttl` ms if given) on every node still holding it. */
   extend(ttl?: number): Promise<Extended> {
-    return wrap(this.#native.extend(ttl));
+    return wrap(submit<Extended>((id) => this.#native.extend(ttl, id)));
   }
 
   /** Releases one hold; the last one releases the lock on every node (and
@@ -273,7 +336,7 @@ export class Lock extends EventEmitter {
   }
 
   async #release(all: boolean): Promise<Released> {
-    const released = await wrap(this.#native.release(all));
+    const released = await wrap(submit<Released>((id) => this.#native.release(all, id)));
     // The last hold stopped the watchdog: a later acquire starts unwatched.
     if (released.holdsLeft === 0) this.#watching = false;
     return released;
@@ -347,6 +410,7 @@ export class Lock extends EventEmitter {
       undefined,
       outcomes,
     );
+    this.#controller ??= new AbortController();
     this.#controller.abort(error);
     // A throwing listener must neither escape into the addon's callback nor
     // end the process: it becomes a warning.
@@ -416,7 +480,7 @@ export class Redlock extends EventEmitter {
     const ack = options.acknowledge ?? {};
     this.#native = call(
       () =>
-        new native.NativeRedlock(this.#nodes, {
+        new native.NativeRedlock(this.#nodes, theHub(), {
           nodeTimeout: options.nodeTimeout,
           retryCount: options.retryCount,
           retryDelay: options.retryDelay,
@@ -490,7 +554,7 @@ export class Redlock extends EventEmitter {
   async acquireAs(resource: string, kind: Kind, permits: number | undefined, options: LockOptions): Promise<Lock> {
     const lock = this.#handle(resource, kind, permits, options);
     await lock.acquire({ signal: options.signal });
-    await this.#finish(lock, options);
+    if (options.watchdog || (options.fenced ?? this.#options.fenced)) await this.#finish(lock, options);
     return lock;
   }
 
