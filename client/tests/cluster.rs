@@ -514,9 +514,9 @@ fn command_stats(node: &testkit::RedisServer) -> String {
 /// queue is empty long before the wait's own server-side timeout (a
 /// minute), the given-up waiter does not get the lock when the holder
 /// releases it, and the handle's next acquisition works. Without the
-/// unblock (the waiting connection's id unknown, as before) the wait stays
-/// queued on the master until its own timeout, and this fails on the
-/// queue.
+/// change this fails on the unblock: the waiting connection's id was
+/// unknown, and the wait ended only when the client dropped that
+/// connection, after an undo sent behind the wait on it had timed out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_wait_given_up_is_unblocked_on_its_master() {
     let cluster = RedisCluster::start(3, 0);
@@ -664,8 +664,8 @@ async fn a_cluster_wait_given_up_runs_nothing_on_its_master_later() {
 /// again, redirected (`MOVED`/`ASK`) to the new master, on its connection
 /// there, whose id the client learnt before the wait (that node was a
 /// master already). When the caller gives up, that wait is unblocked there.
-/// Without the change it stays queued on the new master until its own
-/// timeout.
+/// Without the change this fails on the unblock (no id known: the wait
+/// ended only with its connection).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_wait_follows_its_moved_slot_and_is_unblocked_there() {
     let cluster = RedisCluster::start(3, 0);
