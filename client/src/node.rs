@@ -536,3 +536,39 @@ fn node_error(error: redis::RedisError) -> NodeError {
         NodeError::Connection(error.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(replies: Vec<(Value, Value)>) -> Option<Vec<(String, u16, i64)>> {
+        match cluster_ids(replies) {
+            WaitingIds::Cluster(ids) => Some(ids),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_waiting_cluster_connections_ids_are_read_by_master_address() {
+        let address = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let read = ids(vec![
+            (address("127.0.0.1:7001"), Value::Int(5)),
+            // IPv6: the port is after the last colon.
+            (address("::1:7002"), Value::Int(9)),
+            // Not an id, no port, a port out of range: skipped.
+            (address("127.0.0.1:7003"), Value::Nil),
+            (address("no-port"), Value::Int(1)),
+            (address("127.0.0.1:70000"), Value::Int(2)),
+        ]);
+        assert_eq!(
+            read,
+            Some(vec![
+                ("127.0.0.1".to_string(), 7001, 5),
+                ("::1".to_string(), 7002, 9),
+            ])
+        );
+        // Nothing usable: the ids are unknown (the wait is not ended early).
+        assert_eq!(ids(vec![]), None);
+        assert_eq!(ids(vec![(address("no-port"), Value::Int(1))]), None);
+    }
+}
