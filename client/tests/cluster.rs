@@ -3,17 +3,20 @@
 //! locks spread over every shard; a contended lock is waited for on the
 //! server; the watchdog renews; a slot moved by `redis-cli --cluster
 //! reshard` keeps its lock (same owner and token) and the client follows
-//! it; with acknowledged grants, a shard's failover keeps its locks.
+//! it; with acknowledged grants, a shard's failover keeps its locks; a wait
+//! given up is ended on its master (`CLIENT UNBLOCK`, or the waiting
+//! connection cut) before it is undone, so nothing of it lands later.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{field, holder, test_config, token_on};
+use common::{field, holder, raw, test_config, token_on};
 use redis::Value;
 use redis_lock_client::{Acknowledge, Config, Redlock};
 use testkit::cluster::{lowest_slot, RedisCluster};
+use testkit::FaultProxy;
 
 fn config() -> Config {
     Config {
@@ -484,4 +487,240 @@ async fn without_the_raise_a_token_goes_backwards_after_a_free_slot_moves() {
         "without the raise, holder 4's token {fourth_token} was expected below holder 3's {third_token}"
     );
     fourth.release().await.unwrap();
+}
+
+/// [`config`] with a node timeout that also bounds opening a wait's
+/// cluster connection and learning its ids, roomy for a loaded machine.
+fn wait_config() -> Config {
+    Config {
+        node_timeout: Duration::from_secs(1),
+        ..config()
+    }
+}
+
+/// `INFO commandstats` of `node`.
+fn command_stats(node: &testkit::RedisServer) -> String {
+    match raw(node, &["INFO", "commandstats"]) {
+        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("INFO replied {other:?}"),
+    }
+}
+
+/// A wait its caller gives up on (its future dropped while another owner
+/// holds the lock) is ended on the shard's master at once: the client knows
+/// its waiting connection's id on every master (`CLIENT ID`) and unblocks
+/// it there (`CLIENT UNBLOCK`, one client affected: no kill needed). The
+/// queue is empty long before the wait's own server-side timeout (a
+/// minute), the given-up waiter does not get the lock when the holder
+/// releases it, and the handle's next acquisition works. Without the
+/// change this fails on the unblock: the waiting connection's id was
+/// unknown, and the wait ended only when the client dropped that
+/// connection, after an undo sent behind the wait on it had timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_wait_given_up_is_unblocked_on_its_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), wait_config()).unwrap();
+    let name = "given-up";
+    let master = cluster.master_of(name);
+    raw(master, &["LOCK.ACQUIRE", name, "someone-else", "60000"]);
+    let lock = std::sync::Arc::new(redlock.lock(name, Duration::from_secs(30)).unwrap());
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire_for(Duration::from_secs(60)).await })
+    };
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(master, name, "waiters") == Some(Value::Int(1))
+        }),
+        "the waiter never queued on the master"
+    );
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    // Ten seconds is long for the unblock and far short of the wait's own
+    // timeout (60 s less the reply allowance).
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(master, name, "waiters") == Some(Value::Int(0))
+        }),
+        "the given-up wait is still queued on the master: {:?}",
+        field(master, name, "waiters")
+    );
+    let stats = command_stats(master);
+    assert!(
+        stats.contains("cmdstat_client|unblock:calls=1,"),
+        "the wait was not unblocked once on its master:\n{stats}"
+    );
+    assert!(
+        !stats.contains("cmdstat_client|kill"),
+        "the unblock found the wait, yet the waiting connection was cut:\n{stats}"
+    );
+    // The holder lets go: nobody waits, so nobody gets it.
+    raw(master, &["LOCK.RELEASE", name, "someone-else"]);
+    assert_eq!(
+        holder(master, name),
+        None,
+        "the given-up waiter got the lock"
+    );
+    // The handle's next command runs (its undo is done) and holds.
+    lock.try_acquire().await.unwrap();
+    assert_eq!(holder(master, name).as_deref(), Some(lock.owner()));
+    lock.release().await.unwrap();
+    assert_eq!(holder(master, name), None);
+}
+
+/// A wait given up by its deadline whose command has not reached the
+/// master yet (a fault proxy in front of the master holds what the waiting
+/// connection sends from the `WAIT` on; the master announces the proxy's
+/// port, so the client's every connection to it goes through the proxy)
+/// must run nothing there later: the unblock finds no waiting client, so
+/// the waiting connection is cut on every master (`CLIENT KILL ID`), and
+/// the undo goes on the shared connection. The lock is then released by
+/// its holder and taken by the handle; when the proxy lets the held bytes
+/// through, neither the stale wait nor an undo sent behind it on the
+/// waiting connection may free the handle's hold. Without the change (no
+/// id known: the undo sent on the waiting connection, behind the held
+/// wait, then on the shared one when that timed out), the delivered wait
+/// re-enters and its undo frees the lock the handle holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_wait_given_up_runs_nothing_on_its_master_later() {
+    let cluster = RedisCluster::start(3, 0);
+    let name = "stale-wait";
+    let master = cluster.master_of(name);
+    let proxy = FaultProxy::start(master.port());
+    let port = proxy.port().to_string();
+    raw(master, &["CONFIG", "SET", "cluster-announce-port", &port]);
+    let slot = cluster.key_slot(name);
+    for node in &cluster.nodes {
+        assert!(
+            testkit::wait_until(Duration::from_secs(30), || {
+                RedisCluster::owner_port(node, slot) == proxy.port()
+            }),
+            "node {} never saw the master's announced port",
+            node.port()
+        );
+    }
+    // Seeds without the master's own port: it is reached through the proxy.
+    let seeds: Vec<String> = cluster
+        .nodes
+        .iter()
+        .filter(|node| node.port() != master.port())
+        .map(|node| format!("redis://127.0.0.1:{}", node.port()))
+        .collect();
+    let redlock = Redlock::cluster_with_config(
+        seeds,
+        Config {
+            acquire_timeout: Some(Duration::from_secs(4)),
+            ..wait_config()
+        },
+    )
+    .unwrap();
+    eventually(|| async {
+        match redlock.info(name).await.pop().map(|node| node.info) {
+            Some(Ok(info)) => Ok(info),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        proxy.open() > 0,
+        "the client does not reach the master through the proxy"
+    );
+    let before = proxy.open();
+    raw(master, &["LOCK.ACQUIRE", name, "someone-else", "60000"]);
+    proxy.hold_from("$4\r\nWAIT\r\n");
+    let lock = redlock.lock(name, Duration::from_secs(30)).unwrap();
+    let error = lock.acquire().await.unwrap_err();
+    assert!(!lock.is_held(), "{error}");
+    assert_eq!(proxy.held(), 1, "the wait was not held: {error}");
+    // The lock is free; the handle takes it (after its undo is done).
+    raw(master, &["LOCK.RELEASE", name, "someone-else"]);
+    lock.acquire().await.unwrap();
+    assert_eq!(holder(master, name).as_deref(), Some(lock.owner()));
+    // What the waiting connection sent now goes on, and that connection
+    // ends (cut on the server, or closed by the client): by then the master
+    // has run whatever of it it runs.
+    proxy.deliver();
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || proxy.open() <= before),
+        "the waiting connection did not end ({} open, {before} before)",
+        proxy.open()
+    );
+    assert!(lock.is_held());
+    assert_eq!(
+        holder(master, name).as_deref(),
+        Some(lock.owner()),
+        "the master let the lock go while the handle holds it: a command of the given-up wait \
+         ran after the handle's next acquisition (what reached the master: {:?})",
+        String::from_utf8_lossy(&proxy.sent())
+    );
+    lock.release().await.unwrap();
+}
+
+/// A wait whose slot moves while it waits follows the slot, and is ended
+/// on the master it waits on then: `redis-cli --cluster reshard` moves the
+/// held lock to the other master, the module answers the waiter on the
+/// old one `TRYAGAIN`, and the waiting cluster connection sends the wait
+/// again, redirected (`MOVED`/`ASK`) to the new master, on its connection
+/// there, whose id the client learnt before the wait (that node was a
+/// master already). When the caller gives up, that wait is unblocked there.
+/// Without the change this fails on the unblock (no id known: the wait
+/// ended only with its connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_wait_follows_its_moved_slot_and_is_unblocked_there() {
+    let cluster = RedisCluster::start(3, 0);
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let slot = lowest_slot(from);
+    let name = (0..)
+        .map(|i| format!("moving-wait{i}"))
+        .find(|k| cluster.key_slot(k) == slot)
+        .unwrap();
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), wait_config()).unwrap();
+    raw(from, &["LOCK.ACQUIRE", &name, "someone-else", "60000"]);
+    let lock = std::sync::Arc::new(redlock.lock(name.clone(), Duration::from_secs(30)).unwrap());
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire_for(Duration::from_secs(60)).await })
+    };
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(from, &name, "waiters") == Some(Value::Int(1))
+        }),
+        "the waiter never queued on the first master"
+    );
+
+    RedisCluster::reshard_one_slot(from, to, slot);
+
+    assert_eq!(holder(to, &name).as_deref(), Some("someone-else"));
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || {
+            field(to, &name, "waiters") == Some(Value::Int(1))
+        }),
+        "the wait did not follow its slot to the new master: {:?}",
+        field(to, &name, "waiters")
+    );
+    assert!(!waiter.is_finished(), "the wait ended: {:?}", waiter.await);
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(to, &name, "waiters") == Some(Value::Int(0))
+        }),
+        "the given-up wait is still queued on the new master: {:?}",
+        field(to, &name, "waiters")
+    );
+    let stats = command_stats(to);
+    assert!(
+        stats.contains("cmdstat_client|unblock:calls=1,"),
+        "the wait was not unblocked once on the new master:\n{stats}"
+    );
+    assert!(
+        !stats.contains("cmdstat_client|kill"),
+        "the unblock found the wait, yet the waiting connection was cut:\n{stats}"
+    );
+    raw(to, &["LOCK.RELEASE", &name, "someone-else"]);
+    assert_eq!(holder(to, &name), None, "the given-up waiter got the lock");
+    eventually(|| lock.try_acquire()).await;
+    assert_eq!(holder(to, &name).as_deref(), Some(lock.owner()));
+    lock.release().await.unwrap();
 }
