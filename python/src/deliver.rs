@@ -268,6 +268,32 @@ impl AbortOnCancel {
     }
 }
 
+/// Where a task's outcome goes. A task that ends without one (it panicked,
+/// or it was aborted) still resolves its future, with an exception, so that
+/// no awaiting task can wait forever; a cancelled future ignores it.
+struct Target {
+    queue: Arc<Queue>,
+    future: Option<PyObject>,
+}
+
+impl Target {
+    fn deliver(&mut self, outcome: Outcome) {
+        if let Some(future) = self.future.take() {
+            self.queue.push(Completion { future, outcome });
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.deliver(Box::new(|_: Python<'_>| {
+            Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "the lock operation ended without a result (a bug in the Rust client: please report it)",
+            ))
+        }));
+    }
+}
+
 /// Runs `work` on the runtime; an `asyncio.Future` of the running loop that
 /// resolves to what its outcome makes of the result.
 pub(crate) fn spawn<'py, F, O>(
@@ -282,13 +308,13 @@ where
 {
     let (create_future, queue) = current(py)?;
     let future = create_future.bind(py).call0()?;
-    let target = future.clone().unbind();
+    let mut target = Target {
+        queue,
+        future: Some(future.clone().unbind()),
+    };
     let task = runtime.spawn(async move {
         let outcome = work.await;
-        queue.push(Completion {
-            future: target,
-            outcome: Box::new(outcome),
-        });
+        target.deliver(Box::new(outcome));
     });
     if on_cancel == OnCancel::Abort {
         future.call_method1(
