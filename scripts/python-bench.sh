@@ -3,12 +3,14 @@
 # redis-py and pottery (the clients it is compared with) and runs
 # bench/python/bench_python.py on servers it starts on loopback and always
 # stops. Appends its Markdown section to the report file given as $1
-# (BENCHMARKS.md by default). QUICK=1 shortens each figure to 1 s.
+# (BENCHMARKS.md by default). QUICK=1 shortens each figure to 1 s. More
+# arguments go to bench_python.py, e.g. `--cases asyncio-one --counts 16,64`.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv-bench"
 OUT="${1:-$ROOT/BENCHMARKS.md}"
+if [ $# -gt 0 ]; then shift; fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
@@ -27,4 +29,4 @@ fi
 exec "$VENV/bin/python" "$ROOT/bench/python/bench_python.py" \
     --server "${REDIS_LOCK_SERVER:-redis-server}" \
     --module "$ROOT/target/release/libredis_lock.so" \
-    --seconds "$seconds" --out "$OUT"
+    --seconds "$seconds" --out "$OUT" "$@"

@@ -9,7 +9,11 @@ Client CPU is this process's CPU time (every thread, the Rust client's
 runtime threads included) per cycle; the servers are other processes.
 
     python bench_python.py --server redis-server --module target/release/libredis_lock.so \
-        [--seconds 3] [--out BENCHMARKS.md]
+        [--seconds 3] [--out BENCHMARKS.md] [--cases asyncio-one] [--counts 16,64]
+
+`--cases` picks some of the four cases (threads-one, threads-five,
+asyncio-one, asyncio-five; all by default) and `--counts` the numbers of
+threads/tasks, for a quick look at one row (`make bench` runs them all).
 
 Prints a Markdown section and, with --out, appends it to that file.
 """
@@ -36,6 +40,7 @@ from redislock_native import Config, Redlock
 from redislock_native.aio import AsyncRedlock
 
 THREADS = (1, 16, 64)
+CASES = ("threads-one", "threads-five", "asyncio-one", "asyncio-five")
 
 
 def free_port() -> int:
@@ -169,7 +174,13 @@ def main() -> None:
     ap.add_argument("--module", required=True)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--out")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--counts", default=",".join(map(str, THREADS)))
     args = ap.parse_args()
+    cases = set(args.cases.split(","))
+    if not cases <= set(CASES):
+        ap.error(f"--cases: one or more of {', '.join(CASES)}")
+    counts = [int(n) for n in args.counts.split(",")]
 
     tmp = tempfile.mkdtemp(prefix="redis-lock-pybench-")
     servers = [Server(args.server, args.module, tmp) for _ in range(5)]
@@ -221,11 +232,13 @@ def main() -> None:
             return cycle
 
         rows = []
-        for label, ours_factory, theirs_label, theirs in (
-            ("one node", ours(one), "redis-py Lock", redis_py),
-            ("five masters", ours(five), "pottery Redlock", pottery_redlock),
+        for case, label, ours_factory, theirs_label, theirs in (
+            ("threads-one", "one node", ours(one), "redis-py Lock", redis_py),
+            ("threads-five", "five masters", ours(five), "pottery Redlock", pottery_redlock),
         ):
-            for threads in THREADS:
+            if case not in cases:
+                continue
+            for threads in counts:
                 load = os.getloadavg()[0]
                 o_rate, o_cpu = run(ours_factory, threads, args.seconds)
                 t_rate, t_cpu = run(theirs, threads, args.seconds)
@@ -286,11 +299,25 @@ def main() -> None:
 
             return factory
 
-        for label, ours_make, theirs_label, theirs_make in (
-            ("one node, asyncio", ours_async(one), "redis.asyncio Lock", redis_py_async),
-            ("five masters, asyncio", ours_async(five), "pottery AIORedlock", pottery_async),
+        for case, label, ours_make, theirs_label, theirs_make in (
+            (
+                "asyncio-one",
+                "one node, asyncio",
+                ours_async(one),
+                "redis.asyncio Lock",
+                redis_py_async,
+            ),
+            (
+                "asyncio-five",
+                "five masters, asyncio",
+                ours_async(five),
+                "pottery AIORedlock",
+                pottery_async,
+            ),
         ):
-            for tasks in THREADS:
+            if case not in cases:
+                continue
+            for tasks in counts:
                 load = os.getloadavg()[0]
                 o_rate, o_cpu = run_async(ours_make, tasks, args.seconds)
                 t_rate, t_cpu = run_async(theirs_make, tasks, args.seconds)

@@ -1,7 +1,8 @@
 """asyncio front end, native: the async Rust client runs on a tokio runtime
 of its own and every network call is an awaitable that resolves on the
-event loop when the Rust future finishes (pyo3-async-runtimes); no thread
-per call. Every rule is still the Rust client's.
+event loop when the Rust future finishes (finished calls are queued and
+delivered to the loop in batches, python/src/deliver.rs); no thread per
+call. Every rule is still the Rust client's.
 
 >>> from redislock_native.aio import AsyncRedlock
 >>> rl = AsyncRedlock(["redis://127.0.0.1:6379"], ttl=10.0)   # doctest: +SKIP
@@ -11,7 +12,8 @@ per call. Every rule is still the Rust client's.
 Cancelling a task that awaits an acquisition drops the Rust future: the
 client stops retrying, releases a grant it won anyway, and ends a
 single-node wait on the server. A task cancelled inside ``async with``
-releases on exit.
+releases on exit. A cancelled ``release()`` or ``stop_watchdog()`` runs to
+its end in the background (as if shielded) and leaves the handle usable.
 """
 
 from __future__ import annotations
@@ -234,9 +236,9 @@ class AsyncRedlock:
     async def acquire(
         self, resource: str, *, ttl: Optional[float] = None, wait: Optional[float] = None
     ) -> AsyncLock:
-        lock = self.lock(resource, ttl=ttl, wait=wait)
-        await lock.acquire()
-        return lock
+        core = self.core.handle("exclusive", resource, ttl=ttl, wait=wait)
+        await core.acquire()  # directly: one coroutine less per call
+        return AsyncLock(core)
 
     async def try_lock(self, resource: str, *, ttl: Optional[float] = None) -> Optional[AsyncLock]:
         lock = self.lock(resource, ttl=ttl, wait=0)

@@ -1,21 +1,25 @@
 //! The native asyncio core: the async Rust client on a tokio runtime of
 //! its own (pyo3-async-runtimes'), each network call an awaitable that
-//! resolves on the event loop when the Rust future finishes. No thread per
-//! call; cancelling the awaiting task drops the Rust future, and the client
-//! finishes or undoes what it had started (an acquisition whose caller is
-//! gone stops retrying, a grant it won anyway is released, a single-node
-//! wait is ended on the server). `redislock_native.aio` wraps these classes.
+//! resolves on the event loop when the Rust future finishes (delivered in
+//! batches: `deliver.rs`). No thread per call; cancelling the awaiting task
+//! drops the Rust future, and the client finishes or undoes what it had
+//! started (an acquisition whose caller is gone stops retrying, a grant it
+//! won anyway is released, a single-node wait is ended on the server);
+//! releases and `stop_watchdog` run to their end instead, and put the
+//! handle's state back. `redislock_native.aio` wraps these classes.
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
 use redis_lock_client::{Error, Lock, Watchdog};
 
+use crate::deliver::{self, OnCancel};
 use crate::{fork_check, map_err, pid, raise, seconds, ttl_seconds, Release};
 
-fn runtime() -> &'static tokio::runtime::Runtime {
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     RUNTIME_PID.get_or_init(pid);
     pyo3_async_runtimes::tokio::get_runtime()
 }
@@ -42,12 +46,20 @@ fn runtime_check(py: Python<'_>) -> PyResult<()> {
     }
 }
 
-fn py_err(error: Error) -> PyErr {
-    Python::with_gil(|py| map_err(py, error))
+fn state_err(py: Python<'_>, why: &str) -> PyErr {
+    raise(py, "RedisLockError", why.to_string(), vec![])
 }
 
-fn state_err(why: &str) -> PyErr {
-    Python::with_gil(|py| raise(py, "RedisLockError", why.to_string(), vec![]))
+/// The outcome of a finished operation: its value, or the exception that
+/// says what to do (made on the loop's thread, with the GIL).
+fn reply<T>(result: Result<T, Error>) -> impl FnOnce(Python<'_>) -> PyResult<PyObject> + Send
+where
+    T: for<'py> IntoPyObject<'py> + Send,
+{
+    move |py: Python<'_>| match result {
+        Ok(value) => value.into_py_any(py),
+        Err(error) => Err(map_err(py, error)),
+    }
 }
 
 /// The async client of one AsyncRedlock (one for every `wait`: a handle's
@@ -55,6 +67,22 @@ fn state_err(why: &str) -> PyErr {
 struct Clients {
     default: ManuallyDrop<redis_lock_client::Redlock>,
     pid: u32,
+}
+
+impl Clients {
+    /// `work` on the runtime, as an awaitable of the running loop.
+    fn spawn<'py, F, O>(
+        &self,
+        py: Python<'py>,
+        on_cancel: OnCancel,
+        work: F,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: std::future::Future<Output = O> + Send + 'static,
+        O: FnOnce(Python<'_>) -> PyResult<PyObject> + Send + 'static,
+    {
+        deliver::spawn(py, runtime(), on_cancel, work)
+    }
 }
 
 fn make(
@@ -156,7 +184,7 @@ impl AsyncRedlockCore {
             try_only: wait.is_some_and(|w| w.is_zero()),
             wait: wait.filter(|w| !w.is_zero()),
             pid: self.clients.pid,
-            _clients: Arc::clone(&self.clients),
+            clients: Arc::clone(&self.clients),
         })
     }
 }
@@ -183,7 +211,7 @@ pub struct AsyncLockCore {
     /// Made with a `wait` above 0: each acquisition's own deadline.
     wait: Option<Duration>,
     pid: u32,
-    _clients: Arc<Clients>,
+    clients: Arc<Clients>,
 }
 
 impl AsyncLockCore {
@@ -197,9 +225,9 @@ impl AsyncLockCore {
     }
 
     fn lock_state(&self) -> PyResult<std::sync::MutexGuard<'_, State>> {
-        self.state
-            .lock()
-            .map_err(|_| state_err("a thread panicked while using this lock handle"))
+        self.state.lock().map_err(|_| {
+            Python::with_gil(|py| state_err(py, "a thread panicked while using this lock handle"))
+        })
     }
 
     fn read<T>(
@@ -233,29 +261,29 @@ impl Drop for AsyncLockCore {
 #[pymethods]
 impl AsyncLockCore {
     /// Awaitable: acquires (or adds a hold); with wait=0 one attempt.
+    /// Cancelling it drops the acquisition (a grant won anyway is released).
     fn acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let lock = self.plain(py)?;
         let (try_only, wait) = (self.try_only, self.wait);
         let resource = self.resource.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            if !try_only {
-                let acquired = match wait {
+        self.clients.spawn(py, OnCancel::Abort, async move {
+            let acquired = if try_only {
+                lock.try_acquire().await
+            } else {
+                match wait {
                     Some(wait) => lock.acquire_for(wait).await,
                     None => lock.acquire().await,
-                };
-                return acquired.map(|_| ()).map_err(py_err);
-            }
-            match lock.try_acquire().await {
-                Ok(_) => Ok(()),
-                Err(Error::NotAcquired { .. }) => Err(Python::with_gil(|py| {
-                    raise(
-                        py,
-                        "LockNotAcquired",
-                        format!("{resource} is held elsewhere (one attempt, wait=0): pass wait=... to wait for it"),
-                        vec![],
-                    )
-                })),
-                Err(e) => Err(py_err(e)),
+                }
+            };
+            move |py: Python<'_>| match acquired {
+                Ok(_) => Ok(py.None()),
+                Err(Error::NotAcquired { .. }) if try_only => Err(raise(
+                    py,
+                    "LockNotAcquired",
+                    format!("{resource} is held elsewhere (one attempt, wait=0): pass wait=... to wait for it"),
+                    vec![],
+                )),
+                Err(e) => Err(map_err(py, e)),
             }
         })
     }
@@ -263,12 +291,12 @@ impl AsyncLockCore {
     /// Awaitable: one attempt; True when acquired.
     fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let lock = self.plain(py)?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            match lock.try_acquire().await {
+        self.clients.spawn(py, OnCancel::Abort, async move {
+            reply(match lock.try_acquire().await {
                 Ok(_) => Ok(true),
                 Err(Error::NotAcquired { .. }) => Ok(false),
-                Err(e) => Err(py_err(e)),
-            }
+                Err(e) => Err(e),
+            })
         })
     }
 
@@ -277,18 +305,19 @@ impl AsyncLockCore {
     fn extend<'py>(&self, py: Python<'py>, ttl: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         let ttl = ttl.map(ttl_seconds).transpose()?;
         let lock = self.plain(py)?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        self.clients.spawn(py, OnCancel::Abort, async move {
             let extended = match ttl {
                 Some(ttl) => lock.extend_with(ttl).await,
                 None => lock.extend().await,
-            }
-            .map_err(py_err)?;
-            Ok(extended.validity.as_secs_f64())
+            };
+            reply(extended.map(|e| e.validity.as_secs_f64()))
         })
     }
 
     /// Awaitable: releases one hold (`all`: every hold); under a watchdog
-    /// stops it and releases every hold.
+    /// stops it and releases every hold. Runs to its end even when the
+    /// awaiting task is cancelled (as if shielded): the lock is released
+    /// and the handle usable again afterwards.
     #[pyo3(signature = (all = false))]
     fn release<'py>(&self, py: Python<'py>, all: bool) -> PyResult<Bound<'py, PyAny>> {
         fork_check(py, self.pid)?;
@@ -301,7 +330,7 @@ impl AsyncLockCore {
                         Ok(w) => Some(w),
                         Err(w) => {
                             *guard = State::Watched(w, holds);
-                            return Err(state_err(IN_FLIGHT));
+                            return Err(state_err(py, IN_FLIGHT));
                         }
                     },
                     _ => None,
@@ -310,23 +339,23 @@ impl AsyncLockCore {
             }
         };
         if let Some(watchdog) = watched {
-            return pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            return self.clients.spawn(py, OnCancel::Finish, async move {
                 let lock = watchdog.stop().await;
                 let released = lock.release_all().await;
                 if let Ok(mut guard) = state.lock() {
                     *guard = State::Plain(Arc::new(lock));
                 }
-                released.map(Release::from).map_err(py_err)
+                reply(released.map(Release::from))
             });
         }
         let lock = self.plain(py)?;
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        self.clients.spawn(py, OnCancel::Finish, async move {
             let released = if all {
                 lock.release_all().await
             } else {
                 lock.release().await
             };
-            released.map(Release::from).map_err(py_err)
+            reply(released.map(Release::from))
         })
     }
 
@@ -338,13 +367,12 @@ impl AsyncLockCore {
             State::Watched(w, _) => (None, Some(Arc::clone(w))),
             State::Gone => return Err(map_err(py, Error::NotHeld)),
         };
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let token = match (plain, watched) {
+        self.clients.spawn(py, OnCancel::Abort, async move {
+            reply(match (plain, watched) {
                 (Some(lock), _) => lock.fencing_token().await,
                 (_, Some(w)) => w.fencing_token().await,
                 _ => Err(Error::NotHeld),
-            };
-            token.map_err(py_err)
+            })
         })
     }
 
@@ -364,7 +392,7 @@ impl AsyncLockCore {
                         Ok(lock) => lock,
                         Err(lock) => {
                             *guard = State::Plain(lock);
-                            return Err(state_err(IN_FLIGHT));
+                            return Err(state_err(py, IN_FLIGHT));
                         }
                     };
                     let _entered = runtime().enter();
@@ -376,10 +404,12 @@ impl AsyncLockCore {
                 other => *guard = other,
             }
         }
-        pyo3_async_runtimes::tokio::future_into_py(py, async move { Ok(()) })
+        deliver::ready(py, py.None())
     }
 
-    /// Awaitable: stops the watchdog; the lock stays held.
+    /// Awaitable: stops the watchdog; the lock stays held. Runs to its end
+    /// even when the awaiting task is cancelled (the handle then holds the
+    /// lock without a watchdog, as after a completed call).
     fn stop_watchdog<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         fork_check(py, self.pid)?;
         let state = Arc::clone(&self.state);
@@ -390,7 +420,7 @@ impl AsyncLockCore {
                     Ok(w) => Some(w),
                     Err(w) => {
                         *guard = State::Watched(w, holds);
-                        return Err(state_err(IN_FLIGHT));
+                        return Err(state_err(py, IN_FLIGHT));
                     }
                 },
                 other => {
@@ -399,14 +429,15 @@ impl AsyncLockCore {
                 }
             }
         };
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            if let Some(watchdog) = watchdog {
-                let lock = watchdog.stop().await;
-                if let Ok(mut guard) = state.lock() {
-                    *guard = State::Plain(Arc::new(lock));
-                }
+        let Some(watchdog) = watchdog else {
+            return deliver::ready(py, py.None());
+        };
+        self.clients.spawn(py, OnCancel::Finish, async move {
+            let lock = watchdog.stop().await;
+            if let Ok(mut guard) = state.lock() {
+                *guard = State::Plain(Arc::new(lock));
             }
-            Ok(())
+            reply(Ok(()))
         })
     }
 
@@ -425,11 +456,11 @@ impl AsyncLockCore {
                     vec![],
                 )),
             };
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            Ok(matches!(
+        self.clients.spawn(py, OnCancel::Abort, async move {
+            reply(Ok(matches!(
                 lost.await,
                 redis_lock_client::LockStatus::Lost { .. }
-            ))
+            )))
         })
     }
 

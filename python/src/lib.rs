@@ -6,6 +6,7 @@
 //! handle used in a process forked from the one that made it.
 
 mod aio;
+mod deliver;
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, RwLock};
