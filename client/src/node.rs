@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::acknowledge::Acknowledge;
@@ -254,19 +254,9 @@ impl Node {
     /// client id: Redis serves a blocked client's later commands only once
     /// it is unblocked, so on the shared connection the wait would stall
     /// every other lock of this client. The caller's timer for the wait
-    /// starts after this returns.
-    ///
-    /// In a cluster it is a cluster connection of its own, which has a
-    /// connection to every master; its client id on each master is asked
-    /// with one `CLIENT ID` to every master (the replies name the master,
-    /// where a command routed by slot does not say which node answered: the
-    /// cluster connection falls back to another node when the slot's master
-    /// is not connected), so that the wait can be ended on whichever master
-    /// it runs, including one a `MOVED`/`ASK` or a `TRYAGAIN` retry sends it
-    /// to. If that fails (a master unreachable) or does not answer within
-    /// `timeout`, the ids are unknown and the wait is not ended early.
+    /// starts after this returns. In a cluster it is a cluster connection
+    /// of its own (no client id: a wait there ends by its own timeout).
     pub async fn open_waiting(&self, timeout: Duration) -> Result<WaitingConn, NodeError> {
-        let until = tokio::time::Instant::now() + timeout;
         let open = async {
             match &self.target {
                 Target::Server(client) => {
@@ -279,13 +269,13 @@ impl Node {
                     let id = conn
                         .send_packed_command(redis::cmd("CLIENT").arg("ID"))
                         .await?;
-                    let ids = match id {
-                        Value::Int(id) => WaitingIds::Server(id),
-                        _ => WaitingIds::Unknown,
+                    let id = match id {
+                        Value::Int(id) => Some(id),
+                        _ => None,
                     };
                     Ok::<_, redis::RedisError>(WaitingConn {
                         conn: Conn::Own(conn),
-                        ids,
+                        id,
                     })
                 }
                 Target::Cluster(client) => {
@@ -293,28 +283,19 @@ impl Node {
                     let conn = client.get_async_connection_with_config(config).await?;
                     Ok(WaitingConn {
                         conn: Conn::Cluster(conn),
-                        ids: WaitingIds::Unknown,
+                        id: None,
                     })
                 }
             }
         };
-        let mut waiting = match tokio::time::timeout_at(until, open).await {
-            Ok(Ok(conn)) => conn,
+        match tokio::time::timeout(timeout, open).await {
+            Ok(Ok(conn)) => Ok(conn),
             // redis-rs's own connection timeout (the same `timeout`) usually
             // fires first: the same outcome as ours.
-            Ok(Err(error)) if error.is_timeout() => return Err(NodeError::Timeout(timeout)),
-            Ok(Err(error)) => return Err(node_error(error)),
-            Err(_) => return Err(NodeError::Timeout(timeout)),
-        };
-        if let Conn::Cluster(conn) = &waiting.conn {
-            let mut conn = conn.clone();
-            let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-            let asked = conn.route_command(redis::cmd("CLIENT").arg("ID").clone(), routing);
-            if let Ok(Ok(Value::Map(replies))) = tokio::time::timeout_at(until, asked).await {
-                waiting.ids = cluster_ids(replies);
-            }
+            Ok(Err(error)) if error.is_timeout() => Err(NodeError::Timeout(timeout)),
+            Ok(Err(error)) => Err(node_error(error)),
+            Err(_) => Err(NodeError::Timeout(timeout)),
         }
-        Ok(waiting)
     }
 
     /// A handle on the shared connection that outlives a borrow of the node
@@ -347,129 +328,13 @@ impl SharedConn {
             None => self.conn.send(cmd, None).await,
         }
     }
-
-    /// Ends `waiting`'s wait from this connection, within `timeout`:
-    /// `CLIENT UNBLOCK id` ([`End::Unblock`]) or `CLIENT KILL ID id`
-    /// ([`End::Kill`]) to the server, or in a cluster to each master by its
-    /// address with the waiting connection's id there, all at once (an id
-    /// is the server's own, so no other client is named). `None` when the
-    /// ids are unknown.
-    pub async fn end_waiting(
-        &mut self,
-        waiting: &WaitingConn,
-        end: End,
-        timeout: Duration,
-    ) -> Option<Ended> {
-        let command = |id: i64| {
-            let mut cmd = redis::cmd("CLIENT");
-            match end {
-                End::Unblock => cmd.arg("UNBLOCK").arg(id),
-                End::Kill => cmd.arg("KILL").arg("ID").arg(id),
-            };
-            cmd
-        };
-        let replies = match &waiting.ids {
-            WaitingIds::Unknown => return None,
-            WaitingIds::Server(id) => {
-                vec![tokio::time::timeout(timeout, self.send(&command(*id))).await]
-            }
-            WaitingIds::Cluster(ids) => {
-                let Conn::Cluster(conn) = &self.conn else {
-                    return None;
-                };
-                let sends = ids.iter().map(|(host, port, id)| {
-                    let mut conn = conn.clone();
-                    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: host.clone(),
-                        port: *port,
-                    });
-                    let cmd = command(*id);
-                    async move {
-                        tokio::time::timeout(timeout, conn.route_command(cmd, routing))
-                            .await
-                            .map(|reply| reply.map_err(node_error))
-                    }
-                });
-                futures_util::future::join_all(sends).await
-            }
-        };
-        let mut ended = Ended {
-            affected: 0,
-            answered: true,
-        };
-        for reply in replies {
-            match reply {
-                Ok(Ok(Value::Int(n))) => ended.affected = ended.affected.saturating_add(n),
-                _ => ended.answered = false,
-            }
-        }
-        Some(ended)
-    }
-}
-
-/// How [`SharedConn::end_waiting`] ends a wait.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum End {
-    /// `CLIENT UNBLOCK`: the wait ends as if it timed out; the connection
-    /// stays.
-    Unblock,
-    /// `CLIENT KILL ID`: the connection ends, and nothing sent on it that
-    /// the server has not read yet runs.
-    Kill,
-}
-
-/// What [`SharedConn::end_waiting`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ended {
-    /// The clients unblocked or killed, summed over the servers asked.
-    pub affected: i64,
-    /// Whether every server asked answered with a count.
-    pub answered: bool,
-}
-
-/// The ids of a cluster's waiting connection, from one `CLIENT ID` per
-/// master: `(host, port, id)` for each reply that is an id, by the
-/// master's address `host:port` (the last colon ends the host, which may
-/// be IPv6).
-fn cluster_ids(replies: Vec<(Value, Value)>) -> WaitingIds {
-    let ids: Vec<(String, u16, i64)> = replies
-        .into_iter()
-        .filter_map(|(address, id)| {
-            let address = match address {
-                Value::BulkString(bytes) => String::from_utf8(bytes).ok()?,
-                Value::SimpleString(text) => text,
-                _ => return None,
-            };
-            let Value::Int(id) = id else {
-                return None;
-            };
-            let (host, port) = address.rsplit_once(':')?;
-            Some((host.to_string(), port.parse().ok()?, id))
-        })
-        .collect();
-    if ids.is_empty() {
-        WaitingIds::Unknown
-    } else {
-        WaitingIds::Cluster(ids)
-    }
-}
-
-/// Where a waiting connection's client id is known.
-enum WaitingIds {
-    /// Not known: its wait is not ended early.
-    Unknown,
-    /// A connection of its own to one server.
-    Server(i64),
-    /// A cluster connection of its own: its connection's id on each master,
-    /// by the master's address as the cluster connection names it.
-    Cluster(Vec<(String, u16, i64)>),
 }
 
 /// A connection of its own for one blocking command. Commands sent on it
 /// after the blocking one are served after it, in order.
 pub(crate) struct WaitingConn {
     conn: Conn,
-    ids: WaitingIds,
+    id: Option<i64>,
 }
 
 impl WaitingConn {
@@ -479,10 +344,21 @@ impl WaitingConn {
         self.conn.send(cmd, ack).await
     }
 
-    /// Whether it is a cluster connection (which follows `MOVED`/`ASK` and
-    /// retries `TRYAGAIN`, with a connection of its own to each master).
-    pub fn in_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+    /// `CLIENT KILL ID id`, to end this connection on the server from
+    /// another one: once answered, nothing sent on this one runs any more.
+    pub fn kill_command(&self) -> Option<Cmd> {
+        let id = self.id?;
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("KILL").arg("ID").arg(id);
+        Some(cmd)
+    }
+
+    /// `CLIENT UNBLOCK id`, to end this connection's wait from another one.
+    pub fn unblock_command(&self) -> Option<Cmd> {
+        let id = self.id?;
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("UNBLOCK").arg(id);
+        Some(cmd)
     }
 }
 
@@ -534,41 +410,5 @@ fn node_error(error: redis::RedisError) -> NodeError {
         ))
     } else {
         NodeError::Connection(error.to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ids(replies: Vec<(Value, Value)>) -> Option<Vec<(String, u16, i64)>> {
-        match cluster_ids(replies) {
-            WaitingIds::Cluster(ids) => Some(ids),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn a_waiting_cluster_connections_ids_are_read_by_master_address() {
-        let address = |text: &str| Value::BulkString(text.as_bytes().to_vec());
-        let read = ids(vec![
-            (address("127.0.0.1:7001"), Value::Int(5)),
-            // IPv6: the port is after the last colon.
-            (address("::1:7002"), Value::Int(9)),
-            // Not an id, no port, a port out of range: skipped.
-            (address("127.0.0.1:7003"), Value::Nil),
-            (address("no-port"), Value::Int(1)),
-            (address("127.0.0.1:70000"), Value::Int(2)),
-        ]);
-        assert_eq!(
-            read,
-            Some(vec![
-                ("127.0.0.1".to_string(), 7001, 5),
-                ("::1".to_string(), 7002, 9),
-            ])
-        );
-        // Nothing usable: the ids are unknown (the wait is not ended early).
-        assert_eq!(ids(vec![]), None);
-        assert_eq!(ids(vec![(address("no-port"), Value::Int(1))]), None);
     }
 }

@@ -1,10 +1,8 @@
 //! Single-node acquisition: one plain attempt, then a server-side wait
 //! (`LOCK.ACQUIRE … WAIT`) on a connection of its own, ended by the acquire
-//! deadline. When it times out or its caller is gone, the wait is ended on
-//! the server from the shared connection (`CLIENT KILL ID` of the waiting
-//! connection; in a cluster `CLIENT UNBLOCK` of it on every master first,
-//! and the cut if that did not find the wait) and undone on the shared
-//! connection after it.
+//! deadline. When it times out or its caller is gone, that connection is
+//! ended on the server (`CLIENT KILL ID`, sent on the shared connection)
+//! and the wait undone on the shared connection after it.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +11,6 @@ use tokio::sync::oneshot;
 use crate::acquire::Patience;
 use crate::error::{Error, Result};
 use crate::handle::{answers, Grant, LockCore, OpGuard};
-use crate::node::End;
 use crate::outcome::{Acquired, NodeOutcome, Reply};
 use crate::protocol;
 
@@ -33,18 +30,11 @@ impl LockCore {
     /// waiting connection whose connect the deadline cuts short; one cut by
     /// the node timeout is the node's failure) is `NotAcquired`, its
     /// outcome the timeout: the node said busy, and a late reply is a slow
-    /// or loaded node, not a failed one. In a cluster, the waiting cluster
-    /// connection's id on every master is known (`Node::open_waiting`), and
-    /// the wait is first unblocked (`CLIENT UNBLOCK` to each master with
-    /// its id there): one client unblocked is the wait, over on the server.
-    /// If none was (the wait had not reached the server, or was answered
-    /// already), the waiting connection is cut on every master, as for a
-    /// server. If the kill fails, the wait is ended with `CLIENT UNBLOCK`
-    /// (a server's; a cluster's was tried first) and undone on its own
-    /// connection, after the wait there; without a client id (a cluster
-    /// whose masters did not all answer `CLIENT ID`) it is not ended early:
-    /// it ends by its own server-side timeout, and is undone on its own
-    /// connection after it.
+    /// or loaded node, not a failed one. If the kill fails, the wait is
+    /// ended with `CLIENT UNBLOCK` and undone on its own connection, after
+    /// the wait there; without a client id (a cluster's waiting
+    /// connection) it is not ended early: it ends by its own server-side
+    /// timeout, and is undone on its own connection after it.
     ///
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
@@ -153,54 +143,39 @@ impl LockCore {
             other => {
                 // No answer in time (or the caller left): the wait may
                 // still be granted, and what the waiting connection sent
-                // may still be on its way. End the wait on the server from
-                // the shared connection, then undo on the shared one, in
-                // order: once the server ended it (or dropped the waiting
-                // client), nothing sent on it runs any more (neither the
-                // wait nor anything after it), so the undo comes after
-                // every grant it could make and before the handle's next
-                // command. In the background, so that this returns by the
-                // deadline; the undo keeps the operation lock until it is
-                // done.
+                // may still be on its way. End that connection on the
+                // server from the shared one, then undo on the shared one,
+                // in order: once the server has dropped the waiting client
+                // nothing sent on it runs any more (neither the wait nor
+                // anything after it), so the undo comes after every grant
+                // it could make and before the handle's next command. In
+                // the background, so that this returns by the deadline;
+                // the undo keeps the operation lock until it is done.
+                let kill = conn.kill_command();
+                let unblock = conn.unblock_command();
                 let release = protocol::release(self.resource(), self.owner(), true);
                 let timeout = config.node_timeout;
                 let op = op.take();
                 let mut shared = node.shared();
                 tokio::spawn(async move {
-                    // A cluster's wait is unblocked first: one client
-                    // unblocked is the wait, which then ran on the server
-                    // and is over (a grant it got is already there, for
-                    // the undo). Otherwise (the wait not there yet, on a
-                    // connection reconnected since, or already answered)
-                    // the waiting connection is cut on every master; a
-                    // server's own connection is cut at once.
-                    let cluster = conn.in_cluster();
-                    let unblocked = cluster
-                        && shared
-                            .end_waiting(&conn, End::Unblock, timeout)
-                            .await
-                            .is_some_and(|ended| ended.affected == 1);
-                    let ended = unblocked
-                        || shared
-                            .end_waiting(&conn, End::Kill, timeout)
-                            .await
-                            .is_some_and(|ended| {
-                                // Every master answered, and some of the
-                                // waiting connection's connections were
-                                // still there to cut.
-                                ended.answered && (!cluster || ended.affected > 0)
-                            });
-                    if ended {
+                    let killed = match kill {
+                        Some(kill) => matches!(
+                            tokio::time::timeout(timeout, shared.send(&kill)).await,
+                            Ok(Ok(redis::Value::Int(_)))
+                        ),
+                        None => false,
+                    };
+                    if killed {
                         drop(conn);
                         let _ = tokio::time::timeout(timeout, shared.send(&release)).await;
                         drop(op);
                         return;
                     }
-                    // Not ended (its client ids unknown, or the cut failed):
-                    // end the wait and undo on the waiting connection,
-                    // after the wait there.
-                    if !cluster {
-                        let _ = shared.end_waiting(&conn, End::Unblock, timeout).await;
+                    // Not ended (a cluster's waiting connection has no
+                    // client id; the kill failed): end the wait and undo
+                    // on the waiting connection, after the wait there.
+                    if let Some(unblock) = unblock {
+                        let _ = tokio::time::timeout(timeout, shared.send(&unblock)).await;
                     }
                     let undone = tokio::time::timeout(timeout, conn.send(&release, None)).await;
                     if !matches!(undone, Ok(Ok(_))) {
