@@ -23,7 +23,7 @@ use napi_derive::napi;
 use redis_lock_client::{
     Acknowledge, Acquired, Error, Extended, Lock, LockStatus, NodeOutcome, Release, Watchdog,
 };
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 // ---------------------------------------------------------------------------
 // Runtime
@@ -677,10 +677,80 @@ pub struct NativeLock {
     ttl: Duration,
 }
 
+/// The aborts of a handle's pending acquisitions, each by its own ticket:
+/// one signal may abort many acquisitions on one handle in one turn, and
+/// each must see its own abort (a channel that kept only the latest ticket
+/// lost all but the last).
+#[derive(Default)]
+struct Aborts {
+    /// Tickets of acquisitions in flight, and whether each was aborted.
+    tickets: Mutex<std::collections::HashMap<u64, bool>>,
+    changed: Notify,
+}
+
+impl Aborts {
+    fn tickets(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<u64, bool>> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An acquisition with `ticket` starts (before its abort can come).
+    fn expect(&self, ticket: u64) {
+        self.tickets().insert(ticket, false);
+    }
+
+    /// The acquisition with `ticket` settled: its ticket is forgotten (an
+    /// abort after this finds nothing to abort).
+    fn done(&self, ticket: u64) {
+        self.tickets().remove(&ticket);
+    }
+
+    fn abort(&self, ticket: u64) {
+        if let Some(aborted) = self.tickets().get_mut(&ticket) {
+            *aborted = true;
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Returns once `ticket` is aborted.
+    async fn aborted(&self, ticket: u64) {
+        loop {
+            // Registered before the check, so an abort between the two
+            // still wakes this.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.tickets().get(&ticket).copied().unwrap_or(false) {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// A pending acquisition's ticket in its handle's [`Aborts`], for as long
+/// as the acquisition lives.
+struct Expected {
+    state: Arc<LockState>,
+    ticket: u64,
+}
+
+impl Expected {
+    fn new(state: Arc<LockState>, ticket: u64) -> Expected {
+        state.aborts.expect(ticket);
+        Expected { state, ticket }
+    }
+}
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        self.state.aborts.done(self.ticket);
+    }
+}
+
 /// What an operation in flight shares with the handle.
 struct LockState {
     slot: Mutex<Slot>,
-    cancel: watch::Sender<u64>,
+    aborts: Aborts,
     /// The acquire deadline of `acquire` (None: the client's settings).
     wait: Option<Duration>,
     runtime: Option<tokio::runtime::Handle>,
@@ -693,7 +763,6 @@ impl NativeLock {
         runtime: Option<tokio::runtime::Handle>,
         hub: Arc<Hub>,
     ) -> NativeLock {
-        let (cancel, _) = watch::channel(0);
         NativeLock {
             resource: lock.resource().to_string(),
             owner: lock.owner().to_string(),
@@ -706,7 +775,7 @@ impl NativeLock {
                     held: Some(Arc::new(Held::Plain(lock))),
                     quiet: Arc::new(AtomicBool::new(false)),
                 }),
-                cancel,
+                aborts: Aborts::default(),
             }),
         }
     }
@@ -766,19 +835,21 @@ impl NativeLock {
     #[napi(catch_unwind)]
     pub fn acquire(&self, try_once: bool, ticket: u32, id: u32) -> napi::Result<()> {
         let state = Arc::clone(&self.state);
-        let cancelled = state.cancel.subscribe();
+        let ticket = u64::from(ticket);
+        // Forgets the ticket when the acquisition ends or is dropped
+        // (unpolled too).
+        let expected = Expected::new(Arc::clone(&state), ticket);
         self.start(id, async move {
-            state
-                .acquire(try_once, u64::from(ticket), cancelled)
-                .await
-                .map(Outcome::Acquired)
+            let result = state.acquire(try_once, ticket).await;
+            drop(expected);
+            result.map(Outcome::Acquired)
         })
     }
 
     /// Drops the pending acquisition started with `ticket`.
     #[napi(catch_unwind)]
     pub fn abort(&self, ticket: u32) -> napi::Result<()> {
-        self.state.cancel.send_replace(u64::from(ticket));
+        self.state.aborts.abort(u64::from(ticket));
         Ok(())
     }
 
@@ -1002,12 +1073,7 @@ impl LockState {
         Ok(())
     }
 
-    async fn acquire(
-        &self,
-        try_once: bool,
-        ticket: u64,
-        mut cancelled: watch::Receiver<u64>,
-    ) -> napi::Result<NativeAcquired> {
+    async fn acquire(&self, try_once: bool, ticket: u64) -> napi::Result<NativeAcquired> {
         // Not raced with the abort: stopping a watchdog left from an earlier
         // hold takes the handle out of its slot until the watchdog has
         // stopped, and an abort that dropped this halfway would leave the
@@ -1028,7 +1094,7 @@ impl LockState {
         tokio::select! {
             // An abort that came first sends nothing.
             biased;
-            _ = cancelled.wait_for(|t| *t == ticket) => Err(coded(
+            () = self.aborts.aborted(ticket) => Err(coded(
                 "ABORTED",
                 "the acquisition was aborted; anything it was granted is released",
                 &[],
