@@ -413,7 +413,7 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
     if skipped > 0 || failed > 0 {
         writeln!(
             f,
-            "              (skipped, nodes busy: {skipped}; failed: {failed})"
+            "              (skipped, nodes booked by earlier faults: {skipped}; failed: {failed})"
         )?;
     }
     if faults.skew_resets > 0 || faults.skew_resets_failed > 0 {
