@@ -12,7 +12,8 @@ their suites run per server.
 
 Each server's work is split into jobs: the module's and the client's tests,
 the chaos suite (safe mix, negative and single-mechanism controls), the
-other fault suites (lincheck, node errors, the soak), the Python tests and
+other fault suites (lincheck, node errors, the clock-lead control's pair,
+the soak), the Python tests and
 the Node.js tests; and once, the memcheck pass, the short fuzz round and
 the documentation's check (scripts/check-docs.py: its redis-cli sessions
 replayed on the first server, its links, its Rust blocks listed as doc

@@ -540,6 +540,16 @@ impl Checker {
         }
     }
 
+    /// The highest token any holder has had so far (0: none yet).
+    pub fn highest_token(&self) -> u64 {
+        self.inner()
+            .holders
+            .iter()
+            .filter_map(|h| h.token)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Every holder recorded so far.
     pub fn holders(&self) -> Vec<Holder> {
         self.inner().holders.clone()

@@ -35,9 +35,9 @@ pub type Claimed = OwnedMutexGuard<RedisServer>;
 pub type ClaimedLink = OwnedMutexGuard<()>;
 
 impl Node {
-    /// Claims the node for a fault, or `None` if another fault has it.
-    pub fn try_claim(&self) -> Option<Claimed> {
-        self.server.clone().try_lock_owned().ok()
+    /// Claims the node for a fault, once no other fault has it.
+    pub async fn claim(&self) -> Claimed {
+        self.server.clone().lock_owned().await
     }
 
     /// Whether a restart now can cost the node leases: it can forget them,
@@ -214,15 +214,16 @@ impl Cluster {
         }
     }
 
-    /// Claims the link between `group` and `node` for a network fault, or
-    /// `None` if another fault has it (or there is no such link).
-    pub fn try_claim_link(&self, group: usize, node: usize) -> Option<ClaimedLink> {
+    /// Claims the link between `group` and `node` for a network fault, once
+    /// no other fault has it; `None` if there is no such link.
+    pub fn claim_link(
+        &self,
+        group: usize,
+        node: usize,
+    ) -> Option<impl std::future::Future<Output = ClaimedLink>> {
         let lab = self.lab.as_ref()?;
-        self.links
-            .get(group * lab.nodes() + node)?
-            .clone()
-            .try_lock_owned()
-            .ok()
+        let link = self.links.get(group * lab.nodes() + node)?.clone();
+        Some(link.lock_owned())
     }
 
     /// The node index for a client outcome's node name (`host:port`).

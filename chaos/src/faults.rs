@@ -3,7 +3,9 @@
 //! even a short run injects each), draws its parameters from the seeded
 //! random generator, claims the node(s) and runs the fault in a task of its
 //! own, so faults overlap (a node can be stopped while another restarts).
-//! A fault whose nodes are all busy with other faults is skipped.
+//! A fault whose nodes are all booked by other faults is skipped: booked by
+//! the schedule ([`Calendar`]), so that whether it starts depends on the
+//! seed alone, not on how long the faults before it took.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,8 +18,8 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use tokio::task::JoinSet;
 
-use crate::checker::ms_since;
-use crate::cluster::{self, Claimed, Cluster};
+use crate::checker::{ms_since, Checker};
+use crate::cluster::{self, Claimed, ClaimedLink, Cluster};
 use crate::network::{Shape, Way};
 use crate::plan::{FaultKind, Persistence, Phase};
 use crate::Error;
@@ -98,7 +100,7 @@ impl FaultLog {
 pub struct FaultCounts {
     /// Started (for a client pause: requested).
     pub injected: BTreeMap<FaultKind, u64>,
-    /// Not started: every eligible node was busy with another fault.
+    /// Not started: every eligible node was booked by another fault.
     pub skipped: BTreeMap<FaultKind, u64>,
     /// Started but an operation failed (a server that did not come back, a
     /// command that got no answer in time).
@@ -111,6 +113,88 @@ pub struct FaultCounts {
     /// (one may draw more of it than the other: the run's length and the
     /// retries of skipped faults depend on timing).
     pub drawn: Vec<String>,
+    /// What actually ran: every fault started, in order, with the draw it
+    /// came from and when it started ([`same_faults_started`] compares two
+    /// runs' lists).
+    pub started: Vec<StartedFault>,
+    /// How many draws had their moment come before the injector stopped
+    /// (started, skipped or waiting for a retry): the part of the schedule
+    /// the run reached.
+    pub reached: usize,
+    /// Lease-clock skews that failed partway (a `LOCK.DEBUG` without an
+    /// answer): the nodes whose rates were then set back to 0, and those
+    /// whose reset failed too (their rate may still be off).
+    pub skew_resets: u64,
+    pub skew_resets_failed: u64,
+}
+
+/// A fault that started: which draw of the schedule, its kind, and when
+/// (ms after the injector began; the schedule's moments are kept to the
+/// injector's clock, so two runs with one seed start each fault at nearly
+/// the same moment).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartedFault {
+    pub draw: usize,
+    pub kind: FaultKind,
+    pub at_ms: u64,
+}
+
+/// How far apart two runs of one schedule may start the same fault: the
+/// injector sleeps to the schedule's moments, so only a late timer (a
+/// loaded machine) moves one.
+pub const SAME_START_MS: u64 = 250;
+
+/// Whether two runs with one seed and fault settings started the same
+/// faults, by kind and time, over the part of the schedule both reached:
+/// every draw started in one was started in the other, as the same kind,
+/// within `tolerance_ms`. A fault that one run skipped (its nodes busy) or
+/// did not start for any other reason, or started at another moment, is a
+/// difference. Returns how many started faults were compared, or the first
+/// difference.
+pub fn same_faults_started(
+    a: &FaultCounts,
+    b: &FaultCounts,
+    tolerance_ms: u64,
+) -> Result<usize, String> {
+    let reached = a.reached.min(b.reached);
+    let within = |counts: &FaultCounts| -> Vec<StartedFault> {
+        counts
+            .started
+            .iter()
+            .filter(|s| s.draw < reached)
+            .cloned()
+            .collect()
+    };
+    let (a, b) = (within(a), within(b));
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        if x.draw != y.draw || x.kind != y.kind || x.at_ms.abs_diff(y.at_ms) > tolerance_ms {
+            return Err(format!(
+                "started fault {i} differs: draw {} ({}) at {} ms and draw {} ({}) at {} ms",
+                x.draw,
+                x.kind.name(),
+                x.at_ms,
+                y.draw,
+                y.kind.name(),
+                y.at_ms
+            ));
+        }
+    }
+    if a.len() != b.len() {
+        let (longer, shorter) = if a.len() > b.len() {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        let extra = longer.get(shorter.len()).map_or(String::new(), |s| {
+            format!(": draw {} ({}) at {} ms", s.draw, s.kind.name(), s.at_ms)
+        });
+        return Err(format!(
+            "{} and {} faults started in the {reached} draws both reached; the first only one started{extra}",
+            a.len(),
+            b.len()
+        ));
+    }
+    Ok(a.len())
 }
 
 impl FaultCounts {
@@ -136,10 +220,15 @@ impl FaultCounts {
             self.first_failure.clone_from(&other.first_failure);
         }
         self.drawn.extend(other.drawn.iter().cloned());
+        self.started.extend(other.started.iter().cloned());
+        self.reached += other.reached;
+        self.skew_resets += other.skew_resets;
+        self.skew_resets_failed += other.skew_resets_failed;
     }
 }
 
-/// The injector of one phase.
+/// The injector of one phase: faults at the schedule's moments, each
+/// started or skipped by the [`Calendar`].
 pub struct Injector {
     pub cluster: Arc<Cluster>,
     pub phase: Phase,
@@ -147,6 +236,13 @@ pub struct Injector {
     pub log: Arc<FaultLog>,
     pub pause_requests: Arc<AtomicU64>,
     pub stop: Arc<AtomicBool>,
+    /// The holders' record: a clock-lead restart
+    /// ([`Phase::restart_after_lead`]) waits for a token issued with the
+    /// lead in it.
+    pub checker: Arc<Checker>,
+    /// Lease-clock rates set back after a skew that failed partway, and
+    /// those whose reset failed (see [`FaultCounts::skew_resets`]).
+    pub skew_resets: Arc<(AtomicU64, AtomicU64)>,
 }
 
 /// A fault under way.
@@ -172,6 +268,10 @@ enum Planned {
         /// A power loss: bytes cut off the AOF tail of each `everysec` node.
         cut_bytes: u64,
         reoffset: f64,
+        /// A clock-lead restart ([`Phase::restart_after_lead`]): every
+        /// node's wall clock set to the top of its range first, until a
+        /// holder has a token issued with that lead.
+        lead: bool,
     },
     Stop {
         candidates: Vec<usize>,
@@ -238,10 +338,26 @@ impl Injector {
         // parameters) after half the mean interval, without drawing
         // anything: the schedule drawn from the seed stays the same
         // whatever the nodes' state.
-        let mut retry: Option<(FaultKind, Planned)> = None;
+        let mut retry: Option<(FaultKind, Planned, usize)> = None;
+        // The schedule's moments, kept to the injector's clock (each wait
+        // counted from the moment the last one was due, not from when the
+        // fault's start returned), so that two runs of one seed start each
+        // fault at nearly the same moment (see [`same_faults_started`]).
+        let origin = tokio::time::Instant::now();
+        let mut due = Duration::ZERO;
+        let links = self
+            .cluster
+            .lab
+            .as_ref()
+            .map_or(0, |lab| lab.groups() * lab.nodes());
+        let mut calendar = Calendar::new(self.cluster.nodes.len(), links);
+        let starts = Arc::new(Starts {
+            origin,
+            list: Mutex::new(Vec::new()),
+        });
         loop {
-            let (wait, kind, planned, prelude_kind) = match retry.take() {
-                Some((kind, planned)) => (mean / 2, kind, planned, true),
+            let (wait, kind, planned, prelude_kind, draw) = match retry.take() {
+                Some((kind, planned, draw)) => (mean / 2, kind, planned, true, draw),
                 None => {
                     let wait = rng.random_range(mean / 2..=mean * 3 / 2);
                     let prelude_kind = !prelude.is_empty();
@@ -250,21 +366,25 @@ impl Injector {
                         None => self.pick_kind(&mut rng),
                     };
                     let planned = self.plan(kind, &mut rng);
+                    let draw = counts.drawn.len();
                     counts
                         .drawn
                         .push(format!("after {wait} ms: {kind:?} {planned:?}"));
-                    (wait, kind, planned, prelude_kind)
+                    (wait, kind, planned, prelude_kind, draw)
                 }
             };
-            tokio::time::sleep(Duration::from_millis(wait)).await;
+            due += Duration::from_millis(wait);
+            tokio::time::sleep_until(origin + due).await;
             while let Some(done) = running.try_join_next() {
                 note_done(&mut counts, done);
             }
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
+            counts.reached = counts.reached.max(draw + 1);
             let again = prelude_kind.then(|| planned.clone());
-            match self.start(kind, planned) {
+            let due_ms = ms_of(due);
+            match self.start(kind, planned, draw, due_ms, &mut calendar, &starts) {
                 Some(fault) => {
                     *counts.injected.entry(kind).or_default() += 1;
                     running.spawn(async move { (kind, fault.await) });
@@ -272,13 +392,19 @@ impl Injector {
                 None => {
                     *counts.skipped.entry(kind).or_default() += 1;
                     // Every kind must happen once: try it again next.
-                    retry = again.map(|planned| (kind, planned));
+                    retry = again.map(|planned| (kind, planned, draw));
                 }
             }
         }
         while let Some(done) = running.join_next().await {
             note_done(&mut counts, done);
         }
+        let mut started =
+            std::mem::take(&mut *starts.list.lock().unwrap_or_else(|p| p.into_inner()));
+        started.sort_by_key(|s| s.draw);
+        counts.started = started;
+        counts.skew_resets = self.skew_resets.0.load(Ordering::Relaxed);
+        counts.skew_resets_failed = self.skew_resets.1.load(Ordering::Relaxed);
         counts
     }
 
@@ -324,13 +450,19 @@ impl Injector {
             }
             FaultKind::RestartMajority => {
                 let quorum = all.len() / 2 + 1;
-                let count = (quorum + usize::from(rng.random_bool(0.5))).min(all.len());
+                let mut count = (quorum + usize::from(rng.random_bool(0.5))).min(all.len());
+                let lead = self.phase.restart_after_lead;
+                if lead {
+                    // Every node: none left ahead to lift the next tokens.
+                    count = all.len();
+                }
                 Planned::Majority {
                     candidates: all,
                     downtime: ms(rng, 0, 300),
                     count,
                     cut_bytes: rng.random_range(1..=16_384),
                     reoffset: rng.random_range(0.0..=1.0),
+                    lead,
                 }
             }
             FaultKind::StopNode => Planned::Stop {
@@ -462,25 +594,22 @@ impl Injector {
         }
     }
 
-    /// Claims the nodes and returns the fault's future, or `None` when its
-    /// nodes are busy.
-    fn start(&self, kind: FaultKind, planned: Planned) -> Option<FaultFuture> {
+    /// Books the fault's nodes (or links) on the calendar from `due` (ms
+    /// after the injector began) and returns the fault's future, which
+    /// claims them (waiting for a fault that overran its booking) and notes
+    /// its start in `starts`; `None` when the calendar has its nodes busy.
+    fn start(
+        &self,
+        kind: FaultKind,
+        planned: Planned,
+        draw: usize,
+        due: u64,
+        calendar: &mut Calendar,
+        starts: &Arc<Starts>,
+    ) -> Option<FaultFuture> {
         let cluster = self.cluster.clone();
         let log = self.log.clone();
-        let claim_one = |candidates: &[usize]| {
-            candidates
-                .iter()
-                .find_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
-        };
-        // `count` of the candidates, or none if fewer are free.
-        let claim_many = |candidates: &[usize], count: usize| {
-            let claims: Vec<(usize, Claimed)> = candidates
-                .iter()
-                .filter_map(|&i| cluster.nodes[i].try_claim().map(|c| (i, c)))
-                .take(count)
-                .collect();
-            (claims.len() == count).then_some(claims)
-        };
+        let starts = starts.clone();
         match planned {
             Planned::Kill9 {
                 candidates,
@@ -488,8 +617,11 @@ impl Injector {
                 cut_bytes,
                 reoffset,
             } => {
-                let (i, claim) = claim_one(&candidates)?;
+                let booking = ms_of(downtime) + RESTART_BOOKING_MS;
+                let i = calendar.book_one(&candidates, due, booking)?;
                 Some(Box::pin(async move {
+                    let claim = claim(&cluster, i).await?;
+                    starts.note(draw, kind);
                     let dir = cluster.nodes[i].dir().to_path_buf();
                     let watch = cluster.clone();
                     let claim = cluster::blocking(claim, move |s| {
@@ -521,6 +653,7 @@ impl Injector {
                 count,
                 cut_bytes,
                 reoffset,
+                lead,
             } => {
                 // A power loss of a majority: the nodes a restart hurts
                 // first (in the drawn order: they can forget, or their
@@ -528,9 +661,21 @@ impl Injector {
                 // whenever the phase has that many.
                 let mut candidates = candidates;
                 candidates.sort_by_key(|&i| !cluster.nodes[i].restart_hurts());
-                let claims = claim_many(&candidates, count)?;
+                let lead_booking = if lead { ms_of(LEAD_WAIT) } else { 0 };
+                let booking = ms_of(downtime) + RESTART_BOOKING_MS + lead_booking;
+                let nodes = calendar.book_many(&candidates, count, due, booking)?;
+                let checker = self.checker.clone();
                 Some(Box::pin(async move {
-                    let nodes: Vec<usize> = claims.iter().map(|(i, _)| *i).collect();
+                    let mut claims = Vec::new();
+                    for &i in &nodes {
+                        claims.push((i, claim(&cluster, i).await?));
+                    }
+                    starts.note(draw, kind);
+                    let led = if lead {
+                        format!(", {}", lead_clocks(&cluster, &nodes, &checker).await?)
+                    } else {
+                        String::new()
+                    };
                     // Killed together, in one blocking call.
                     let watch = cluster.clone();
                     let claims = tokio::task::spawn_blocking(move || {
@@ -561,7 +706,7 @@ impl Injector {
                     log.record(
                         kind,
                         nodes,
-                        format!("down {} ms{cut}", downtime.as_millis()),
+                        format!("down {} ms{cut}{led}", downtime.as_millis()),
                     );
                     tokio::time::sleep(downtime).await;
                     let restarts: Vec<_> = claims
@@ -586,8 +731,10 @@ impl Injector {
                 delay,
                 duration,
             } => {
-                let (i, claim) = claim_one(&candidates)?;
+                let i = calendar.book_one(&candidates, due, ms_of(duration))?;
                 Some(Box::pin(async move {
+                    let claim = claim(&cluster, i).await?;
+                    starts.note(draw, kind);
                     let proxy = cluster
                         .proxy(i)
                         .ok_or_else(|| Error::Fault(format!("node {i} has no client proxy")))?;
@@ -614,8 +761,10 @@ impl Injector {
                 }))
             }
             Planned::ClientCut { candidates, held } => {
-                let (i, claim) = claim_one(&candidates)?;
+                let i = calendar.book_one(&candidates, due, held.map_or(0, ms_of))?;
                 Some(Box::pin(async move {
+                    let claim = claim(&cluster, i).await?;
+                    starts.note(draw, kind);
                     let proxy = cluster
                         .proxy(i)
                         .ok_or_else(|| Error::Fault(format!("node {i} has no client proxy")))?;
@@ -647,8 +796,10 @@ impl Injector {
                 candidates,
                 duration,
             } => {
-                let (i, mut claim) = claim_one(&candidates)?;
+                let i = calendar.book_one(&candidates, due, ms_of(duration))?;
                 Some(Box::pin(async move {
+                    let mut claim = claim(&cluster, i).await?;
+                    starts.note(draw, kind);
                     cluster.check_server(i, &mut claim, "when a SIGSTOP came");
                     claim.pause();
                     log.record(
@@ -662,8 +813,11 @@ impl Injector {
                 }))
             }
             Planned::Slow { candidates, bursts } => {
-                let (i, claim) = claim_one(&candidates)?;
+                let length: u64 = bursts.iter().map(|(s, g)| ms_of(*s) + ms_of(*g)).sum();
+                let i = calendar.book_one(&candidates, due, length)?;
                 Some(Box::pin(async move {
+                    let claim = claim(&cluster, i).await?;
+                    starts.note(draw, kind);
                     let url = cluster.nodes[i].url.clone();
                     let total: Duration = bursts.iter().map(|(s, _)| *s).sum();
                     log.record(
@@ -692,10 +846,12 @@ impl Injector {
                 unit,
                 reset,
             } => {
-                let (i, claim) = claim_one(&candidates)?;
+                let i = calendar.book_one(&candidates, due, 0)?;
                 let range = cluster.nodes[i].profile.offsets_ms.clone();
                 let offset = if reset { 0 } else { offset_in(&range, unit) };
                 Some(Box::pin(async move {
+                    let claim = claim(&cluster, i).await?;
+                    starts.note(draw, kind);
                     lock_debug(&cluster.nodes[i].url, "WALLCLOCK-OFFSET", offset).await?;
                     cluster.nodes[i].offset_ms.store(offset, Ordering::Relaxed);
                     log.record(kind, vec![i], format!("offset {offset:+} ms"));
@@ -708,27 +864,37 @@ impl Injector {
                 skews,
                 duration,
             } => {
-                let claims = claim_many(&candidates, skews.len())?;
+                let nodes = calendar.book_many(&candidates, skews.len(), due, ms_of(duration))?;
+                let resets = self.skew_resets.clone();
                 Some(Box::pin(async move {
-                    let mut details = Vec::new();
-                    for ((i, _), (rate, jump)) in claims.iter().zip(&skews) {
-                        let url = &cluster.nodes[*i].url;
-                        lock_debug(url, "MONOTONIC-RATE", rate).await?;
-                        lock_debug(url, "MONOTONIC-JUMP", jump).await?;
-                        details.push(format!("node {i} {rate:+} ppm, +{jump} ms"));
+                    let mut claims = Vec::new();
+                    for &i in &nodes {
+                        claims.push(claim(&cluster, i).await?);
                     }
-                    let nodes = claims.iter().map(|(i, _)| *i).collect();
-                    log.record(
-                        kind,
-                        nodes,
-                        format!("{} for {} ms", details.join(", "), duration.as_millis()),
-                    );
-                    tokio::time::sleep(duration).await;
-                    for (i, _) in &claims {
-                        lock_debug(&cluster.nodes[*i].url, "MONOTONIC-RATE", 0).await?;
-                    }
+                    starts.note(draw, kind);
+                    let urls: Vec<String> = nodes
+                        .iter()
+                        .map(|&i| cluster.nodes[i].url.clone())
+                        .collect();
+                    let skewed = skew_lease_clocks(&urls, &skews, duration, |skewed| {
+                        let details: Vec<String> = nodes
+                            .iter()
+                            .zip(skewed)
+                            .map(|(i, (rate, jump))| format!("node {i} {rate:+} ppm, +{jump} ms"))
+                            .collect();
+                        log.record(
+                            kind,
+                            nodes.clone(),
+                            format!("{} for {} ms", details.join(", "), duration.as_millis()),
+                        );
+                    })
+                    .await;
                     drop(claims);
-                    Ok(())
+                    skewed.map_err(|(error, reset, reset_failed)| {
+                        resets.0.fetch_add(reset, Ordering::Relaxed);
+                        resets.1.fetch_add(reset_failed, Ordering::Relaxed);
+                        error
+                    })
                 }))
             }
             Planned::Network {
@@ -741,14 +907,22 @@ impl Injector {
                     shapes.iter().map(|(g, n, _, _)| (*g, *n)).collect();
                 links.sort_unstable();
                 links.dedup();
-                let claims = links
+                let slots: Vec<usize> = links
                     .iter()
-                    .map(|&(g, n)| cluster.try_claim_link(g, n))
-                    .collect::<Option<Vec<_>>>()?;
+                    .map(|&(g, n)| g * cluster.nodes.len() + n)
+                    .collect();
+                if !calendar.book_links(&slots, due, ms_of(duration)) {
+                    return None;
+                }
                 let mut nodes: Vec<usize> = links.iter().map(|(_, n)| *n).collect();
                 nodes.sort_unstable();
                 nodes.dedup();
                 Some(Box::pin(async move {
+                    let mut claims = Vec::new();
+                    for &(g, n) in &links {
+                        claims.push(claim_link(&cluster, g, n).await?);
+                    }
+                    starts.note(draw, kind);
                     let shaped = shapes.clone();
                     let on = lab.clone();
                     let shaping = tokio::task::spawn_blocking(move || {
@@ -784,6 +958,7 @@ impl Injector {
                 }))
             }
             Planned::Pause => {
+                starts.note(draw, kind);
                 self.pause_requests.fetch_add(1, Ordering::Relaxed);
                 log.record(
                     kind,
@@ -793,6 +968,235 @@ impl Injector {
                 Some(Box::pin(async { Ok(()) }))
             }
         }
+    }
+}
+
+/// A fault's booking of its nodes beyond its own planned length (its
+/// commands, connections, a restart's process start), ms.
+const BOOKING_SLACK_MS: u64 = 300;
+
+/// What a restart is booked for besides its downtime: the process start
+/// and the module's load (an AOF replay included), ms.
+const RESTART_BOOKING_MS: u64 = 700;
+
+/// How long a fault waits for a node or link still held by an earlier
+/// fault that overran its booking before it fails.
+const CLAIM_WAIT: Duration = Duration::from_secs(30);
+
+fn ms_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// When each node, and each (client group, node) link, is free again by
+/// the schedule: ms after the injector began. Whether a fault starts or is
+/// skipped (its nodes busy) is decided here, from the schedule alone (each
+/// fault books its nodes from its moment for its planned length and some
+/// slack), not from whether the fault before it has happened to finish
+/// yet: so two runs of one seed start and skip the same faults, whatever
+/// their timing ([`same_faults_started`]). The fault then claims its nodes
+/// for real, waiting for one that overran its booking.
+pub struct Calendar {
+    nodes: Vec<u64>,
+    links: Vec<u64>,
+}
+
+impl Calendar {
+    pub fn new(nodes: usize, links: usize) -> Calendar {
+        Calendar {
+            nodes: vec![0; nodes],
+            links: vec![0; links],
+        }
+    }
+
+    fn book(until: &mut u64, due: u64, length: u64) {
+        *until = due.saturating_add(length).saturating_add(BOOKING_SLACK_MS);
+    }
+
+    /// The first of `candidates` free at `due`, booked for `length` ms.
+    fn book_one(&mut self, candidates: &[usize], due: u64, length: u64) -> Option<usize> {
+        self.book_many(candidates, 1, due, length)?.first().copied()
+    }
+
+    /// The first `count` of `candidates` free at `due`, booked for
+    /// `length` ms; `None` (nothing booked) if fewer are free.
+    fn book_many(
+        &mut self,
+        candidates: &[usize],
+        count: usize,
+        due: u64,
+        length: u64,
+    ) -> Option<Vec<usize>> {
+        let free: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&i| self.nodes.get(i).is_some_and(|&until| until <= due))
+            .take(count)
+            .collect();
+        if free.len() < count {
+            return None;
+        }
+        for &i in &free {
+            if let Some(until) = self.nodes.get_mut(i) {
+                Calendar::book(until, due, length);
+            }
+        }
+        Some(free)
+    }
+
+    /// Books every link of `slots` if all are free at `due`.
+    fn book_links(&mut self, slots: &[usize], due: u64, length: u64) -> bool {
+        let free = slots
+            .iter()
+            .all(|&i| self.links.get(i).is_some_and(|&until| until <= due));
+        if free {
+            for &i in slots {
+                if let Some(until) = self.links.get_mut(i) {
+                    Calendar::book(until, due, length);
+                }
+            }
+        }
+        free
+    }
+}
+
+/// The faults that started, each noted when it had claimed its nodes (the
+/// moment it began to act).
+pub struct Starts {
+    origin: tokio::time::Instant,
+    list: Mutex<Vec<StartedFault>>,
+}
+
+impl Starts {
+    fn note(&self, draw: usize, kind: FaultKind) {
+        let at_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.list
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(StartedFault { draw, kind, at_ms });
+    }
+}
+
+/// Node `i`, claimed for a fault (see [`Calendar`]).
+async fn claim(cluster: &Cluster, i: usize) -> Result<Claimed, Error> {
+    let node = cluster
+        .nodes
+        .get(i)
+        .ok_or_else(|| Error::Fault(format!("no node {i}")))?;
+    tokio::time::timeout(CLAIM_WAIT, node.claim())
+        .await
+        .map_err(|_| {
+            Error::Fault(format!(
+                "node {i} still busy after {} s",
+                CLAIM_WAIT.as_secs()
+            ))
+        })
+}
+
+/// The link of client group `g` to node `n`, claimed for a network fault.
+async fn claim_link(cluster: &Cluster, g: usize, n: usize) -> Result<ClaimedLink, Error> {
+    let link = cluster
+        .claim_link(g, n)
+        .ok_or_else(|| Error::Fault(format!("no link from group {g} to node {n}")))?;
+    tokio::time::timeout(CLAIM_WAIT, link).await.map_err(|_| {
+        Error::Fault(format!(
+            "the link from group {g} to node {n} still busy after {} s",
+            CLAIM_WAIT.as_secs()
+        ))
+    })
+}
+
+/// A lease-clock skew: each node of `urls` gets its rate and jump
+/// (`skews`, in order), `started` is told once every node has it, and
+/// after `duration` every rate is set back to 0. If a `LOCK.DEBUG` fails
+/// on the way (a node that does not answer), every node's rate is set back
+/// to 0 at once, best effort, so that no node is left skewed past its
+/// fault: the error, with how many nodes were set back and how many of
+/// those resets failed too.
+pub async fn skew_lease_clocks(
+    urls: &[String],
+    skews: &[(i64, u64)],
+    duration: Duration,
+    started: impl FnOnce(&[(i64, u64)]),
+) -> Result<(), (Error, u64, u64)> {
+    let skewed = async {
+        for (url, (rate, jump)) in urls.iter().zip(skews) {
+            lock_debug(url, "MONOTONIC-RATE", rate).await?;
+            lock_debug(url, "MONOTONIC-JUMP", jump).await?;
+        }
+        started(skews);
+        tokio::time::sleep(duration).await;
+        for url in urls {
+            lock_debug(url, "MONOTONIC-RATE", 0).await?;
+        }
+        Ok::<(), Error>(())
+    };
+    let Err(error) = skewed.await else {
+        return Ok(());
+    };
+    let (mut reset, mut failed) = (0, 0);
+    for url in urls {
+        match lock_debug(url, "MONOTONIC-RATE", 0).await {
+            Ok(()) => reset += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    Err((error, reset, failed))
+}
+
+/// How long a clock-lead restart waits, at most, for a holder's token
+/// issued with the lead before it kills the nodes anyway (a node in its
+/// recovery window grants nothing).
+pub const LEAD_WAIT: Duration = Duration::from_millis(700);
+
+/// The wall clock, µs since the epoch (what a node's token floor reads,
+/// without its offset).
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A clock-lead restart's first half: every node of `nodes` gets its wall
+/// clock set to the top of its offset range (ahead), then this waits until
+/// a holder has a token issued with that lead in it (above the wall clock
+/// by half the lead; tokens are the granting nodes' wall clocks in µs), or
+/// [`LEAD_WAIT`] has passed. Killed right after, the nodes come back with
+/// their counters at their own clocks, below that token by about the
+/// lead: the recovery window covers it or the next holders' tokens are
+/// lower. What it saw, for the fault's detail.
+async fn lead_clocks(
+    cluster: &Cluster,
+    nodes: &[usize],
+    checker: &Checker,
+) -> Result<String, Error> {
+    let mut least = i64::MAX;
+    for &i in nodes {
+        let node = &cluster.nodes[i];
+        let lead = *node.profile.offsets_ms.end();
+        lock_debug(&node.url, "WALLCLOCK-OFFSET", lead).await?;
+        node.offset_ms.store(lead, Ordering::Relaxed);
+        least = least.min(lead);
+    }
+    let half_lead_us = u64::try_from(least.max(0)).unwrap_or(0).saturating_mul(500);
+    // Above every token before (an earlier restart's led ones) too.
+    let floor = wall_us()
+        .saturating_add(half_lead_us)
+        .max(checker.highest_token().saturating_add(1));
+    let set = Instant::now();
+    loop {
+        if checker.highest_token() >= floor {
+            return Ok(format!(
+                "clocks set {least:+} ms, a holder's token had the lead {} ms later",
+                set.elapsed().as_millis()
+            ));
+        }
+        if set.elapsed() >= LEAD_WAIT {
+            return Ok(format!(
+                "clocks set {least:+} ms, no holder's token had the lead within {} ms",
+                LEAD_WAIT.as_millis()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
@@ -897,6 +1301,130 @@ fn cut_aof_tail(dir: &Path, bytes: u64) -> Result<u64, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn started(list: &[(usize, FaultKind, u64)], reached: usize) -> FaultCounts {
+        FaultCounts {
+            started: list
+                .iter()
+                .map(|&(draw, kind, at_ms)| StartedFault { draw, kind, at_ms })
+                .collect(),
+            reached,
+            ..FaultCounts::default()
+        }
+    }
+
+    #[test]
+    fn two_runs_started_the_same_faults_only_if_none_was_dropped() {
+        use FaultKind::{ClockOffset, Kill9Restart, RestartMajority};
+        let run = [
+            (0, RestartMajority, 700),
+            (1, Kill9Restart, 1_500),
+            (2, ClockOffset, 2_300),
+            (3, Kill9Restart, 3_000),
+        ];
+        let a = started(&run, 4);
+        // The same faults, a few ms apart.
+        let later: Vec<_> = run.iter().map(|&(d, k, t)| (d, k, t + 40)).collect();
+        assert_eq!(
+            same_faults_started(&a, &started(&later, 4), SAME_START_MS),
+            Ok(4)
+        );
+        // A run that reached one draw more (it ran a little longer) is
+        // compared over the draws both reached.
+        let mut longer = run.to_vec();
+        longer.push((4, ClockOffset, 3_600));
+        assert_eq!(
+            same_faults_started(&a, &started(&longer, 5), SAME_START_MS),
+            Ok(4)
+        );
+        // A fault dropped, in the middle or at the end of what both reached
+        // (skipped, or never started): a difference, whichever it was.
+        for dropped in 0..run.len() {
+            let mut fewer = run.to_vec();
+            fewer.remove(dropped);
+            assert!(
+                same_faults_started(&a, &started(&fewer, 4), SAME_START_MS).is_err(),
+                "fault {dropped} dropped"
+            );
+            assert!(same_faults_started(&started(&fewer, 4), &a, SAME_START_MS).is_err());
+        }
+        // Started at another moment (a prelude fault retried later), or as
+        // another kind.
+        let mut moved = run.to_vec();
+        moved[2].2 += 350;
+        assert!(same_faults_started(&a, &started(&moved, 4), SAME_START_MS).is_err());
+        let mut other = run.to_vec();
+        other[1].1 = ClockOffset;
+        assert!(same_faults_started(&a, &started(&other, 4), SAME_START_MS).is_err());
+    }
+
+    #[test]
+    fn the_calendar_starts_or_skips_by_the_schedule_alone() {
+        let mut calendar = Calendar::new(3, 0);
+        // Node 1 booked from 100 ms for 500 ms (and the slack).
+        assert_eq!(calendar.book_one(&[1, 0], 100, 500), Some(1));
+        let free_again = 100 + 500 + BOOKING_SLACK_MS;
+        // Busy until then, whatever has happened meanwhile: the next
+        // candidate, or nothing.
+        assert_eq!(calendar.book_one(&[1, 0], 200, 0), Some(0));
+        assert_eq!(calendar.book_one(&[1], free_again - 1, 0), None);
+        assert_eq!(calendar.book_one(&[1], free_again, 0), Some(1));
+        // A majority needs every one of its nodes free, or books none.
+        let mut calendar = Calendar::new(3, 0);
+        assert_eq!(calendar.book_one(&[2], 0, 1_000), Some(2));
+        assert_eq!(calendar.book_many(&[0, 1, 2], 3, 10, 0), None);
+        assert_eq!(calendar.book_many(&[0, 1], 2, 10, 0), Some(vec![0, 1]));
+        // Links likewise.
+        let mut calendar = Calendar::new(2, 4);
+        assert!(calendar.book_links(&[0, 3], 0, 100));
+        assert!(!calendar.book_links(&[1, 3], 50, 100));
+        assert!(calendar.book_links(&[1, 2], 50, 100));
+    }
+
+    #[test]
+    fn a_skew_that_fails_partway_sets_every_rate_back() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // The first node takes its skew; the second has no module, so its
+        // LOCK.DEBUG fails: the first must not be left running fast.
+        let skewed = testkit::RedisServer::start();
+        let broken =
+            testkit::RedisServer::start_with(testkit::ServerOptions::default().without_module());
+        let rate = |server: &testkit::RedisServer| -> i64 {
+            redis::cmd("LOCK.DEBUG")
+                .arg("MONOTONIC-RATE")
+                .query(&mut server.conn())
+                .unwrap_or(i64::MIN)
+        };
+        let urls = [skewed.url(), broken.url()];
+        let mut told = false;
+        let result = runtime.block_on(skew_lease_clocks(
+            &urls,
+            &[(8_000, 0), (-8_000, 0)],
+            Duration::from_secs(60),
+            |_| told = true,
+        ));
+        let Err((error, reset, failed)) = result else {
+            panic!("the second node cannot be skewed")
+        };
+        assert!(matches!(error, Error::Fault(_)), "{error}");
+        assert!(!told, "the skew was never in force on every node");
+        assert_eq!(rate(&skewed), 0, "the first node's rate was left set");
+        assert_eq!((reset, failed), (1, 1));
+        // A skew that goes through sets every rate back at its end.
+        let both = testkit::RedisServer::start();
+        let urls = [skewed.url(), both.url()];
+        let result = runtime.block_on(skew_lease_clocks(
+            &urls,
+            &[(8_000, 1), (-8_000, 0)],
+            Duration::from_millis(20),
+            |_| told = true,
+        ));
+        assert!(result.is_ok() && told);
+        assert_eq!((rate(&skewed), rate(&both)), (0, 0));
+    }
 
     #[test]
     fn the_newest_incremental_aof_is_found_in_every_manifest_format() {

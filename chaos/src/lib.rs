@@ -431,6 +431,8 @@ async fn run_phase(
             log: log.clone(),
             pause_requests,
             stop: stop.clone(),
+            checker: checker.clone(),
+            skew_resets: Arc::default(),
         }
         .run(),
     );

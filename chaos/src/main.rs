@@ -45,9 +45,10 @@ injected, checks every holder with a fenced store, and prints a summary.
                        allowance, and a client with no allowance), or
                        held-ignores-validity (holders whose is_held() ignores
                        the validity: the checker's held-after-validity check),
-                       clock-lead (no persistence, clocks 1.5-2.5 s ahead, a
-                       recovery window of the largest TTL but not of the
-                       lead: breaks rule 3) or single-node-forgets (the
+                       clock-lead (no persistence, clocks set 2.5 s ahead
+                       before each restart of every node, a recovery window
+                       of the largest TTL but not of the lead: breaks rule
+                       3) or single-node-forgets (the
                        single-node phase without persistence)
   --with-mechanism     a single-mechanism control (no-window, clock-step,
                        network-control, fast-clocks, no-drift, clock-lead,

@@ -251,6 +251,12 @@ pub struct Phase {
     /// The held-after-validity control's defect (see
     /// [`crate::workload::Shared::held_ignores_validity`]).
     pub held_ignores_validity: bool,
+    /// The clock-lead control's trigger: a majority restart takes every
+    /// node, sets their wall clocks to the top of their offset ranges
+    /// first and kills them once a holder has a token issued with that
+    /// lead (or after [`crate::faults::LEAD_WAIT`]), so that the nodes come
+    /// back with their counters about the lead below a token just issued.
+    pub restart_after_lead: bool,
 }
 
 /// The bounds of the lease-clock faults of a phase.
@@ -676,6 +682,7 @@ impl Plan {
                     drift: DriftAllowance::DEFAULT,
                     edge_share: EDGE_SHARE,
                     held_ignores_validity: false,
+                    restart_after_lead: false,
                 },
                 Phase {
                     name: "AOF always",
@@ -700,6 +707,7 @@ impl Plan {
                     drift: DriftAllowance::DEFAULT,
                     edge_share: EDGE_SHARE,
                     held_ignores_validity: false,
+                    restart_after_lead: false,
                 },
                 Plan::network_phase(),
                 Phase {
@@ -728,6 +736,7 @@ impl Plan {
                     drift: DriftAllowance::DEFAULT,
                     edge_share: EDGE_SHARE,
                     held_ignores_validity: false,
+                    restart_after_lead: false,
                 },
             ],
         }
@@ -765,6 +774,7 @@ impl Plan {
                 drift: DriftAllowance::DEFAULT,
                 edge_share: EDGE_SHARE,
                 held_ignores_validity: false,
+                restart_after_lead: false,
             }],
         }
     }
@@ -801,6 +811,7 @@ impl Plan {
                 drift: DriftAllowance::DEFAULT,
                 edge_share: EDGE_SHARE,
                 held_ignores_validity: false,
+                restart_after_lead: false,
             }],
         }
     }
@@ -871,17 +882,20 @@ impl Plan {
         }
     }
 
-    /// Rule 3 alone: three nodes without persistence whose wall clocks are
-    /// set 1.5-2.5 s ahead while they run (a restart sets them right, and
-    /// the next offset fault ahead again), and a recovery window of the
-    /// largest TTL (0.8 s: rule 1 kept) but not of the clocks' lead (2.5 s:
-    /// rule 3 broken). A restart of two or three of the three nodes at once
-    /// brings them back with their counters at their wall clocks, below the
-    /// tokens they issued while ahead: after the window a holder granted by
-    /// restarted nodes only (and not yet set ahead again) gets a token
-    /// below an earlier holder's, but no lease is lost. Not in `make test`
-    /// yet: whether a run finds any depends on timing (two 16 s runs with
-    /// one seed found 6 such tokens and none).
+    /// Rule 3 alone: three nodes without persistence whose wall clocks run
+    /// ahead (2.5 s, the top of their 1.5-2.5 s range) and are set right
+    /// by a restart, and a recovery window of the largest TTL (0.8 s: rule
+    /// 1 kept) but not of the clocks' lead (2.5 s: rule 3 broken). Its one
+    /// fault is the clock-lead restart ([`Phase::restart_after_lead`]):
+    /// every node set ahead, a holder granted a token with that lead, then
+    /// all three killed together and restarted (down 0-300 ms). They come
+    /// back with their counters at their own clocks, 2.5 s below that
+    /// token; 0.8 s later the window ends, and every lock granted in the
+    /// next second or so gets a token below an earlier holder's, though no
+    /// lease is lost (each earlier lease ended within the window). With a
+    /// window of the lead (2.5 s), the first token after it is above every
+    /// one issued before the kill. Restarts come 2-6 s apart, so the
+    /// nodes are never set ahead again before the low tokens were issued.
     pub fn clock_lead() -> Plan {
         let ahead = NodeProfile {
             persistence: Persistence::None,
@@ -889,13 +903,14 @@ impl Plan {
             offsets_ms: 1_500..=2_500,
         };
         let mut phase = Plan::network_phase();
-        phase.name = "clocks 1.5-2.5 s ahead, no persistence, a window of the largest TTL";
+        phase.name = "clocks 2.5 s ahead, set right by restarts, no persistence, a window of the largest TTL";
         phase.share = 1.0;
         phase.client_groups = 0;
         phase.nodes = vec![ahead; 3];
-        phase.faults = vec![(FaultKind::RestartMajority, 1), (FaultKind::ClockOffset, 5)];
+        phase.faults = vec![(FaultKind::RestartMajority, 1)];
         phase.ttl_ms = 300..=CLOCK_LEAD_TTL_MAX;
-        phase.fault_interval_ms = 700;
+        phase.fault_interval_ms = 4_000;
+        phase.restart_after_lead = true;
         Plan {
             mix: Mix::ClockLead,
             phases: vec![phase],
@@ -1008,6 +1023,7 @@ impl Plan {
             drift: DriftAllowance::DEFAULT,
             edge_share: EDGE_SHARE,
             held_ignores_validity: false,
+            restart_after_lead: false,
         }
     }
 
@@ -1071,6 +1087,7 @@ mod tests {
                 assert_eq!(with.lease_skew, without.lease_skew);
                 assert_eq!(with.client_groups, without.client_groups);
                 assert_eq!(with.edge_share, without.edge_share);
+                assert_eq!(with.restart_after_lead, without.restart_after_lead);
                 assert_eq!(with.share, without.share);
                 assert_eq!(with.nodes.len(), without.nodes.len());
                 for (a, b) in with.nodes.iter().zip(&without.nodes) {

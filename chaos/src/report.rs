@@ -243,6 +243,12 @@ impl Summary {
         if failed > 0 {
             troubles.push(format!("{failed} faults failed"));
         }
+        if total.faults.skew_resets_failed > 0 {
+            troubles.push(format!(
+                "{} lease clock rates could not be set back after a skew failed (they may have run skewed to the phase's end)",
+                total.faults.skew_resets_failed
+            ));
+        }
         if self.interrupted {
             troubles.push("interrupted before its end".to_string());
         }
@@ -407,7 +413,14 @@ fn write_figures(f: &mut fmt::Formatter<'_>, figures: &Figures) -> fmt::Result {
     if skipped > 0 || failed > 0 {
         writeln!(
             f,
-            "              (skipped, nodes busy: {skipped}; failed: {failed})"
+            "              (skipped, nodes booked by earlier faults: {skipped}; failed: {failed})"
+        )?;
+    }
+    if faults.skew_resets > 0 || faults.skew_resets_failed > 0 {
+        writeln!(
+            f,
+            "              (lease clock skews that failed partway: {} rates set back to 0, {} that could not be)",
+            faults.skew_resets, faults.skew_resets_failed
         )?;
     }
     let e = &figures.exposure;
@@ -480,7 +493,7 @@ impl fmt::Display for Summary {
                 Mix::HeldIgnoresValidity =>
                     "CHECKER CONTROL held-ignores-validity (holders whose is_held() ignores the validity)",
                 Mix::ClockLead =>
-                    "UNSAFE MIX clock-lead (no persistence, clocks 1.5-2.5 s ahead, a recovery window of the largest TTL only)",
+                    "UNSAFE MIX clock-lead (no persistence, clocks 2.5 s ahead until every node restarts, a recovery window of the largest TTL only)",
                 Mix::SingleNodeForgets =>
                     "UNSAFE MIX single-node-forgets (the single-node phase without persistence)",
             },

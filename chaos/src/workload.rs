@@ -488,6 +488,7 @@ async fn client_loop(client: usize, workload: Workload, shared: Shared, mut rng:
             shared: &shared,
             id,
             ttl,
+            ttl_max: Duration::from_millis(*workload.ttl_ms.end()),
         };
         match style {
             // Extended to a shorter or longer TTL.
@@ -601,10 +602,27 @@ pub(crate) fn note_lost(stats: &ClientStats, error: &LockError) {
 }
 
 /// One hold's checker record, for the styles that change its validity.
+/// The TTL an extension asks for when `wanted` is drawn for a hold of
+/// `ttl` in a phase whose largest TTL is `ttl_max`: whole milliseconds, at
+/// least half the TTL (half of an odd TTL is not whole: the client refuses
+/// it as an invalid configuration, which an attempt-counting floor once
+/// took for a lost lock), and at most the phase's largest TTL: the rules
+/// size a recovery window by the largest TTL in use, and an extension to
+/// twice the TTL (up to 4 s in the safe mix, against its first phase's 3 s
+/// window; 1.6 s in the clock-lead control, against 0.8 s) asked for a
+/// lease the window did not cover.
+fn extension_ttl(wanted: Duration, ttl: Duration, ttl_max: Duration) -> Duration {
+    let wanted = wanted.max(ttl / 2).min(ttl_max.max(ttl));
+    Duration::from_millis(u64::try_from(wanted.as_millis()).unwrap_or(u64::MAX).max(1))
+}
+
 struct Hold<'a> {
     shared: &'a Shared,
     id: crate::checker::HolderId,
     ttl: Duration,
+    /// The phase's largest TTL: no extension asks for more (the recovery
+    /// windows are sized by it, rule 1).
+    ttl_max: Duration,
 }
 
 impl Hold<'_> {
@@ -619,11 +637,7 @@ impl Hold<'_> {
 
     async fn extend(&self, lock: &Lock, ttl: Duration) {
         self.stats().extends.fetch_add(1, Ordering::Relaxed);
-        // Whole milliseconds, at least half the TTL (half of an odd TTL is
-        // not whole: the client refuses it as an invalid configuration,
-        // which an attempt-counting floor once took for a lost lock).
-        let ttl = ttl.max(self.ttl / 2);
-        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+        let ttl = extension_ttl(ttl, self.ttl, self.ttl_max);
         match lock.extend_with(ttl).await {
             Ok(_) => {
                 self.stats().extended.fetch_add(1, Ordering::Relaxed);
@@ -747,5 +761,22 @@ async fn pause(rng: &mut StdRng, ms: RangeInclusive<u64>) {
     let ms = rng.random_range(ms);
     if ms > 0 {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_extension_never_asks_for_more_than_the_largest_ttl() {
+        let ms = Duration::from_millis;
+        // Twice a 2 s TTL in a phase whose TTLs reach 2 s: 2 s, not 4 s.
+        assert_eq!(extension_ttl(ms(4_000), ms(2_000), ms(2_000)), ms(2_000));
+        // Longer than its own TTL, within the largest: as drawn.
+        assert_eq!(extension_ttl(ms(900), ms(500), ms(2_000)), ms(900));
+        // Shorter: at least half the TTL, in whole milliseconds.
+        assert_eq!(extension_ttl(ms(100), ms(801), ms(2_000)), ms(400));
+        assert_eq!(extension_ttl(ms(1), ms(1), ms(2_000)), ms(1));
     }
 }

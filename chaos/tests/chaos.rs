@@ -14,19 +14,14 @@
 //! the same each time; the summary is printed either way.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::time::Duration;
 
 use chaos::checker::ViolationKind;
 use chaos::plan::{FaultKind, Mix, Plan};
-use chaos::report::{Figures, Summary};
 use chaos::Settings;
-
-fn seed() -> u64 {
-    std::env::var("CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_260_522)
-}
+use common::{pair, seed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_safe_mix_has_no_violations_under_every_fault() {
@@ -235,91 +230,6 @@ async fn holders_that_say_held_after_their_validity_are_reported() {
     );
     assert!(summary.passed(), "{summary}");
     assert!(total.faults.injected(FaultKind::ClientPause) >= 1);
-}
-
-/// A single-mechanism control, run twice with the same seed for
-/// `duration`: once with the mechanism it removes put back and nothing else
-/// changed (the same nodes, faults, fault parameters and workload), which
-/// must show no violation, and once without it, which must show violations
-/// of the mechanism's primary kind and of no kind the mechanism does not
-/// prevent ([`Mix::prevented`]), so that the violations are tied to the
-/// mechanism, not to the faults or the checker. Both runs must draw the
-/// same fault schedule (the parameters of every fault, in order; the
-/// shorter list a prefix of the longer), both must be otherwise sound, and
-/// `fault` must have been injected in both. Returns the run without the
-/// mechanism and its totals.
-async fn pair(duration: Duration, mix: Mix, fault: FaultKind) -> (Summary, Figures) {
-    let mechanism = mix.mechanism().unwrap();
-    let run = |with_mechanism| {
-        let settings = Settings {
-            duration,
-            seed: seed(),
-            mix,
-            with_mechanism,
-            ..Settings::default()
-        };
-        async move {
-            let summary = chaos::run(&settings).await.unwrap();
-            println!("{summary}");
-            summary
-        }
-    };
-    let with = run(true).await;
-    let without = run(false).await;
-    assert_eq!(with.phases.len(), without.phases.len());
-    for (a, b) in with.phases.iter().zip(&without.phases) {
-        let common = a.faults.drawn.len().min(b.faults.drawn.len());
-        assert!(
-            common >= 5,
-            "too few faults drawn in phase {}: {} and {}",
-            a.name,
-            a.faults.drawn.len(),
-            b.faults.drawn.len()
-        );
-        assert_eq!(
-            a.faults.drawn[..common],
-            b.faults.drawn[..common],
-            "the same seed must draw the same fault schedule with and without {mechanism}"
-        );
-    }
-    let kept = with.total();
-    assert_eq!(
-        kept.violations(),
-        0,
-        "with {mechanism}, the {} control must show no violation:\n{with}",
-        mix.name()
-    );
-    assert!(with.passed(), "{with}");
-    assert!(
-        kept.faults.injected(fault) >= 1,
-        "{}:\n{with}",
-        fault.name()
-    );
-    let total = without.total();
-    let prevented = mix.prevented();
-    assert!(
-        total.violations_of(prevented[0]) > 0,
-        "without {mechanism}, the {} control must show {}:\n{without}",
-        mix.name(),
-        prevented[0].name()
-    );
-    for kind in ViolationKind::ALL {
-        if !prevented.contains(&kind) {
-            assert_eq!(
-                total.violations_of(kind),
-                0,
-                "without {mechanism}, {} is not what the mechanism prevents:\n{without}",
-                kind.name()
-            );
-        }
-    }
-    assert!(without.passed(), "{without}");
-    assert!(
-        total.faults.injected(fault) >= 1,
-        "{}:\n{without}",
-        fault.name()
-    );
-    (without, total)
 }
 
 /// The safe mix's first phase with `lock.recovery-ms 0` and nothing else

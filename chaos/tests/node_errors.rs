@@ -77,7 +77,7 @@ async fn a_panic_in_a_log_and_a_server_that_died_by_itself_are_reported() {
     cluster.check_servers().await;
     assert_eq!(cluster.troubles().len(), 1);
     // The server dies by itself (no fault killed it).
-    let mut claim = cluster.nodes[0].try_claim().unwrap();
+    let mut claim = cluster.nodes[0].claim().await;
     let pid = libc::pid_t::try_from(claim.pid()).unwrap();
     // SAFETY: kill(2) on our own child process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);

@@ -680,7 +680,9 @@ impl Client {
                 _ => None,
             };
             let answer_by = if reply.is_some() { returned } else { u64::MAX };
-            let ran = if reply.is_some() || blocked.is_some() {
+            let ran = if blocked.is_some() {
+                Some(Reply::Queued)
+            } else if reply.is_some() {
                 Some(Reply::Nil)
             } else {
                 None

@@ -68,9 +68,10 @@ pub enum Cmd {
     Info,
     /// A `LOCK.ACQUIRE … WAIT` runs: a grant at once (a free lock nobody
     /// waits for, or a re-entry), or a place at the end of the queue. Its
-    /// reply is `Nil` (it ran: known once its answer came, or once the
-    /// recorder saw its client blocked), or `None` (its connection broke:
-    /// it may never have run). `answer_by`: the moment its answer came
+    /// reply is [`Reply::Queued`] (the recorder saw its client blocked: a
+    /// place in the queue), `Nil` (it ran, one way or the other: its
+    /// answer came before the recorder saw it blocked), or `None` (its
+    /// connection broke: it may never have run). `answer_by`: the moment its answer came
     /// (`u64::MAX`: never), which bounds its grant's lease and its timeout.
     Enqueue {
         wait: Wait,
@@ -109,6 +110,11 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reply {
     Nil,
+    /// A `LOCK.ACQUIRE … WAIT`'s run ([`Cmd::Enqueue`]) whose client the
+    /// recorder saw blocked (`CLIENT LIST`): it took a place in the queue.
+    /// A request the node could grant at once is answered at once and
+    /// never blocks, so it was not granted then.
+    Queued,
     /// A token (acquire, fence), holds left (release) or 0/1 (extend).
     Int(u64),
     /// `LOCK.INFO` of a held exclusive lock.
@@ -665,12 +671,18 @@ impl Key {
             Cmd::Enqueue { wait, answer_by } => {
                 // Granted at once as a plain acquisition would be (never
                 // ahead of the queue but for a re-entry), or queued.
-                let ran = self
-                    .grant(wait, at, answer_by, false)
-                    .or_else(|| self.queued(wait, at, answer_by));
+                let granted = self.grant(wait, at, answer_by, false);
+                let queued = || self.queued(wait, at, answer_by);
                 match reply {
-                    None => std::iter::once(self).chain(ran).collect(),
-                    Some(Reply::Nil) => ran.into_iter().collect(),
+                    None => std::iter::once(self)
+                        .chain(granted.or_else(queued))
+                        .collect(),
+                    Some(Reply::Nil) => granted.or_else(queued).into_iter().collect(),
+                    // Seen blocked: queued, in a state that could not
+                    // grant it at once (a lease that may have ended is
+                    // taken as not yet ended here, by the states that
+                    // keep it).
+                    Some(Reply::Queued) if granted.is_none() => queued().into_iter().collect(),
                     Some(_) => Vec::new(),
                 }
             }
