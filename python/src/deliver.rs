@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyWeakrefMethods, PyWeakrefReference};
 
 /// Turns a finished task's result into the future's value or exception; run
 /// with the GIL on the loop's thread.
@@ -45,8 +46,9 @@ enum Wake {
     /// The write end of the socket pair the loop reads (`add_reader`).
     #[cfg(unix)]
     Socket(std::os::unix::net::UnixDatagram),
-    /// The loop, for `call_soon_threadsafe` (loops without `add_reader`).
-    CallSoon(PyObject),
+    /// The loop (a weak reference), for `call_soon_threadsafe` (loops
+    /// without `add_reader`).
+    CallSoon(Py<PyWeakrefReference>),
 }
 
 impl Queue {
@@ -79,10 +81,12 @@ impl Queue {
                     #[cfg(unix)]
                     reader: None,
                 };
-                // A closed loop refuses (RuntimeError): nothing to deliver to.
-                let _ = event_loop
-                    .bind(py)
-                    .call_method1(intern!(py, "call_soon_threadsafe"), (drainer,));
+                // A closed loop refuses (RuntimeError), a collected one is
+                // gone: nothing to deliver to.
+                if let Some(event_loop) = event_loop.bind(py).upgrade() {
+                    let _ =
+                        event_loop.call_method1(intern!(py, "call_soon_threadsafe"), (drainer,));
+                }
             }),
         }
     }
@@ -130,15 +134,17 @@ impl Drainer {
 
 /// One event loop's end of the delivery, kept while the loop is open (a
 /// closed loop drops its readers: the drainer and the read end with them).
+/// The loop is referred to weakly: a loop its program dropped without
+/// closing it must still be collected (its `__del__` closes it), not kept
+/// open here with its file descriptors for the life of the process.
 struct Channel {
-    event_loop: PyObject,
-    create_future: PyObject,
+    event_loop: Py<PyWeakrefReference>,
     queue: Arc<Queue>,
 }
 
 impl Channel {
     fn open(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Channel> {
-        let create_future = event_loop.getattr(intern!(py, "create_future"))?.unbind();
+        let weak = PyWeakrefReference::new(event_loop)?.unbind();
         #[cfg(unix)]
         {
             use std::os::fd::AsRawFd;
@@ -162,18 +168,16 @@ impl Channel {
                 .is_ok()
             {
                 return Ok(Channel {
-                    event_loop: event_loop.clone().unbind(),
-                    create_future,
+                    event_loop: weak,
                     queue,
                 });
             }
         }
         Ok(Channel {
-            event_loop: event_loop.clone().unbind(),
-            create_future,
+            event_loop: weak.clone_ref(py),
             queue: Arc::new(Queue {
                 done: Mutex::new(Vec::new()),
-                wake: Wake::CallSoon(event_loop.clone().unbind()),
+                wake: Wake::CallSoon(weak),
             }),
         })
     }
@@ -185,8 +189,8 @@ impl Channel {
 /// let another thread take the GIL and wait for this lock).
 static CHANNELS: Mutex<Vec<Channel>> = Mutex::new(Vec::new());
 
-/// The running loop's `create_future` and queue.
-fn current(py: Python<'_>) -> PyResult<(PyObject, Arc<Queue>)> {
+/// The running loop and its queue.
+fn current(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Arc<Queue>)> {
     static GET_RUNNING_LOOP: GILOnceCell<PyObject> = GILOnceCell::new();
     let running = GET_RUNNING_LOOP
         .get_or_try_init(py, || {
@@ -197,13 +201,18 @@ fn current(py: Python<'_>) -> PyResult<(PyObject, Arc<Queue>)> {
     let known = |channels: &[Channel]| {
         channels
             .iter()
-            .find(|c| c.event_loop.as_ptr() == running.as_ptr())
-            .map(|c| (c.create_future.clone_ref(py), Arc::clone(&c.queue)))
+            .find(|c| {
+                c.event_loop
+                    .bind(py)
+                    .upgrade()
+                    .is_some_and(|l| l.as_ptr() == running.as_ptr())
+            })
+            .map(|c| Arc::clone(&c.queue))
     };
     let others = {
         let mut channels = CHANNELS.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(found) = known(&channels) {
-            return Ok(found);
+            return Ok((running, found));
         }
         std::mem::take(&mut *channels)
     };
@@ -211,12 +220,12 @@ fn current(py: Python<'_>) -> PyResult<(PyObject, Arc<Queue>)> {
     let mut open = Vec::with_capacity(others.len() + 1);
     let mut closed = Vec::new();
     for channel in others {
-        let is_closed = channel
-            .event_loop
-            .bind(py)
-            .call_method0(intern!(py, "is_closed"))
-            .and_then(|c| c.is_truthy())
-            .unwrap_or(true);
+        // A loop already collected counts as closed.
+        let is_closed = channel.event_loop.bind(py).upgrade().map_or(true, |l| {
+            l.call_method0(intern!(py, "is_closed"))
+                .and_then(|c| c.is_truthy())
+                .unwrap_or(true)
+        });
         if is_closed {
             closed.push(channel);
         } else {
@@ -238,8 +247,10 @@ fn current(py: Python<'_>) -> PyResult<(PyObject, Arc<Queue>)> {
     };
     drop(channels);
     drop(closed);
-    found
-        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("no channel for the running loop"))
+    let found = found.ok_or_else(|| {
+        pyo3::exceptions::PyRuntimeError::new_err("no channel for the running loop")
+    })?;
+    Ok((running, found))
 }
 
 /// What cancelling the awaitable does to the operation.
@@ -306,8 +317,8 @@ where
     F: Future<Output = O> + Send + 'static,
     O: FnOnce(Python<'_>) -> PyResult<PyObject> + Send + 'static,
 {
-    let (create_future, queue) = current(py)?;
-    let future = create_future.bind(py).call0()?;
+    let (event_loop, queue) = current(py)?;
+    let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let mut target = Target {
         queue,
         future: Some(future.clone().unbind()),
@@ -327,8 +338,8 @@ where
 
 /// An `asyncio.Future` of the running loop already resolved to `value`.
 pub(crate) fn ready(py: Python<'_>, value: PyObject) -> PyResult<Bound<'_, PyAny>> {
-    let (create_future, _) = current(py)?;
-    let future = create_future.bind(py).call0()?;
+    let (event_loop, _) = current(py)?;
+    let future = event_loop.call_method0(intern!(py, "create_future"))?;
     future.call_method1(intern!(py, "set_result"), (value,))?;
     Ok(future)
 }

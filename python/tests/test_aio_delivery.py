@@ -5,7 +5,9 @@ under cancellation; and cancelled releases, which run to their end."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
+import weakref
 from typing import Dict, List, Tuple
 
 import pytest
@@ -233,3 +235,27 @@ def test_results_reach_a_loop_without_add_reader(server):
     finally:
         loop.close()
     assert keys(server.port, "no-reader:*") == []
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_a_loop_dropped_without_being_closed_is_not_kept_alive(server):
+    """A program that makes an event loop, uses the asyncio API on it and
+    drops it without closing it gets it collected (and closed, with its file
+    descriptors, by its __del__) as without this package. The per-loop
+    delivery channel used to keep every such loop open for the life of the
+    process: five file descriptors per loop, never given back."""
+
+    async def cycle(rl: AsyncRedlock) -> None:
+        lock = await rl.acquire("unclosed-loop", wait=30.0)
+        await lock.release()
+
+    refs = []
+    for _ in range(5):
+        loop = asyncio.new_event_loop()
+        rl = AsyncRedlock(server.url, ttl=10.0)
+        loop.run_until_complete(cycle(rl))
+        refs.append(weakref.ref(loop))
+        del loop, rl
+    gc.collect()
+    assert [r() for r in refs] == [None] * 5
+    assert keys(server.port, "unclosed-loop") == []
