@@ -405,17 +405,7 @@ impl Fuzz {
     }
 
     fn knowing_the_server(mut self) -> Self {
-        let info: String = redis::cmd("INFO")
-            .arg("server")
-            .query(&mut self.probe)
-            .unwrap();
-        let version = info
-            .lines()
-            .find_map(|line| line.strip_prefix("redis_version:"))
-            .unwrap()
-            .trim();
-        let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
-        self.one_instant_per_multi = (parts.next().unwrap(), parts.next().unwrap()) >= (7, 2);
+        self.one_instant_per_multi = tells_frozen_time(&mut self.probe);
         self
     }
 

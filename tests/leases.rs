@@ -445,17 +445,6 @@ fn a_fast_or_jumping_lease_clock_ends_leases_early() {
     assert!(granted.elapsed() >= Duration::from_millis(590));
 }
 
-/// Whether the server tells modules its frozen time
-/// (`RedisModule_CachedMicroseconds`: Redis 7.2 and later, every Valkey,
-/// which reports `redis_version` 7.2.4).
-fn tells_frozen_time(c: &mut redis::Connection) -> bool {
-    let info = info_section(c, "server");
-    let version = &info["redis_version"];
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
-    let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
-    (major, minor) >= (7, 2)
-}
-
 /// Every command of one `EXEC` or script sees one instant, as every command
 /// there sees one server time for key expiry: a lease ends for the whole
 /// transaction or for none of it. The lease clock jumps past the lease's

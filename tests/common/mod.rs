@@ -267,6 +267,18 @@ pub fn info_section(conn: &mut Connection, section: &str) -> HashMap<String, Str
         .collect()
 }
 
+/// Whether the server tells modules its frozen time
+/// (`RedisModule_CachedMicroseconds`: Redis 7.2 and later, every Valkey,
+/// which reports `redis_version` 7.2.4), so that the module keeps one
+/// instant for a whole `MULTI` or script.
+pub fn tells_frozen_time(conn: &mut Connection) -> bool {
+    let info = info_section(conn, "server");
+    let version = &info["redis_version"];
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap());
+    let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+    (major, minor) >= (7, 2)
+}
+
 /// One integer field of `INFO lock`.
 pub fn lock_stat(conn: &mut Connection, field: &str) -> i64 {
     let info = info_section(conn, "lock");
