@@ -561,16 +561,7 @@ impl Fuzz {
             // configuration-epoch race in the cluster bus (a node keeps
             // the owner with the higher epoch it heard of): say the new
             // owner again, as `redis-cli --cluster fix` would.
-            let to_id = node_id(&self.masters()[to]);
-            for node in 0..3 {
-                let _: () = redis::cmd("CLUSTER")
-                    .arg("SETSLOT")
-                    .arg(slot)
-                    .arg("NODE")
-                    .arg(&to_id)
-                    .query(&mut self.conns[node])
-                    .unwrap();
-            }
+            self.set_owner_everywhere(slot, to);
             moved = shows_moved(self);
         }
         assert!(
@@ -578,6 +569,20 @@ impl Fuzz {
             "slot {slot} never showed as node {to}'s at {}",
             self.context()
         );
+    }
+
+    /// `CLUSTER SETSLOT slot NODE` of `node` on every master.
+    fn set_owner_everywhere(&mut self, slot: i64, node: usize) {
+        let id = node_id(&self.masters()[node]);
+        for conn in &mut self.conns {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&id)
+                .query(conn)
+                .unwrap();
+        }
     }
 
     /// Says on every master that `node` serves `slot`, with a new
@@ -591,16 +596,7 @@ impl Fuzz {
             self.owners_said_again,
             self.context()
         );
-        let id = node_id(&self.masters()[node]);
-        for conn in &mut self.conns {
-            let _: () = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(&id)
-                .query(conn)
-                .unwrap();
-        }
+        self.set_owner_everywhere(slot, node);
         let _: Value = redis::cmd("CLUSTER")
             .arg("BUMPEPOCH")
             .query(&mut self.conns[node])
