@@ -108,8 +108,8 @@
 //! anyway is released on every node in the background before the handle's
 //! next operation runs; an extension still updates the validity; a release
 //! still frees every node. In single-node mode an abandoned or timed-out
-//! wait's connection is killed on the server (`CLIENT KILL ID`, sent on
-//! the shared connection) and the wait undone on the shared connection
+//! wait's connection is killed on the server (`CLIENT KILL ID … ADDR …`,
+//! sent on the shared connection) and the wait undone on the shared connection
 //! after it: nothing sent on the waiting connection runs after that, so
 //! neither a late grant nor a stale undo lands after the handle's next
 //! command (a cluster's waiting connection, which has no client id, ends

@@ -251,7 +251,7 @@ impl Node {
 
     /// Opens a connection of its own for a command that blocks on the
     /// server (`LOCK.ACQUIRE … WAIT`), within `timeout`, and learns its
-    /// client id: Redis serves a blocked client's later commands only once
+    /// client id and address there (`CLIENT INFO`): Redis serves a blocked client's later commands only once
     /// it is unblocked, so on the shared connection the wait would stall
     /// every other lock of this client. The caller's timer for the wait
     /// starts after this returns. In a cluster it is a cluster connection
@@ -266,12 +266,22 @@ impl Node {
                     let mut conn = client
                         .get_multiplexed_async_connection_with_config(&config)
                         .await?;
-                    let id = conn
-                        .send_packed_command(redis::cmd("CLIENT").arg("ID"))
-                        .await?;
-                    let id = match id {
-                        Value::Int(id) => Some(id),
-                        _ => None,
+                    let id = match conn
+                        .send_packed_command(redis::cmd("CLIENT").arg("INFO"))
+                        .await
+                    {
+                        Ok(info) => WaitingId::read(&info),
+                        // Refused (a server before 6.2, an ACL without
+                        // `CLIENT`): the wait is not ended early.
+                        Err(error)
+                            if matches!(
+                                error.kind(),
+                                redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+                            ) =>
+                        {
+                            None
+                        }
+                        Err(error) => return Err(error),
                     };
                     Ok::<_, redis::RedisError>(WaitingConn {
                         conn: Conn::Own(conn),
@@ -334,7 +344,41 @@ impl SharedConn {
 /// after the blocking one are served after it, in order.
 pub(crate) struct WaitingConn {
     conn: Conn,
-    id: Option<i64>,
+    id: Option<WaitingId>,
+}
+
+/// Who a waiting connection is on its server: its client id and the
+/// address the server sees it from, as `CLIENT INFO` said. Ids are per
+/// server process (a restarted server counts from 1 again), so the id alone
+/// may name another client of a new process on the same address; the id
+/// and the address together name this connection only (the address is its
+/// own port, which no other connection has while this one is open).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct WaitingId {
+    id: i64,
+    addr: String,
+}
+
+impl WaitingId {
+    /// Reads `id=` and `addr=` from a `CLIENT INFO` reply.
+    fn read(info: &Value) -> Option<WaitingId> {
+        let text = match info {
+            Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?,
+            Value::VerbatimString { text, .. } => text.as_str(),
+            Value::SimpleString(text) => text.as_str(),
+            _ => return None,
+        };
+        let field = |name: &str| {
+            text.split_ascii_whitespace()
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+        };
+        let id = field("id")?.parse().ok()?;
+        let addr = field("addr").filter(|addr| !addr.is_empty())?;
+        Some(WaitingId {
+            id,
+            addr: addr.to_string(),
+        })
+    }
 }
 
 impl WaitingConn {
@@ -344,20 +388,14 @@ impl WaitingConn {
         self.conn.send(cmd, ack).await
     }
 
-    /// `CLIENT KILL ID id`, to end this connection on the server from
-    /// another one: once answered, nothing sent on this one runs any more.
+    /// `CLIENT KILL ID id ADDR addr`, to end this connection on the server
+    /// from another one: a reply of 1 says it was there and is cut, and
+    /// nothing sent on it runs any more. Only while this connection is
+    /// known open: the address is then its own.
     pub fn kill_command(&self) -> Option<Cmd> {
-        let id = self.id?;
+        let WaitingId { id, addr } = self.id.as_ref()?;
         let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("KILL").arg("ID").arg(id);
-        Some(cmd)
-    }
-
-    /// `CLIENT UNBLOCK id`, to end this connection's wait from another one.
-    pub fn unblock_command(&self) -> Option<Cmd> {
-        let id = self.id?;
-        let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("UNBLOCK").arg(id);
+        cmd.arg("KILL").arg("ID").arg(*id).arg("ADDR").arg(addr);
         Some(cmd)
     }
 }
@@ -410,5 +448,54 @@ fn node_error(error: redis::RedisError) -> NodeError {
         ))
     } else {
         NodeError::Connection(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiting_connection_is_named_by_its_id_and_address() {
+        let line = "id=7 addr=127.0.0.1:51234 laddr=127.0.0.1:6379 fd=9 name= age=0 \
+                    idle=0 flags=N db=0 cmd=client|info user=default\n";
+        let named = |value: Value| WaitingId::read(&value);
+        let expected = Some(WaitingId {
+            id: 7,
+            addr: "127.0.0.1:51234".into(),
+        });
+        // RESP2 bulk string, RESP3 verbatim string.
+        assert_eq!(named(Value::BulkString(line.as_bytes().to_vec())), expected);
+        assert_eq!(
+            named(Value::VerbatimString {
+                format: redis::VerbatimFormat::Text,
+                text: line.into(),
+            }),
+            expected
+        );
+        // `laddr=` is not `addr=`; IPv6 keeps its colons.
+        let v6 = "laddr=[::1]:6379 id=3 addr=[::1]:40000 fd=8";
+        assert_eq!(
+            named(Value::BulkString(v6.as_bytes().to_vec())),
+            Some(WaitingId {
+                id: 3,
+                addr: "[::1]:40000".into(),
+            })
+        );
+        // Without either field, or with an id that is not a number: not
+        // named (the wait is then not ended early).
+        for text in [
+            "addr=127.0.0.1:1 fd=3",
+            "id=4 fd=3",
+            "id=x addr=a:1",
+            "id=4 addr=",
+        ] {
+            assert_eq!(
+                named(Value::BulkString(text.as_bytes().to_vec())),
+                None,
+                "{text}"
+            );
+        }
+        assert_eq!(named(Value::Int(7)), None);
     }
 }

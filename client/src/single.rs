@@ -1,15 +1,15 @@
 //! Single-node acquisition: one plain attempt, then a server-side wait
 //! (`LOCK.ACQUIRE … WAIT`) on a connection of its own, ended by the acquire
 //! deadline. When it times out or its caller is gone, that connection is
-//! ended on the server (`CLIENT KILL ID`, sent on the shared connection)
-//! and the wait undone on the shared connection after it.
+//! ended on the server (`CLIENT KILL ID … ADDR …`, sent on the shared
+//! connection) and the wait undone on the shared connection after it.
 
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
 use crate::acquire::Patience;
-use crate::error::{Error, Result};
+use crate::error::{Error, NodeError, Result};
 use crate::handle::{answers, Grant, LockCore, OpGuard};
 use crate::outcome::{Acquired, NodeOutcome, Reply};
 use crate::protocol;
@@ -30,11 +30,19 @@ impl LockCore {
     /// waiting connection whose connect the deadline cuts short; one cut by
     /// the node timeout is the node's failure) is `NotAcquired`, its
     /// outcome the timeout: the node said busy, and a late reply is a slow
-    /// or loaded node, not a failed one. If the kill fails, the wait is
-    /// ended with `CLIENT UNBLOCK` and undone on its own connection, after
-    /// the wait there; without a client id (a cluster's waiting
-    /// connection) it is not ended early: it ends by its own server-side
-    /// timeout, and is undone on its own connection after it.
+    /// or loaded node, not a failed one.
+    ///
+    /// The kill names the waiting connection by its client id and its
+    /// address (`CLIENT INFO` when it opened): ids restart from 1 in a
+    /// restarted server, so an id alone could cut another application's
+    /// connection there. Only a reply of 1 counts as ended. A waiting
+    /// connection that failed is not killed (the server dropped it, or
+    /// restarted, and its address may be reused): it is undone on the
+    /// shared connection at once. If the kill does not cut it (no id and
+    /// address: a cluster's waiting connection, a server before 6.2, an
+    /// ACL without `CLIENT`; the kill failed or found no such client), the
+    /// wait is not ended early: it ends by its own server-side timeout, and
+    /// is undone on its own connection after it.
     ///
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
@@ -151,19 +159,27 @@ impl LockCore {
                 // it could make and before the handle's next command. In
                 // the background, so that this returns by the deadline;
                 // the undo keeps the operation lock until it is done.
-                let kill = conn.kill_command();
-                let unblock = conn.unblock_command();
+                //
+                // A waiting connection that failed is not killed: its wait
+                // ended with it (the server dropped it, or restarted), and
+                // its address may be another connection's by now; it is
+                // undone on the shared connection at once.
+                let failed = matches!(other, Some(Err(NodeError::Connection(_))));
+                let kill = if failed { None } else { conn.kill_command() };
                 let release = protocol::release(self.resource(), self.owner(), true);
                 let timeout = config.node_timeout;
                 let op = op.take();
                 let mut shared = node.shared();
                 tokio::spawn(async move {
+                    // Cut: 1, the waiting connection itself (its id and
+                    // address); 0 is no such client there (a server that is
+                    // not the one the wait went to, say): not known ended.
                     let killed = match kill {
                         Some(kill) => matches!(
                             tokio::time::timeout(timeout, shared.send(&kill)).await,
-                            Ok(Ok(redis::Value::Int(_)))
+                            Ok(Ok(redis::Value::Int(1)))
                         ),
-                        None => false,
+                        None => failed,
                     };
                     if killed {
                         drop(conn);
@@ -171,12 +187,11 @@ impl LockCore {
                         drop(op);
                         return;
                     }
-                    // Not ended (a cluster's waiting connection has no
-                    // client id; the kill failed): end the wait and undo
-                    // on the waiting connection, after the wait there.
-                    if let Some(unblock) = unblock {
-                        let _ = tokio::time::timeout(timeout, shared.send(&unblock)).await;
-                    }
+                    // Not ended (no client id and address: a cluster's
+                    // waiting connection, a server before 6.2 or an ACL
+                    // without `CLIENT`; the kill failed): undo on the
+                    // waiting connection, after the wait there, which ends
+                    // by its own server-side timeout (before the deadline).
                     let undone = tokio::time::timeout(timeout, conn.send(&release, None)).await;
                     if !matches!(undone, Ok(Ok(_))) {
                         // The waiting connection broke: its wait ended with

@@ -268,3 +268,179 @@ async fn a_wait_answered_after_the_deadline_is_not_acquired() {
     assert_eq!(holder(server, "late").as_deref(), Some("blocker"));
     assert_eq!(lock.holds(), 0);
 }
+
+/// The id and address of the one blocked client on `server` (`CLIENT
+/// LIST`, flag `b`).
+fn blocked_client(server: &testkit::RedisServer) -> Option<(i64, String)> {
+    let list = match common::raw(server, &["CLIENT", "LIST"]) {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        other => panic!("CLIENT LIST replied {other:?}"),
+    };
+    let line = list.lines().find(|line| {
+        line.split(' ')
+            .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('b')))
+    })?;
+    let field = |name: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+    };
+    Some((field("id")?.parse().ok()?, field("addr")?.to_string()))
+}
+
+/// A handle whose wait runs on another server process than its shared
+/// connection, as after a restart on the same address: the shared
+/// connection reaches `new` (through `proxy`), the waiting connection
+/// `old`, where it waits for `RESOURCE` (taken on both by "blocker").
+/// `foreign` is a client of `new` with the waiting connection's id there
+/// (ids are per process).
+struct TwoProcesses {
+    old: testkit::RedisServer,
+    new: testkit::RedisServer,
+    proxy: testkit::FaultProxy,
+    lock: Arc<redis_lock_client::Lock>,
+    waiting_id: i64,
+    foreign: redis::Connection,
+}
+
+const RESOURCE: &str = "two-processes";
+
+impl TwoProcesses {
+    /// Starts the wait (`acquire_for(wait)`, in a task) and returns once it
+    /// is queued on `old` and `foreign` exists; `hold_kill`: a `CLIENT
+    /// KILL` the handle sends is held by the proxy until delivered.
+    async fn start(
+        wait: Duration,
+        hold_kill: bool,
+    ) -> (
+        TwoProcesses,
+        tokio::task::JoinHandle<redis_lock_client::Result<redis_lock_client::Acquired>>,
+    ) {
+        let old = testkit::RedisServer::start();
+        let new = testkit::RedisServer::start();
+        let proxy = testkit::FaultProxy::start(new.port());
+        let redlock =
+            redis_lock_client::Redlock::with_config([proxy.url()], test_config()).unwrap();
+        // The shared connection opens, to `new`.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while redlock.info("warm").await[0].info.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the node did not answer"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        proxy.retarget(old.port());
+        // `old`'s ids ahead of `new`'s, so that `new` reaches the waiting
+        // connection's id with a client of its own.
+        for _ in 0..20 {
+            let _: i64 = redis::cmd("CLIENT")
+                .arg("ID")
+                .query(&mut old.conn())
+                .unwrap();
+        }
+        block(&old, RESOURCE);
+        block(&new, RESOURCE);
+        if hold_kill {
+            proxy.hold_from("$4\r\nKILL\r\n");
+        }
+        let lock = Arc::new(redlock.lock(RESOURCE, Duration::from_secs(30)).unwrap());
+        let waiter = {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.acquire_for(wait).await })
+        };
+        assert!(
+            testkit::wait_until(Duration::from_secs(10), || info_int(
+                &old, RESOURCE, "waiters"
+            ) == Some(1)),
+            "no server-side waiter appeared on the old process"
+        );
+        let (waiting_id, _) = blocked_client(&old).expect("the waiting connection");
+        let foreign = loop {
+            let mut conn = new.conn();
+            let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
+            assert!(id <= waiting_id, "the new process passed id {waiting_id}");
+            if id == waiting_id {
+                break conn;
+            }
+        };
+        (
+            TwoProcesses {
+                old,
+                new,
+                proxy,
+                lock,
+                waiting_id,
+                foreign,
+            },
+            waiter,
+        )
+    }
+
+    /// Once the handle's undo in the background is done (its next
+    /// acquisition waits for it), the foreign client still works.
+    async fn assert_foreign_client_untouched(mut self) {
+        common::unblock(&self.new, RESOURCE);
+        self.lock.acquire().await.unwrap();
+        assert_eq!(
+            holder(&self.new, RESOURCE).as_deref(),
+            Some(self.lock.owner())
+        );
+        let ping: redis::RedisResult<String> = redis::cmd("PING").query(&mut self.foreign);
+        assert!(
+            ping.is_ok(),
+            "a client of the other process that has the waiting connection's id {} was cut \
+             when the handle gave the wait up: {ping:?}",
+            self.waiting_id
+        );
+        self.lock.release().await.unwrap();
+    }
+}
+
+/// A waiting connection that fails (its server restarted, or dropped it)
+/// is not killed afterwards: its id may be another client's on the server
+/// the shared connection reaches now (ids restart from 1 in a new process).
+/// Failed before the fix: `CLIENT KILL ID <old id>` cut that client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_server_is_not_sent_the_waiting_connections_old_id() {
+    let (setup, waiter) = TwoProcesses::start(Duration::from_secs(60), false).await;
+    // The waiting connection ends on its (old) server.
+    let id = setup.waiting_id.to_string();
+    common::raw(&setup.old, &["CLIENT", "KILL", "ID", &id]);
+    let result = waiter.await.unwrap();
+    assert!(result.is_err(), "{result:?}");
+    assert!(!setup.lock.is_held());
+    setup.assert_foreign_client_untouched().await;
+}
+
+/// A wait given up while its connection is open is killed by its id and
+/// its address: a server that has another client with that id (a restarted
+/// one) answers 0, and the wait is undone on its own connection instead,
+/// after the wait there. Failed before the fix: `CLIENT KILL ID <id>` cut
+/// that client (and the late grant on the old process was never undone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_given_up_wait_is_killed_by_its_id_and_address() {
+    let (setup, waiter) = TwoProcesses::start(Duration::from_secs(60), true).await;
+    // The caller leaves while it waits.
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || setup.proxy.held() == 1),
+        "the handle sent no CLIENT KILL (what it sent: {:?})",
+        String::from_utf8_lossy(&setup.proxy.sent())
+    );
+    setup.proxy.deliver();
+    // The old process frees the lock: the wait still queued there is
+    // granted, and the undo behind it on the waiting connection releases
+    // it. Nothing of the handle's is left there.
+    common::unblock(&setup.old, RESOURCE);
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || common::raw(
+            &setup.old,
+            &["LOCK.INFO", RESOURCE]
+        ) == redis::Value::Nil),
+        "the given-up wait was granted on the old process and not undone: {:?}",
+        common::raw(&setup.old, &["LOCK.INFO", RESOURCE])
+    );
+    setup.assert_foreign_client_untouched().await;
+}

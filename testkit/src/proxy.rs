@@ -63,6 +63,8 @@ struct Conn {
 /// What the proxy's threads share.
 #[derive(Default)]
 struct State {
+    /// The server's port on loopback, for connections accepted from now on.
+    upstream: u16,
     /// While set, no byte moves and no new connection reaches the server.
     stalled: bool,
     /// Extra wait before each chunk of bytes is passed on.
@@ -159,11 +161,14 @@ impl FaultProxy {
             .expect("proxy: the listener's address")
             .port();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                upstream,
+                ..State::default()
+            }),
             changed: Condvar::new(),
         });
         let accepting = Arc::clone(&shared);
-        thread::spawn(move || accept(listener, upstream, accepting));
+        thread::spawn(move || accept(listener, accepting));
         FaultProxy { port, shared }
     }
 
@@ -174,6 +179,14 @@ impl FaultProxy {
     /// `redis://127.0.0.1:port` of the proxy.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Passes the connections accepted from now on to
+    /// `127.0.0.1:upstream`; those open now stay with the server they have.
+    /// Another server on the proxy's address, as a restarted one is to its
+    /// clients, while an old connection of theirs still reaches the old one.
+    pub fn retarget(&self, upstream: u16) {
+        self.shared.lock().upstream = upstream;
     }
 
     /// Closes every open connection, both ends, dropping the bytes held.
@@ -356,10 +369,10 @@ impl Drop for FaultProxy {
     }
 }
 
-fn accept(listener: TcpListener, upstream: u16, shared: Arc<Shared>) {
+fn accept(listener: TcpListener, shared: Arc<Shared>) {
     for (id, client) in (0u64..).zip(listener.incoming()) {
         let Ok(client) = client else { continue };
-        let generation = {
+        let (generation, upstream) = {
             let mut state = shared.lock();
             if state.stopping {
                 return;
@@ -370,6 +383,7 @@ fn accept(listener: TcpListener, upstream: u16, shared: Arc<Shared>) {
             };
             let holding = state.hold_all;
             let generation = state.generation;
+            let upstream = state.upstream;
             state.conns.insert(
                 id,
                 Conn {
@@ -381,7 +395,7 @@ fn accept(listener: TcpListener, upstream: u16, shared: Arc<Shared>) {
                     writers_done: 0,
                 },
             );
-            generation
+            (generation, upstream)
         };
         let shared = Arc::clone(&shared);
         thread::spawn(move || connect(client, upstream, id, generation, shared));
@@ -747,6 +761,28 @@ mod tests {
             value, "first",
             "the later SET was not delivered before the earlier one"
         );
+    }
+
+    /// After a retarget, new connections reach the new server and an
+    /// old one still reaches the old server.
+    #[test]
+    fn a_retarget_moves_new_connections_only() {
+        let (old, new) = (plain_server(), plain_server());
+        let proxy = FaultProxy::start(old.port());
+        let mut before = connection(&proxy);
+        proxy.retarget(new.port());
+        let mut after = connection(&proxy);
+        let set = |conn: &mut redis::Connection, key: &str| {
+            let _: () = redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .query(conn)
+                .expect("SET through the proxy");
+        };
+        set(&mut before, "before");
+        set(&mut after, "after");
+        assert!(key_exists(&old, "before") && !key_exists(&new, "before"));
+        assert!(key_exists(&new, "after") && !key_exists(&old, "after"));
     }
 
     /// A peer that stops reading (a server stopped with SIGSTOP, its
