@@ -114,8 +114,9 @@
 //! neither a late grant nor a stale undo lands after the handle's next
 //! command (a cluster's waiting connection, which has no client id, ends
 //! by its own server-side timeout and is undone on its own connection
-//! after it, instead); the acquisition
-//! itself returns by [`Config::acquire_timeout`], as
+//! after it, instead; one that cannot be named, for a user without
+//! `client|info` or over a unix socket, is not waited on: the acquisition
+//! retries as with several nodes); the acquisition itself returns by [`Config::acquire_timeout`], as
 //! [`Error::NotAcquired`] with the node's timeout as its outcome when the
 //! wait's reply has not come by then (the node said busy; a reply late
 //! past the deadline is a slow or loaded node, not a failed one).

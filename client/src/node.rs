@@ -271,8 +271,8 @@ impl Node {
                         .await
                     {
                         Ok(info) => WaitingId::read(&info),
-                        // Refused (a server before 6.2, an ACL without
-                        // `CLIENT`): the wait is not ended early.
+                        // Refused (an ACL without `client|info`): not
+                        // named, and the caller does not wait on it.
                         Err(error)
                             if matches!(
                                 error.kind(),
@@ -373,7 +373,9 @@ impl WaitingId {
                 .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
         };
         let id = field("id")?.parse().ok()?;
-        let addr = field("addr").filter(|addr| !addr.is_empty())?;
+        // A unix socket's clients all read `<path>:0`: no address of its
+        // own, so not named.
+        let addr = field("addr").filter(|addr| !addr.is_empty() && !addr.ends_with(":0"))?;
         Some(WaitingId {
             id,
             addr: addr.to_string(),
@@ -388,10 +390,26 @@ impl WaitingConn {
         self.conn.send(cmd, ack).await
     }
 
+    /// Whether the connection is named by its id and address (`CLIENT
+    /// INFO` answered, over TCP), so that [`WaitingConn::kill_command`] can
+    /// end it.
+    pub fn named(&self) -> bool {
+        self.id.is_some()
+    }
+
+    /// Whether it is a cluster connection (never named: it ends its wait
+    /// by the wait's own server-side timeout).
+    pub fn in_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     /// `CLIENT KILL ID id ADDR addr`, to end this connection on the server
     /// from another one: a reply of 1 says it was there and is cut, and
-    /// nothing sent on it runs any more. Only while this connection is
-    /// known open: the address is then its own.
+    /// nothing sent on it runs any more; 0, that no client of that server
+    /// is this connection (gone, or the server is another process now).
+    /// The address is this connection's own port while it is open, and a
+    /// new process reaches the same id with the same port only after the
+    /// client's ports came round again.
     pub fn kill_command(&self) -> Option<Cmd> {
         let WaitingId { id, addr } = self.id.as_ref()?;
         let mut cmd = redis::cmd("CLIENT");
@@ -489,6 +507,8 @@ mod tests {
             "id=4 fd=3",
             "id=x addr=a:1",
             "id=4 addr=",
+            // A unix socket's client: every one of them has this address.
+            "id=4 addr=/tmp/redis.sock:0 laddr=/tmp/redis.sock:0",
         ] {
             assert_eq!(
                 named(Value::BulkString(text.as_bytes().to_vec())),

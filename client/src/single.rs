@@ -35,14 +35,18 @@ impl LockCore {
     /// The kill names the waiting connection by its client id and its
     /// address (`CLIENT INFO` when it opened): ids restart from 1 in a
     /// restarted server, so an id alone could cut another application's
-    /// connection there. Only a reply of 1 counts as ended. A waiting
-    /// connection that failed is not killed (the server dropped it, or
-    /// restarted, and its address may be reused): it is undone on the
-    /// shared connection at once. If the kill does not cut it (no id and
-    /// address: a cluster's waiting connection, a server before 6.2, an
-    /// ACL without `CLIENT`; the kill failed or found no such client), the
-    /// wait is not ended early: it ends by its own server-side timeout, and
-    /// is undone on its own connection after it.
+    /// connection there. Only a reply of 1 counts as ended, except for a
+    /// waiting connection that failed, which is undone on the shared
+    /// connection after the kill whatever it answered. If the kill does not
+    /// cut a live one (refused, lost, or no such client there), the wait is
+    /// not ended early: the server ends it by its own timeout, and it is
+    /// undone on its own connection after it (awaited until then and one
+    /// node timeout more). A connection that cannot be named (no
+    /// `client|info` in the user's ACL, a unix socket, whose clients all
+    /// share one address) is not waited on: the acquisition retries as
+    /// with several nodes, until the same deadline. A cluster's waiting
+    /// connection has no id: its wait ends by its own timeout, undone on
+    /// its own connection after it.
     ///
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
@@ -110,6 +114,14 @@ impl LockCore {
                 return Err(single_node_failure(vec![outcome(Err(error))]));
             }
         };
+        if !conn.named() && !conn.in_cluster() {
+            // A wait that could not be ended from outside if given up (no
+            // `client|info` in the user's ACL, a unix socket) would hold
+            // the handle's order hostage to its connection: retry instead,
+            // as with several nodes, until the same deadline.
+            drop(conn);
+            return self.acquire_quorum(patience, gone).await;
+        }
         // The timer starts once the connection is there.
         let wait = deadline
             .saturating_duration_since(Instant::now())
@@ -160,42 +172,53 @@ impl LockCore {
                 // the background, so that this returns by the deadline;
                 // the undo keeps the operation lock until it is done.
                 //
-                // A waiting connection that failed is not killed: its wait
-                // ended with it (the server dropped it, or restarted), and
-                // its address may be another connection's by now; it is
-                // undone on the shared connection at once.
+                //
+                // A waiting connection that failed (its server restarted or
+                // dropped it, or only our end saw it break) is killed too,
+                // so that a server still holding it runs nothing of it
+                // after the undo; then undone on the shared connection,
+                // whatever the kill answered (nothing can be sent on it).
                 let failed = matches!(other, Some(Err(NodeError::Connection(_))));
-                let kill = if failed { None } else { conn.kill_command() };
+                let kill = conn.kill_command();
                 let release = protocol::release(self.resource(), self.owner(), true);
                 let timeout = config.node_timeout;
+                // When the server ends the wait by itself.
+                let wait_ends = sent + wait;
                 let op = op.take();
                 let mut shared = node.shared();
                 tokio::spawn(async move {
                     // Cut: 1, the waiting connection itself (its id and
-                    // address); 0 is no such client there (a server that is
-                    // not the one the wait went to, say): not known ended.
+                    // address). 0 is no such client there: for a live
+                    // connection, the shared one reached another server
+                    // process than the wait (a restart it has not seen
+                    // yet): not known ended there.
                     let killed = match kill {
                         Some(kill) => matches!(
                             tokio::time::timeout(timeout, shared.send(&kill)).await,
                             Ok(Ok(redis::Value::Int(1)))
                         ),
-                        None => failed,
+                        None => false,
                     };
-                    if killed {
+                    if killed || failed {
                         drop(conn);
                         let _ = tokio::time::timeout(timeout, shared.send(&release)).await;
                         drop(op);
                         return;
                     }
-                    // Not ended (no client id and address: a cluster's
-                    // waiting connection, a server before 6.2 or an ACL
-                    // without `CLIENT`; the kill failed): undo on the
-                    // waiting connection, after the wait there, which ends
-                    // by its own server-side timeout (before the deadline).
-                    let undone = tokio::time::timeout(timeout, conn.send(&release, None)).await;
+                    // Not ended (a cluster's waiting connection, which has
+                    // no id; the kill refused, lost or answered 0): undo on
+                    // the waiting connection, after the wait there, which
+                    // the server ends by its own timeout; its reply is
+                    // awaited until then and one node timeout more.
+                    let bound = wait_ends
+                        .saturating_duration_since(Instant::now())
+                        .saturating_add(timeout);
+                    let undone = tokio::time::timeout(bound, conn.send(&release, None)).await;
                     if !matches!(undone, Ok(Ok(_))) {
-                        // The waiting connection broke: its wait ended with
-                        // it, and a grant made before that is released here.
+                        // The waiting connection broke (its wait ended with
+                        // it) or is held up past the wait's end: closed, and
+                        // a grant made before that is released here.
+                        drop(conn);
                         let _ = tokio::time::timeout(timeout, shared.send(&release)).await;
                     }
                     drop(op);

@@ -363,3 +363,77 @@ async fn a_single_node_wait_given_up_runs_nothing_on_the_node_later() {
     );
     lock.release().await.unwrap();
 }
+
+/// A user whose ACL refuses `client|info` (found by the session-4 review):
+/// the waiting connection cannot be named, so a wait given up could not be
+/// ended from outside, and its held `WAIT` and undo re-entered and then
+/// freed the lock the handle had taken again. Such an acquisition retries
+/// instead (as with several nodes): no `WAIT` is sent, and nothing of it
+/// runs on the node later. Failed before the fix (the held wait and undo
+/// ran after the handle's next acquisition) on the four servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_client_info_a_single_node_acquisition_retries_and_leaves_nothing_later() {
+    let server = RedisServer::start();
+    raw(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "waiter",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-client|info",
+        ],
+    );
+    let proxy = FaultProxy::start(server.port());
+    let url = format!("redis://waiter:pw@127.0.0.1:{}", proxy.port());
+    let redlock = Redlock::with_config(
+        [url],
+        Config {
+            acquire_timeout: Some(Duration::from_millis(1500)),
+            ..test_config()
+        },
+    )
+    .unwrap();
+    assert!(
+        wait_until_async(Duration::from_secs(10), || async {
+            redlock.info("warm").await[0].info.is_ok()
+        })
+        .await,
+        "the node did not answer"
+    );
+    let resource = "stale:wait-no-info";
+    raw(
+        &server,
+        &["LOCK.ACQUIRE", resource, "someone-else", "60000"],
+    );
+    // Anything sent as a wait, and whatever follows it on its connection,
+    // is held.
+    proxy.hold_from("$4\r\nWAIT\r\n");
+    let lock = redlock.lock(resource, Duration::from_secs(30)).unwrap();
+    let error = lock.acquire().await.unwrap_err();
+    assert!(
+        matches!(error, redis_lock_client::Error::NotAcquired { attempts, .. } if attempts > 1),
+        "{error}"
+    );
+    assert!(!lock.is_held(), "{error}");
+    assert_eq!(proxy.held(), 0, "a wait was sent: {error}");
+    raw(&server, &["LOCK.RELEASE", resource, "someone-else"]);
+    lock.acquire().await.unwrap();
+    proxy.deliver();
+    assert!(lock.is_held());
+    let sent = String::from_utf8_lossy(&proxy.sent()).into_owned();
+    assert!(
+        !sent.contains("\r\nWAIT\r\n"),
+        "a wait reached the node: {sent:?}"
+    );
+    assert_eq!(
+        holder(&server, resource).as_deref(),
+        Some(lock.owner()),
+        "the node let the lock go while the handle holds it (what reached the node: {sent:?})"
+    );
+    lock.release().await.unwrap();
+}
