@@ -168,6 +168,14 @@ fn config_err(message: String) -> napi::Error {
     coded("CONFIG", &message, &[])
 }
 
+fn aborted() -> napi::Error {
+    coded(
+        "ABORTED",
+        "the acquisition was aborted; anything it was granted is released",
+        &[],
+    )
+}
+
 fn busy() -> napi::Error {
     coded(
         "BUSY",
@@ -550,6 +558,13 @@ struct Done {
 /// order, and the callback settles in that order.
 struct Hub {
     queue: Mutex<Vec<Done>>,
+    /// The ids the last `drain` returned: if handing them to JavaScript
+    /// failed, `failDrained` settles them with an error (they are no longer
+    /// queued, and their promises would wait forever).
+    drained: Mutex<Vec<u32>>,
+    /// Test hook: the next `drain` fails after taking the queue, as a
+    /// failed conversion to JavaScript values does.
+    fail_next_drain: AtomicBool,
     /// Weak: it never keeps Node's loop alive (the JavaScript side keeps it
     /// alive while operations are pending).
     ready: ThreadsafeFunction<(), (), (), Status, false, true>,
@@ -574,9 +589,47 @@ impl Hub {
     }
 }
 
+/// A future whose panic is caught and returned (it is not polled again):
+/// an operation that panics settles its promise with a message that says
+/// so, not as if the runtime had shut down.
+struct CatchUnwind<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let future = self.get_mut().0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(value)) => std::task::Poll::Ready(Ok(value)),
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
+}
+
+/// The error of an operation that panicked, with the panic's message.
+fn panicked(panic: &(dyn std::any::Any + Send)) -> napi::Error {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_string());
+    coded(
+        "RUNTIME",
+        &format!(
+            "the operation panicked in the addon ({what}); this is a bug in redislock-native: \
+             please report it. The lock's lease ends by itself"
+        ),
+        &[],
+    )
+}
+
 /// The promise of one operation, settled exactly once: with the outcome,
-/// or, when the future is dropped unfinished (the runtime shut down, or a
-/// panic), with an error, so that no promise is left pending forever.
+/// or, when the future is dropped unfinished (the runtime shut down), with
+/// an error, so that no promise is left pending forever.
 struct Promised {
     hub: Arc<Hub>,
     id: u32,
@@ -632,15 +685,26 @@ impl NativeHub {
         Ok(NativeHub {
             hub: Arc::new(Hub {
                 queue: Mutex::new(Vec::new()),
+                drained: Mutex::new(Vec::new()),
+                fail_next_drain: AtomicBool::new(false),
                 ready,
             }),
         })
     }
 
     /// The operations finished since the last drain, in completion order.
+    /// Their ids are kept until the next drain, for `failDrained`.
     #[napi(catch_unwind)]
     pub fn drain(&self) -> napi::Result<Vec<NativeDone>> {
         let done = std::mem::take(&mut *self.hub.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        *self.hub.drained.lock().unwrap_or_else(|p| p.into_inner()) =
+            done.iter().map(|d| d.id).collect();
+        if self.hub.fail_next_drain.swap(false, Ordering::SeqCst) {
+            return Err(napi::Error::new(
+                Status::GenericFailure,
+                "a failed conversion (test hook)",
+            ));
+        }
         Ok(done
             .into_iter()
             .map(|Done { id, outcome }| {
@@ -660,6 +724,37 @@ impl NativeHub {
                 out
             })
             .collect())
+    }
+
+    /// The last drain's outcomes did not reach JavaScript (`drain` threw
+    /// while converting them): each of those operations is settled again,
+    /// with an error that says so, through the queue.
+    #[napi(catch_unwind)]
+    pub fn fail_drained(&self, why: String) -> napi::Result<()> {
+        let ids = std::mem::take(&mut *self.hub.drained.lock().unwrap_or_else(|p| p.into_inner()));
+        for id in ids {
+            self.hub.complete(
+                id,
+                Err(coded(
+                    "RUNTIME",
+                    &format!(
+                        "the operation finished but its outcome could not be handed to \
+                         JavaScript ({why}); a lock it acquired is released by release() or \
+                         ends with its lease"
+                    ),
+                    &[],
+                )),
+            );
+        }
+        Ok(())
+    }
+
+    /// Test hook: the next `drain` takes the queue and then fails, as a
+    /// failed conversion would.
+    #[napi(catch_unwind)]
+    pub fn fail_next_drain(&self) -> napi::Result<()> {
+        self.hub.fail_next_drain.store(true, Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -711,6 +806,11 @@ impl Aborts {
         }
     }
 
+    /// Whether `ticket` was aborted.
+    fn is_aborted(&self, ticket: u64) -> bool {
+        self.tickets().get(&ticket).copied().unwrap_or(false)
+    }
+
     /// Returns once `ticket` is aborted.
     async fn aborted(&self, ticket: u64) {
         loop {
@@ -719,7 +819,7 @@ impl Aborts {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if self.tickets().get(&ticket).copied().unwrap_or(false) {
+            if self.is_aborted(ticket) {
                 return;
             }
             changed.await;
@@ -803,8 +903,11 @@ impl NativeLock {
         };
         // Boxed: the task then moves a pointer, not the operation's whole
         // state machine, through the runtime's spawn path.
-        let op = Box::pin(op);
-        runtime.spawn(async move { promised.settle(op.await) });
+        let op = CatchUnwind(Box::pin(op));
+        runtime.spawn(async move {
+            let outcome = op.await.unwrap_or_else(|panic| Err(panicked(&*panic)));
+            promised.settle(outcome)
+        });
         Ok(())
     }
 }
@@ -843,6 +946,20 @@ impl NativeLock {
             let result = state.acquire(try_once, ticket).await;
             drop(expected);
             result.map(Outcome::Acquired)
+        })
+    }
+
+    /// Test hook: an operation that panics on the runtime; settles promise
+    /// `id` with the panic's error.
+    #[napi(catch_unwind)]
+    pub fn test_panic(&self, id: u32) -> napi::Result<()> {
+        self.start(id, async {
+            if std::hint::black_box(true) {
+                // The one deliberate panic: what the hook is for.
+                #[allow(clippy::panic)]
+                std::panic::panic_any("the package's test hook panics here");
+            }
+            Err(coded("RUNTIME", "not reached", &[]))
         })
     }
 
@@ -1078,7 +1195,13 @@ impl LockState {
         // hold takes the handle out of its slot until the watchdog has
         // stopped, and an abort that dropped this halfway would leave the
         // handle empty (every later operation NotHeld).
-        let held = self.unwatched_if_idle().await?;
+        let held = match self.unwatched_if_idle().await {
+            Ok(held) => held,
+            // Aborted meanwhile: the caller asked to stop, and is told so
+            // (not of a handle that another operation keeps busy).
+            Err(_) if self.aborts.is_aborted(ticket) => return Err(aborted()),
+            Err(error) => return Err(error),
+        };
         let wait = self.wait;
         let acquire = async {
             let lock = held.lock();
@@ -1094,11 +1217,7 @@ impl LockState {
         tokio::select! {
             // An abort that came first sends nothing.
             biased;
-            () = self.aborts.aborted(ticket) => Err(coded(
-                "ABORTED",
-                "the acquisition was aborted; anything it was granted is released",
-                &[],
-            )),
+            () = self.aborts.aborted(ticket) => Err(aborted()),
             result = acquire => result,
         }
     }

@@ -4,8 +4,13 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Worker } from "node:worker_threads";
 
-import { AbortError, Redlock } from "redislock-native";
+import { createRequire } from "node:module";
+
+import { AbortError, Redlock, RedisLockError } from "redislock-native";
 import { command, Servers, waitUntil } from "./servers.mjs";
+
+// A test hook, in the CommonJS build only (not part of the ES module's names).
+const { _failNextDrain } = createRequire(import.meta.url)("redislock-native");
 
 const servers = new Servers();
 let server;
@@ -86,5 +91,42 @@ describe("review", () => {
       await lock.release();
     }
     await held.release();
+  });
+
+  test("an operation that panics in the addon rejects with a message that says so", async () => {
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
+    const lock = rl.handle("rev:panic");
+    const outcome = await Promise.race([
+      lock._panicInAddon().then(() => "resolved", (e) => e),
+      sleep(20_000).then(() => "still pending after 20 s"),
+    ]);
+    assert.ok(outcome instanceof RedisLockError, String(outcome));
+    assert.equal(outcome.code, "RUNTIME");
+    assert.match(outcome.message, /panicked in the addon \(the package's test hook panics here\)/);
+    assert.doesNotMatch(outcome.message, /runtime shut down/);
+    // The handle and the addon still work.
+    await lock.acquire();
+    await lock.release();
+  });
+
+  test("outcomes that cannot be handed to JavaScript reject their promises instead of leaving them pending", async () => {
+    const rl = new Redlock([server.url], { ttl: 60_000, nodeTimeout: 1_000 });
+    const lock = rl.handle("rev:drain-fails");
+    const warned = new Promise((resolve) => process.once("warning", resolve));
+    _failNextDrain();
+    const outcome = await Promise.race([
+      lock.acquire().then(() => "granted", (e) => e),
+      sleep(20_000).then(() => "still pending after 20 s"),
+    ]);
+    assert.ok(outcome instanceof RedisLockError, String(outcome));
+    assert.match(outcome.message, /could not be handed to JavaScript/);
+    assert.match(String((await warned).message), /draining completions failed/);
+    // The acquisition did succeed in the addon: release() frees the lock.
+    assert.equal(lock.holds, 1);
+    await lock.release();
+    assert.equal(await command(server.port, "EXISTS", "rev:drain-fails"), 0n);
+    // Later operations settle as usual.
+    await lock.acquire();
+    await lock.release();
   });
 });

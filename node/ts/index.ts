@@ -180,7 +180,14 @@ function drain(): void {
   try {
     done = hub?.drain() ?? [];
   } catch (e) {
-    // Nothing may escape into the addon's callback.
+    // Nothing may escape into the addon's callback. The outcomes taken
+    // did not arrive: the addon settles them again, as errors (the next
+    // drain brings those).
+    try {
+      hub?.failDrained(String(e));
+    } catch {
+      // Nothing more to do: the warning says it.
+    }
     process.emitWarning(`redislock-native: draining completions failed: ${String(e)}`, "RedisLockWarning");
     return;
   }
@@ -208,6 +215,12 @@ function submit<T>(start: (id: number) => void): Promise<T> {
 
 function aborted(signal: AbortSignal): AbortError {
   return new AbortError("the acquisition was aborted; anything it was granted is released", signal.reason);
+}
+
+/** @internal Test hook: the next drain of the completion queue fails after
+ * taking it, as a failed conversion to JavaScript values does. */
+export function _failNextDrain(): void {
+  theHub().failNextDrain();
 }
 
 /** A store of fenced writes: a Redis or Valkey with the module loaded. */
@@ -317,6 +330,11 @@ export class Lock extends EventEmitter {
       if (e instanceof LockNotAcquiredError) return false;
       throw e;
     }
+  }
+
+  /** @internal Test hook: an operation that panics in the addon. */
+  _panicInAddon(): Promise<void> {
+    return wrap(submit<void>((id) => this.#native.testPanic(id)));
   }
 
   /** Renews the lease (to `ttl` ms if given) on every node still holding it. */
