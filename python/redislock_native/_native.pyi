@@ -217,6 +217,10 @@ def stale_token_from(error: BaseException) -> Optional[BaseException]:
     """The StaleToken a store client's exception stands for (chained to
     it), or None when it is not a stale-token refusal."""
 
+def _delivery_channels(event_loop: object) -> int:
+    """How many delivery channels the process keeps for ``event_loop`` (for
+    the package's tests)."""
+
 class AsyncLockCore:
     """The native core of ``redislock_native.aio.AsyncLock``: its methods
     return awaitables resolved by the async Rust client."""

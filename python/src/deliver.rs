@@ -209,48 +209,69 @@ fn current(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Arc<Queue>)> {
             })
             .map(|c| Arc::clone(&c.queue))
     };
-    let others = {
-        let mut channels = CHANNELS.lock().unwrap_or_else(PoisonError::into_inner);
+    // The other loops' channels stay listed while their loops are asked
+    // whether they are closed and this loop's channel is opened: that is
+    // Python code, which may let another thread run, and that thread must
+    // still find its own loop's channel here (taking the list out for the
+    // while made it open a second one).
+    let loops: Vec<Py<PyWeakrefReference>> = {
+        let channels = CHANNELS.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(found) = known(&channels) {
             return Ok((running, found));
         }
-        std::mem::take(&mut *channels)
+        channels
+            .iter()
+            .map(|c| c.event_loop.clone_ref(py))
+            .collect()
     };
     // A loop first seen: forget the closed ones, open this one's channel.
-    let mut open = Vec::with_capacity(others.len() + 1);
-    let mut closed = Vec::new();
-    for channel in others {
-        // A loop already collected counts as closed.
-        let is_closed = channel.event_loop.bind(py).upgrade().map_or(true, |l| {
-            l.call_method0(intern!(py, "is_closed"))
-                .and_then(|c| c.is_truthy())
-                .unwrap_or(true)
-        });
-        if is_closed {
-            closed.push(channel);
-        } else {
-            open.push(channel);
-        }
-    }
-    let made = Channel::open(py, &running);
-    let mut channels = CHANNELS.lock().unwrap_or_else(PoisonError::into_inner);
-    channels.append(&mut open);
-    let found = match made {
-        Ok(channel) => {
-            channels.push(channel);
-            known(&channels)
-        }
-        Err(error) => {
-            drop(channels);
-            return Err(error);
-        }
+    // A loop already collected counts as closed.
+    let closed: Vec<Py<PyWeakrefReference>> = loops
+        .into_iter()
+        .filter(|weak| {
+            weak.bind(py).upgrade().map_or(true, |l| {
+                l.call_method0(intern!(py, "is_closed"))
+                    .and_then(|c| c.is_truthy())
+                    .unwrap_or(true)
+            })
+        })
+        .collect();
+    let made = Channel::open(py, &running)?;
+    let (found, forgotten) = {
+        let mut channels = CHANNELS.lock().unwrap_or_else(PoisonError::into_inner);
+        let (forgotten, kept): (Vec<Channel>, Vec<Channel>) =
+            std::mem::take(&mut *channels).into_iter().partition(|c| {
+                closed
+                    .iter()
+                    .any(|weak| weak.as_ptr() == c.event_loop.as_ptr())
+            });
+        *channels = kept;
+        channels.push(made);
+        (known(&channels), forgotten)
     };
-    drop(channels);
-    drop(closed);
+    // Dropped outside the lock.
+    drop(forgotten);
     let found = found.ok_or_else(|| {
         pyo3::exceptions::PyRuntimeError::new_err("no channel for the running loop")
     })?;
     Ok((running, found))
+}
+
+/// How many delivery channels the process keeps for `event_loop` (one
+/// once it was used; for the package's tests).
+#[pyfunction]
+pub(crate) fn _delivery_channels(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> usize {
+    CHANNELS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|c| {
+            c.event_loop
+                .bind(py)
+                .upgrade()
+                .is_some_and(|l| l.as_ptr() == event_loop.as_ptr())
+        })
+        .count()
 }
 
 /// What cancelling the awaitable does to the operation.

@@ -1229,6 +1229,7 @@ fn stale_token_from(py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<Option
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stale_token_from, m)?)?;
+    m.add_function(wrap_pyfunction!(deliver::_delivery_channels, m)?)?;
     m.add_class::<Config>()?;
     m.add_class::<Redlock>()?;
     m.add_class::<Semaphore>()?;

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import threading
 import weakref
 from typing import Dict, List, Tuple
 
@@ -259,3 +260,54 @@ def test_a_loop_dropped_without_being_closed_is_not_kept_alive(server):
     gc.collect()
     assert [r() for r in refs] == [None] * 5
     assert keys(server.port, "unclosed-loop") == []
+
+
+class _AsksBackWhenAsked(asyncio.SelectorEventLoop):
+    """A loop whose ``is_closed()``, asked once from another thread, first
+    runs ``gate`` there."""
+
+    gate = None
+
+    def is_closed(self) -> bool:
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            gate()
+        return super().is_closed()
+
+
+def test_a_loop_used_while_another_loop_is_first_seen_keeps_one_channel(servers):
+    """A loop first seen has its channel opened after the other loops are
+    asked whether they are closed: Python code, during which another thread
+    can run and use its own loop. That thread must find its loop's channel
+    then. (It opened a second one when the list was taken out for the
+    while: the review's thread race in ``current()``.)"""
+    node = servers(1)[0]
+    from redislock_native import _native
+
+    async def cycle(name: str) -> None:
+        rl = AsyncRedlock([node.url], ttl=10.0)
+        lock = await rl.acquire(name)
+        await lock.release()
+
+    other = _AsksBackWhenAsked()
+    thread = threading.Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(cycle("loops:other"), other).result(20)
+        assert _native._delivery_channels(other) == 1
+
+        def gate() -> None:
+            # The other thread uses its loop while this one registers its
+            # first loop.
+            asyncio.run_coroutine_threadsafe(cycle("loops:other"), other).result(20)
+
+        other.gate = gate
+        asyncio.run(cycle("loops:first-seen"))
+        assert other.gate is None, "the known loop was not asked whether it is closed"
+        assert _native._delivery_channels(other) == 1
+        # Both loops still deliver.
+        asyncio.run_coroutine_threadsafe(cycle("loops:other"), other).result(20)
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join(20)
+        other.close()

@@ -534,9 +534,7 @@ def test_waiting_connection_cut_short_by_the_deadline_is_not_acquired(server):
     assert ready.wait(10)
     try:
         command(server.port, "LOCK.ACQUIRE", "stalled", "other", "60000")
-        rl = Redlock(
-            f"redis://127.0.0.1:{relay_port}", ttl=10.0, config=Config(node_timeout=1.0)
-        )
+        rl = Redlock(f"redis://127.0.0.1:{relay_port}", ttl=10.0, config=Config(node_timeout=1.0))
         with pytest.raises(LockNotAcquired):
             # 1.5 s: the waiting connection gets what is left after one
             # round's allowance (1 s), well under the node timeout.
