@@ -193,13 +193,18 @@ enum State {
     Plain(Arc<Lock>),
     /// The holds it had when the watchdog took it.
     Watched(Arc<Watchdog>, u32),
-    /// Between states (a watchdog starting or stopping), or given up.
+    /// Between states: a watchdog stopping (a release or stop_watchdog()
+    /// finishing, in the background if its task was cancelled). Operations
+    /// say so (not NotHeld: the lock may still be held).
     Gone,
 }
 
 const IN_FLIGHT: &str =
     "another operation on this lock is in flight: await it before starting or stopping the watchdog";
 const WATCHED: &str = "a watchdog renews this lock: call stop_watchdog() first";
+const STOPPING: &str = "this lock's watchdog is stopping (a release() or stop_watchdog() still \
+     finishing, perhaps after its task was cancelled): await it, or try again once `watched` is \
+     False";
 
 /// The native core of `redislock_native.aio.AsyncLock`.
 #[pyclass(module = "redislock_native", frozen)]
@@ -220,7 +225,8 @@ impl AsyncLockCore {
         match &*self.lock_state()? {
             State::Plain(lock) => Ok(Arc::clone(lock)),
             State::Watched(..) => Err(raise(py, "RedisLockError", WATCHED.into(), vec![])),
-            State::Gone => Err(map_err(py, Error::NotHeld)),
+            // Between states: a release or stop of the watchdog finishing.
+            State::Gone => Err(state_err(py, STOPPING)),
         }
     }
 
@@ -365,7 +371,7 @@ impl AsyncLockCore {
         let (plain, watched) = match &*self.lock_state()? {
             State::Plain(lock) => (Some(Arc::clone(lock)), None),
             State::Watched(w, _) => (None, Some(Arc::clone(w))),
-            State::Gone => return Err(map_err(py, Error::NotHeld)),
+            State::Gone => return Err(state_err(py, STOPPING)),
         };
         self.clients.spawn(py, OnCancel::Abort, async move {
             reply(match (plain, watched) {

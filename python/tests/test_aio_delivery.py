@@ -16,7 +16,7 @@ import redis
 from conftest import wait_until
 from test_proof import is_free, waiters
 
-from redislock_native import Config
+from redislock_native import Config, NotHeld, RedisLockError
 from redislock_native.aio import AsyncLock, AsyncRedlock
 
 
@@ -205,6 +205,38 @@ def test_a_cancelled_stop_watchdog_completes_and_keeps_the_lock(server):
         assert 50.0 < await lock.extend() <= 60.0
         assert (await lock.release()).holds_left == 0
         assert is_free(server.port, "cancel-stop")
+
+    asyncio.run(main())
+
+
+def test_a_handle_whose_watchdog_is_stopping_says_so(server):
+    """While a cancelled release of a watched lock still finishes (the node
+    paused), the lock is still held on the node: the handle's operations say
+    that its watchdog is stopping. They raised NotHeld ("the handle looks
+    unheld", from the review), which reads as if the lock were gone."""
+
+    async def main() -> None:
+        rl = AsyncRedlock(server.url, ttl=60.0, config=Config(node_timeout=10.0))
+        lock: AsyncLock = await rl.acquire("stopping")
+        await lock.start_watchdog()
+        pause_writes(server.port)
+        try:
+            task = asyncio.create_task(lock.release())
+            await asyncio.sleep(0)  # the release starts, and waits on the node
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not is_free(server.port, "stopping")
+            for operation in (lock.extend, lock.token, lock.acquire):
+                with pytest.raises(RedisLockError, match="watchdog is stopping") as raised:
+                    await operation()
+                assert not isinstance(raised.value, NotHeld), operation
+        finally:
+            unpause(server.port)
+        await poll(lambda: is_free(server.port, "stopping"))
+        await poll(lambda: not lock.watched and lock.holds == 0)
+        await lock.acquire()
+        assert (await lock.release()).holds_left == 0
 
     asyncio.run(main())
 
