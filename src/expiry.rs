@@ -21,16 +21,20 @@ use crate::waiting;
 /// One firing of the timer (`timer.rs` calls it), by the core's plan
 /// (`redis_lock_core::firing`).
 pub fn run(ctx: Ctx) {
+    // One budget for the whole firing, each kind of work taking what the
+    // ones before it left (`firing::left`).
+    let started = Instant::now();
+    let left = || firing::left(BUDGET, started.elapsed());
     with_state(|state| state.timer = None);
     let plan = firing::plan(ffi::is_primary(ctx), ffi::avoid_replica_traffic());
     if plan.end_waits {
-        waiting::end_due_waits(BATCH, BUDGET);
+        waiting::end_due_waits(BATCH, left());
     }
     if plan.forget_pending {
         // The sweep indexes what arrived by RENAME or MOVE from the
         // primary's stream too: a promoted replica ends those leases.
         if with_state(|state| sweep::wanted(state)).unwrap_or(false) {
-            sweep::step(ctx, BUDGET);
+            sweep::step(ctx, left());
         }
         with_state(|state| {
             state.pending_grants.clear();
@@ -43,14 +47,15 @@ pub fn run(ctx: Ctx) {
         with_state(|state| timer::arm_not_before(state, recheck));
     }
     if plan.settle {
-        settle(ctx);
+        settle(ctx, &left);
     }
 }
 
 /// A primary's work: take back undelivered grants, end the leases that are
 /// over and serve their queues, serve the queues of keys removed outside
-/// our commands, sweep; each within the budget.
-fn settle(ctx: Ctx) {
+/// our commands, sweep; each within what `left()` says is left of the
+/// firing's budget.
+fn settle(ctx: Ctx, left: &dyn Fn() -> std::time::Duration) {
     let undelivered =
         with_state(|state| std::mem::take(&mut state.undelivered)).unwrap_or_default();
     for grant in &undelivered {
@@ -58,7 +63,7 @@ fn settle(ctx: Ctx) {
     }
     let started = Instant::now();
     firing::bounded(
-        BUDGET,
+        left(),
         || started.elapsed(),
         || {
             let now = CLOCK.monotonic_ms();
@@ -88,7 +93,7 @@ fn settle(ctx: Ctx) {
     // wait for the next firing (the timer fires again at once for them).
     let started = Instant::now();
     firing::bounded(
-        BUDGET,
+        left(),
         || started.elapsed(),
         || {
             let Some(key) = grants.pop_first() else {
@@ -102,7 +107,7 @@ fn settle(ctx: Ctx) {
         with_state(|state| state.pending_grants.append(&mut grants));
     }
     if with_state(|state| sweep::wanted(state)).unwrap_or(false) {
-        sweep::step(ctx, BUDGET);
+        sweep::step(ctx, left());
     }
     with_state(timer::arm);
 }

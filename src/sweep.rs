@@ -55,7 +55,8 @@ fn unindexed(state: &ModuleState) -> bool {
 pub fn step(ctx: Ctx, budget: Duration) {
     let started = Instant::now();
     let selected = ffi::selected_db(ctx);
-    while started.elapsed() < budget {
+    // At least one step, however little of the firing's budget is left.
+    loop {
         if !with_state(|state| unindexed(state)).unwrap_or(false) {
             // Everything is indexed: every hint so far is covered.
             PASS.with(|p| p.borrow_mut().take());
@@ -91,6 +92,9 @@ pub fn step(ctx: Ctx, budget: Duration) {
             })
         };
         PASS.with(|p| *p.borrow_mut() = next);
+        if started.elapsed() >= budget {
+            break;
+        }
     }
     ffi::select_db(ctx, selected);
 }

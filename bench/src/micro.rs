@@ -689,13 +689,21 @@ fn latency_latest(server: &Server) -> String {
     let Ok(mut conn) = server.conn() else {
         return String::new();
     };
-    let latest: redis::RedisResult<Vec<(String, i64, i64, i64)>> =
+    // Each event is `name, time, last, max` and, on Valkey, more fields
+    // after them: read the first four of each.
+    let latest: redis::RedisResult<Vec<Vec<redis::Value>>> =
         redis::cmd("LATENCY").arg("LATEST").query(&mut conn);
+    let event = |fields: &[redis::Value]| -> Option<String> {
+        let name: String = redis::from_redis_value_ref(fields.first()?).ok()?;
+        let last: i64 = redis::from_redis_value_ref(fields.get(2)?).ok()?;
+        let max: i64 = redis::from_redis_value_ref(fields.get(3)?).ok()?;
+        Some(format!("{name}: last {last} ms, max {max} ms"))
+    };
     match latest {
         Ok(events) if events.is_empty() => "no events over 1 ms".into(),
         Ok(events) => events
             .iter()
-            .map(|(name, _, last, max)| format!("{name}: last {last} ms, max {max} ms"))
+            .map(|fields| event(fields).unwrap_or_else(|| format!("{fields:?}")))
             .collect::<Vec<_>>()
             .join("; "),
         Err(e) => format!("LATENCY LATEST failed: {e}"),
