@@ -303,18 +303,11 @@ async fn a_failed_attempt_leaves_no_grant_on_a_node_it_gave_up_on() {
     );
 }
 
-/// Single-node mode: a blocked `LOCK.ACQUIRE … WAIT` runs on a connection
-/// of its own. When its caller gives up (here the acquire deadline passes
-/// while the proxy holds what that connection sends), nothing of it may
-/// run on the node afterwards: neither the wait (a grant nobody knows of)
-/// nor an undo sent on that connection, which would free the lock the
-/// handle took again on the shared connection since.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_single_node_wait_given_up_runs_nothing_on_the_node_later() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
+/// A single-node client on `url` (1.5 s to acquire) whose shared
+/// connection is up, and `resource` taken on `server` by another owner.
+async fn single_node_taken_elsewhere(url: String, server: &RedisServer, resource: &str) -> Redlock {
     let redlock = Redlock::with_config(
-        [proxy.url()],
+        [url],
         Config {
             acquire_timeout: Some(Duration::from_millis(1500)),
             ..test_config()
@@ -328,11 +321,22 @@ async fn a_single_node_wait_given_up_runs_nothing_on_the_node_later() {
         .await,
         "the node did not answer"
     );
+    raw(server, &["LOCK.ACQUIRE", resource, "someone-else", "60000"]);
+    redlock
+}
+
+/// Single-node mode: a blocked `LOCK.ACQUIRE … WAIT` runs on a connection
+/// of its own. When its caller gives up (here the acquire deadline passes
+/// while the proxy holds what that connection sends), nothing of it may
+/// run on the node afterwards: neither the wait (a grant nobody knows of)
+/// nor an undo sent on that connection, which would free the lock the
+/// handle took again on the shared connection since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_wait_given_up_runs_nothing_on_the_node_later() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
     let resource = "stale:wait";
-    raw(
-        &server,
-        &["LOCK.ACQUIRE", resource, "someone-else", "60000"],
-    );
+    let redlock = single_node_taken_elsewhere(proxy.url(), &server, resource).await;
     // The waiting connection's `LOCK.ACQUIRE … WAIT`, and whatever that
     // connection sends after it, are held; the shared connection is not.
     proxy.hold_from("$4\r\nWAIT\r\n");
@@ -390,26 +394,8 @@ async fn without_client_info_a_single_node_acquisition_retries_and_leaves_nothin
     );
     let proxy = FaultProxy::start(server.port());
     let url = format!("redis://waiter:pw@127.0.0.1:{}", proxy.port());
-    let redlock = Redlock::with_config(
-        [url],
-        Config {
-            acquire_timeout: Some(Duration::from_millis(1500)),
-            ..test_config()
-        },
-    )
-    .unwrap();
-    assert!(
-        wait_until_async(Duration::from_secs(10), || async {
-            redlock.info("warm").await[0].info.is_ok()
-        })
-        .await,
-        "the node did not answer"
-    );
     let resource = "stale:wait-no-info";
-    raw(
-        &server,
-        &["LOCK.ACQUIRE", resource, "someone-else", "60000"],
-    );
+    let redlock = single_node_taken_elsewhere(url, &server, resource).await;
     // Anything sent as a wait, and whatever follows it on its connection,
     // is held.
     proxy.hold_from("$4\r\nWAIT\r\n");

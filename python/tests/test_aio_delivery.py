@@ -148,6 +148,27 @@ async def poll(predicate, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def acquire(server, name: str, watched: bool) -> AsyncLock:
+    """``name`` taken for 60 s (with a watchdog if ``watched``), with a
+    node timeout long enough to wait out a paused node."""
+    rl = AsyncRedlock(server.url, ttl=60.0, config=Config(node_timeout=10.0))
+    lock: AsyncLock = await rl.acquire(name)
+    if watched:
+        await lock.start_watchdog()
+    return lock
+
+
+async def cancel_a_release(server, lock: AsyncLock, name: str) -> None:
+    """Starts ``lock.release()`` on a paused node and cancels its task: the
+    task raises CancelledError at once, and the lock is still held there."""
+    task = asyncio.create_task(lock.release())
+    await asyncio.sleep(0)  # the release starts, and waits on the node
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not is_free(server.port, name)
+
+
 @pytest.mark.parametrize("watched", [False, True])
 def test_a_cancelled_release_completes_and_leaves_the_handle_usable(server, watched):
     """A task cancelled while its release is on its way (the node paused)
@@ -156,18 +177,10 @@ def test_a_cancelled_release_completes_and_leaves_the_handle_usable(server, watc
     holds) can take the lock again and release it."""
 
     async def main() -> None:
-        rl = AsyncRedlock(server.url, ttl=60.0, config=Config(node_timeout=10.0))
-        lock: AsyncLock = await rl.acquire("cancel-release")
-        if watched:
-            await lock.start_watchdog()
+        lock = await acquire(server, "cancel-release", watched)
         pause_writes(server.port)
         try:
-            task = asyncio.create_task(lock.release())
-            await asyncio.sleep(0)  # the release starts, and waits on the node
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert not is_free(server.port, "cancel-release")
+            await cancel_a_release(server, lock, "cancel-release")
         finally:
             unpause(server.port)
         await poll(lambda: is_free(server.port, "cancel-release"))
@@ -216,17 +229,10 @@ def test_a_handle_whose_watchdog_is_stopping_says_so(server):
     unheld", from the review), which reads as if the lock were gone."""
 
     async def main() -> None:
-        rl = AsyncRedlock(server.url, ttl=60.0, config=Config(node_timeout=10.0))
-        lock: AsyncLock = await rl.acquire("stopping")
-        await lock.start_watchdog()
+        lock = await acquire(server, "stopping", watched=True)
         pause_writes(server.port)
         try:
-            task = asyncio.create_task(lock.release())
-            await asyncio.sleep(0)  # the release starts, and waits on the node
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert not is_free(server.port, "stopping")
+            await cancel_a_release(server, lock, "stopping")
             for operation in (lock.extend, lock.token, lock.acquire):
                 with pytest.raises(RedisLockError, match="watchdog is stopping") as raised:
                     await operation()
