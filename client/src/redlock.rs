@@ -70,10 +70,21 @@ impl LockCore {
     pub(crate) async fn acquire_quorum(
         &self,
         patience: Patience,
+        gone: oneshot::Receiver<()>,
+    ) -> Result<Grant> {
+        self.acquire_quorum_since(patience, gone, Instant::now())
+            .await
+    }
+
+    /// [`LockCore::acquire_quorum`] for an acquisition that `started`
+    /// earlier: its deadline counts from then.
+    pub(crate) async fn acquire_quorum_since(
+        &self,
+        patience: Patience,
         mut gone: oneshot::Receiver<()>,
+        started: Instant,
     ) -> Result<Grant> {
         let config = self.client().config();
-        let started = Instant::now();
         let deadline = patience.timeout(config).map(|timeout| started + timeout);
         let mut attempts = 0;
         loop {

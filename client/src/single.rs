@@ -120,7 +120,7 @@ impl LockCore {
             // the handle's order hostage to its connection: retry instead,
             // as with several nodes, until the same deadline.
             drop(conn);
-            return self.acquire_quorum(patience, gone).await;
+            return self.acquire_quorum_since(patience, gone, started).await;
         }
         // The timer starts once the connection is there.
         let wait = deadline
@@ -172,13 +172,15 @@ impl LockCore {
                 // the background, so that this returns by the deadline;
                 // the undo keeps the operation lock until it is done.
                 //
-                //
-                // A waiting connection that failed (its server restarted or
-                // dropped it, or only our end saw it break) is killed too,
-                // so that a server still holding it runs nothing of it
-                // after the undo; then undone on the shared connection,
-                // whatever the kill answered (nothing can be sent on it).
-                let failed = matches!(other, Some(Err(NodeError::Connection(_))));
+                // A server's waiting connection that failed (its server
+                // restarted or dropped it, or only our end saw it break) is
+                // killed too, so that a server still holding it runs
+                // nothing of it after the undo; then undone on the shared
+                // connection, whatever the kill answered (nothing can be
+                // sent on it). A cluster connection that failed may have
+                // sent the wait again on a new connection: it is undone on
+                // it as below.
+                let failed = conn.named() && matches!(other, Some(Err(NodeError::Connection(_))));
                 let kill = conn.kill_command();
                 let release = protocol::release(self.resource(), self.owner(), true);
                 let timeout = config.node_timeout;
