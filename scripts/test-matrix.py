@@ -177,6 +177,31 @@ class Job:
         return self.needs is None or self.needs.done.is_set()
 
 
+def failure_summary(log, limit=80):
+    """The lines of a failed job's log that say what failed: pytest's short
+    summary and its failed tests' assertion lines, cargo test's panics and
+    `failures:` lists, the node runner's `not ok` lines and the step that
+    failed; the log's last lines when none is found. At most `limit`."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError as error:
+        return f"(no log: {error})"
+    marks = ("FAILED", "not ok", "panicked at", "assertion", "Error:", "E   ",
+             "failed with status", "timed out after", "error:", "test result: FAILED")
+    picked = []
+    after_panic = 0
+    for line in lines:
+        if "panicked at" in line:
+            after_panic = 30
+        elif after_panic and (line.startswith("stack backtrace") or line.startswith("note:")):
+            after_panic = 0
+        if after_panic or any(mark in line for mark in marks):
+            picked.append(line)
+        after_panic = max(0, after_panic - 1)
+    chosen = picked if picked else lines
+    return "\n".join(chosen[-limit:])
+
+
 def main():
     cargo = os.environ.get("CARGO", "cargo")
     names = os.environ.get("TEST_SERVERS", "redis valkey redis8 valkey9").split()
@@ -297,6 +322,12 @@ def main():
     for thread in threads:
         thread.join()
 
+    # A CI page often shows only the end of the output: each failed job's
+    # failure again, there (pytest's and cargo's summaries, else the log's
+    # last lines).
+    for job in (j for j in jobs if j.ok is not True):
+        print(f"== {job.server} {job.part} FAILED; its failure again:", flush=True)
+        print(failure_summary(job.log), flush=True)
     failed = [f"{j.server} {j.part}" for j in jobs if j.ok is not True]
     print(f"== matrix: {len(jobs)} jobs in {time.monotonic() - started:.0f} s; "
           f"{'failed: ' + ', '.join(failed) if failed else 'all passed'}", flush=True)

@@ -49,7 +49,35 @@ impl Verdict {
     pub fn rejects(&self, key: usize) -> bool {
         self.failed == [key] && self.undecided.is_empty()
     }
+
+    /// What this check of a copy corrupted on `key` found.
+    pub fn of_copy(&self, key: usize) -> CopyCheck {
+        if !self.undecided.is_empty() {
+            CopyCheck::Undecided
+        } else if self.rejects(key) {
+            CopyCheck::Rejected
+        } else {
+            CopyCheck::Accepted
+        }
+    }
 }
+
+/// What the checker found in a copy of the history corrupted on purpose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyCheck {
+    /// Not linearizable, as it must be.
+    Rejected,
+    /// Linearizable: the checker missed the corruption.
+    Accepted,
+    /// The check ran out of its budget: no verdict (a corrupted history's
+    /// check searches every order; a history rich in steps without a
+    /// reply can have more than the budget).
+    Undecided,
+}
+
+/// How many copies of one kind (waiters swapped) are made and checked, in
+/// turn, while each check is undecided.
+pub const COPY_TRIES: usize = 3;
 
 /// The most steps the checker may take on one key (a step applied to one
 /// of the key's possible states, `LockSpec::apply`) before it gives up on
@@ -177,7 +205,7 @@ pub struct Report {
     pub check_time: std::time::Duration,
     /// The key whose history was corrupted on purpose (two grants' tokens
     /// swapped), and whether the checker rejected it.
-    pub corrupted: Option<(usize, bool)>,
+    pub corrupted: Option<(usize, CopyCheck)>,
     /// `WAIT`s: handed the lock when it was released or its lease ended,
     /// timed out, granted at once.
     pub handed_off: u64,
@@ -187,13 +215,13 @@ pub struct Report {
     /// waiters' places in the queue swapped: the node served the later one
     /// first), and whether the checker rejected it: an exclusive lock's,
     /// and a read-write lock's (a reader and a writer swapped).
-    pub skipped: Option<(usize, bool)>,
-    pub skipped_shared: Option<(usize, bool)>,
+    pub skipped: Option<(usize, CopyCheck)>,
+    pub skipped_shared: Option<(usize, CopyCheck)>,
     /// With semaphores: the key whose history was corrupted on purpose (a
     /// request refused when every permit was taken answered with a new
     /// token: one holder more than the `LIMIT`), and whether the checker
     /// rejected it.
-    pub overfilled: Option<(usize, bool)>,
+    pub overfilled: Option<(usize, CopyCheck)>,
     /// Grants of shared locks (fresh or re-entered), and `WAIT`s of shared
     /// requests handed the lock.
     pub shared_grants: usize,
@@ -205,7 +233,8 @@ impl Report {
     /// The history is linearizable and its corrupted copies are not.
     pub fn passed(&self) -> bool {
         let waits = self.handed_off + self.timed_out + self.at_once;
-        let rejected = |copy: Option<(usize, bool)>| matches!(copy, Some((_, true)));
+        let rejected =
+            |copy: Option<(usize, CopyCheck)>| matches!(copy, Some((_, CopyCheck::Rejected)));
         // The shared keys' copies are made when the history has what they
         // need (a reader and a writer that waited together, with a swap
         // that must show; a request refused by a full semaphore), which
@@ -214,8 +243,13 @@ impl Report {
         // tests). (A Redis 8.6 run once had a reader's and writer's swap
         // accepted: a pair whose swap need not show, see `swap_shows`, now
         // never picked; and a waiter seen blocked is now queued in the
-        // model, never granted at once.)
-        let rejected_if_any = |copy: Option<(usize, bool)>| !matches!(copy, Some((_, false)));
+        // model, never granted at once.) A copy whose check ran out of its
+        // budget proves nothing either way: up to [`COPY_TRIES`] copies are
+        // checked, and when every one is undecided, the copy counts as not
+        // found (a Valkey 9.1 run had a reader's and writer's swap
+        // undecided, shown as accepted, before undecided was told apart).
+        let rejected_if_any =
+            |copy: Option<(usize, CopyCheck)>| !matches!(copy, Some((_, CopyCheck::Accepted)));
         self.verdict.linearizable()
             && rejected(self.corrupted)
             && (waits == 0 || rejected(self.skipped))
@@ -248,8 +282,9 @@ impl std::fmt::Display for Report {
             }
         )?;
         match self.corrupted {
-            Some((key, true)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: rejected, as it must be"),
-            Some((key, false)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: NOT REJECTED (accepted: the checker proves nothing; or the check ran out of its budget)"),
+            Some((key, CopyCheck::Rejected)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: rejected, as it must be"),
+            Some((key, CopyCheck::Accepted)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: NOT REJECTED (accepted: the checker proves nothing)"),
+            Some((key, CopyCheck::Undecided)) => write!(f, "corrupted   key {key}, two grants' tokens swapped: UNDECIDED (the check ran out of its budget)"),
             None => write!(f, "corrupted   no key had two grants to swap"),
         }?;
         if self.handed_off + self.timed_out + self.at_once > 0 {
@@ -266,8 +301,9 @@ impl std::fmt::Display for Report {
                 ),
             ] {
                 match copy {
-                    Some((key, true)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): rejected, as it must be"),
-                    Some((key, false)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): NOT REJECTED (accepted: FIFO is not checked; or the check ran out of its budget)"),
+                    Some((key, CopyCheck::Rejected)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): rejected, as it must be"),
+                    Some((key, CopyCheck::Accepted)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): NOT REJECTED (accepted: FIFO is not checked)"),
+                    Some((key, CopyCheck::Undecided)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): UNDECIDED in {COPY_TRIES} copies (each check ran out of its budget)"),
                     None => write!(f, "\nskipped     no {what} two waiters in a known order"),
                 }?;
             }
@@ -279,8 +315,9 @@ impl std::fmt::Display for Report {
                 self.shared_grants, self.shared_handed_off
             )?;
             match self.overfilled {
-                Some((key, true)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: rejected, as it must be"),
-                Some((key, false)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: NOT REJECTED (accepted: the LIMIT is not checked; or the check ran out of its budget)"),
+                Some((key, CopyCheck::Rejected)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: rejected, as it must be"),
+                Some((key, CopyCheck::Accepted)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: NOT REJECTED (accepted: the LIMIT is not checked)"),
+                Some((key, CopyCheck::Undecided)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: UNDECIDED (the check ran out of its budget)"),
                 None => write!(f, "\noverfilled  no semaphore request was refused"),
             }?;
         }
@@ -333,26 +370,35 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
         let recheck = |copy: Vec<Entry>, key: usize| {
             let cut = corrupted_until(&entries, &copy, key).saturating_add(PAST_CORRUPTION_NS);
             let mine: Vec<Entry> = copy.into_iter().filter(|e| e.key == key).collect();
-            (key, check(&prefix(&mine, cut), &kills).rejects(key))
+            (key, check(&prefix(&mine, cut), &kills).of_copy(key))
+        };
+        // Waiters swapped: the first of up to COPY_TRIES copies whose
+        // check is decided (or the last undecided one).
+        let swapped_places = |pick: &dyn Fn(usize, Mode, Mode) -> bool, shows: bool| {
+            first_decided(
+                |nth| {
+                    let mut copy = entries.clone();
+                    let key = swap_places_nth(&mut copy, pick, shows, nth)?;
+                    if std::env::var_os("LINCHECK_DUMP").is_some() {
+                        dump_changed(&entries, &copy, key);
+                    }
+                    Some((copy, key))
+                },
+                recheck,
+            )
         };
         let kind = |key: usize| Kind::of(key, shared);
         // On an exclusive lock: a pair whose swap must show if there is
         // one, any pair otherwise.
-        let mut waits = entries.clone();
         let exclusive = |key: usize, _: Mode, _: Mode| kind(key) == Kind::Exclusive;
-        let skipped = swap_places(&mut waits, exclusive, true)
-            .or_else(|| swap_places(&mut waits, exclusive, false))
-            .map(|key| recheck(waits, key));
+        let skipped =
+            swapped_places(&exclusive, true).or_else(|| swapped_places(&exclusive, false));
         // On a read-write lock, a reader and a writer (two readers may
         // be admitted together: their order may not show), whose swap
         // must show.
-        let mut waits = entries.clone();
-        let skipped_shared = swap_places(
-            &mut waits,
-            |key, first, second| kind(key) == Kind::ReadWrite && first != second,
-            true,
-        )
-        .map(|key| recheck(waits, key));
+        let reader_and_writer =
+            |key: usize, first: Mode, second: Mode| kind(key) == Kind::ReadWrite && first != second;
+        let skipped_shared = swapped_places(&reader_and_writer, true);
         let mut full = entries.clone();
         let overfilled =
             overfill(&mut full, |key| kind(key) == Kind::Semaphore).map(|key| recheck(full, key));
@@ -380,6 +426,63 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
     })
     .await
     .map_err(|e| format!("the checker failed: {e}"))
+}
+
+/// Prints (for `LINCHECK_DUMP`) the steps of `key` from a little before the
+/// first one `copy` changed to a little after its last change.
+fn dump_changed(entries: &[Entry], copy: &[Entry], key: usize) {
+    let changed: Vec<&Entry> = entries
+        .iter()
+        .zip(copy)
+        .filter(|(a, b)| a.key == key && (a.called != b.called || a.returned != b.returned))
+        .map(|(a, _)| a)
+        .collect();
+    let from = changed
+        .iter()
+        .map(|e| e.called)
+        .min()
+        .unwrap_or(0)
+        .saturating_sub(300_000_000);
+    let until = corrupted_until(entries, copy, key).saturating_add(300_000_000);
+    for e in changed {
+        eprintln!("CHANGED {e:?}");
+    }
+    let mut mine: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| e.key == key && e.called >= from && e.called <= until)
+        .collect();
+    mine.sort_by_key(|e| e.called);
+    for e in mine {
+        eprintln!(
+            "{:>10.3} {:>10} {:?}",
+            e.called as f64 / 1e6,
+            e.returned
+                .map_or("-".to_string(), |r| format!("{:.3}", r as f64 / 1e6)),
+            e.step
+        );
+    }
+}
+
+/// Makes copies (`make(nth)`: a copy and its corrupted key, `None` when
+/// there is no `nth` one) and checks them in turn (`check`), up to
+/// [`COPY_TRIES`]: the first decided one's outcome, or the last undecided
+/// one's; `None` when there is no copy to make.
+pub fn first_decided(
+    mut make: impl FnMut(usize) -> Option<(Vec<Entry>, usize)>,
+    check: impl Fn(Vec<Entry>, usize) -> (usize, CopyCheck),
+) -> Option<(usize, CopyCheck)> {
+    let mut found = None;
+    for nth in 0..COPY_TRIES {
+        let Some((copy, key)) = make(nth) else {
+            break;
+        };
+        let checked = check(copy, key);
+        found = Some(checked);
+        if checked.1 != CopyCheck::Undecided {
+            break;
+        }
+    }
+    found
 }
 
 /// The latest moment of `key`'s steps that `copy` changed from `entries`
@@ -483,6 +586,18 @@ pub fn swap_places(
     pick: impl Fn(usize, Mode, Mode) -> bool,
     shows: bool,
 ) -> Option<usize> {
+    swap_places_nth(entries, pick, shows, 0)
+}
+
+/// [`swap_places`] with the `nth` candidate pair (counted from 0; one per
+/// first waiter, in the history's order): another copy to check when one
+/// copy's check is undecided.
+pub fn swap_places_nth(
+    entries: &mut [Entry],
+    pick: impl Fn(usize, Mode, Mode) -> bool,
+    shows: bool,
+    nth: usize,
+) -> Option<usize> {
     // Each WAIT's enqueue (index, called, seen blocked) and whether it was
     // handed the lock after it was seen blocked.
     let mut answered = std::collections::BTreeMap::new();
@@ -507,7 +622,7 @@ pub fn swap_places(
     // blocked before the first was answered: both waited together.
     let (first, second) = waited
         .iter()
-        .find_map(|&(i, key, sent, blocked, answer, wait)| {
+        .filter_map(|&(i, key, sent, blocked, answer, wait)| {
             waited
                 .iter()
                 .find(|&&(j, other, called, seen, _, other_wait)| {
@@ -519,7 +634,8 @@ pub fn swap_places(
                         && (!shows || swap_shows(sent, answer, other_wait))
                 })
                 .map(|&(j, ..)| (i, j))
-        })?;
+        })
+        .nth(nth)?;
     let stamps = |entries: &[Entry], i: usize| entries.get(i).map(|e| (e.called, e.returned));
     let (a, b) = (stamps(entries, first)?, stamps(entries, second)?);
     let set = |entry: Option<&mut Entry>, (called, returned): (u64, Option<u64>)| {
@@ -1414,6 +1530,61 @@ mod tests {
         let bad = entries(&readers_around_a_writer(11, 13, 12, 14));
         assert!(check_within(&bad, &[], CHECK_BUDGET).rejects(0));
         assert!(!check_within(&bad, &[], 3).rejects(0));
+    }
+
+    #[test]
+    fn an_undecided_copy_is_followed_by_another_and_never_counts_as_accepted() {
+        let bad = entries(&readers_around_a_writer(11, 13, 12, 14));
+        assert_eq!(check_within(&bad, &[], 3).of_copy(0), CopyCheck::Undecided);
+        assert_eq!(
+            check_within(&bad, &[], CHECK_BUDGET).of_copy(0),
+            CopyCheck::Rejected
+        );
+        let good = entries(&readers_around_a_writer(11, 12, 13, 14));
+        assert_eq!(
+            check_within(&good, &[], CHECK_BUDGET).of_copy(0),
+            CopyCheck::Accepted
+        );
+        // Copies checked in turn, with the budget that the nth one gets:
+        // the first decided outcome wins; all undecided stays undecided;
+        // an accepted copy is never passed over for a later one.
+        let budgets = |budgets: Vec<u64>, copy: Vec<Entry>| {
+            let made = std::cell::Cell::new(0);
+            let outcome = first_decided(
+                |nth| (nth < budgets.len()).then(|| (copy.clone(), nth)),
+                |copy, nth| {
+                    made.set(made.get() + 1);
+                    (nth, check_within(&copy, &[], budgets[nth]).of_copy(0))
+                },
+            );
+            (outcome, made.get())
+        };
+        let big = CHECK_BUDGET;
+        assert_eq!(
+            budgets(vec![3, big], bad.clone()),
+            (Some((1, CopyCheck::Rejected)), 2)
+        );
+        assert_eq!(
+            budgets(vec![big, 3], bad.clone()),
+            (Some((0, CopyCheck::Rejected)), 1)
+        );
+        assert_eq!(
+            budgets(vec![3; 5], bad.clone()),
+            (Some((COPY_TRIES - 1, CopyCheck::Undecided)), COPY_TRIES)
+        );
+        assert_eq!(
+            budgets(vec![big, big], good.clone()),
+            (Some((0, CopyCheck::Accepted)), 1)
+        );
+        assert_eq!(budgets(vec![], bad), (None, 0));
+        // The candidates are distinct pairs: the nth one past the last is none.
+        let mut first = entries(&readers_around_a_writer(11, 12, 13, 14));
+        assert_eq!(
+            swap_places_nth(&mut first, |_, a, b| a != b, true, 0),
+            Some(0)
+        );
+        let mut past = entries(&readers_around_a_writer(11, 12, 13, 14));
+        assert_eq!(swap_places_nth(&mut past, |_, a, b| a != b, true, 9), None);
     }
 
     #[test]
