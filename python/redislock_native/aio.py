@@ -103,6 +103,14 @@ class AsyncLock:
         return self.core.watched
 
     @property
+    def stopping(self) -> bool:
+        """True while a release or ``stop_watchdog()`` of a watched lock is
+        finishing (in the background if its task was cancelled): until then
+        the handle's other operations raise RedisLockError ("watchdog is
+        stopping"). ``watched`` is already False meanwhile."""
+        return self.core.stopping
+
+    @property
     def validity(self) -> float:
         return self.core.validity
 

@@ -203,7 +203,7 @@ const IN_FLIGHT: &str =
     "another operation on this lock is in flight: await it before starting or stopping the watchdog";
 const WATCHED: &str = "a watchdog renews this lock: call stop_watchdog() first";
 const STOPPING: &str = "this lock's watchdog is stopping (a release() or stop_watchdog() still \
-     finishing, perhaps after its task was cancelled): await it, or try again once `watched` is \
+     finishing, perhaps after its task was cancelled): await it, or try again once `stopping` is \
      False";
 
 /// The native core of `redislock_native.aio.AsyncLock`.
@@ -473,6 +473,14 @@ impl AsyncLockCore {
     #[getter]
     fn watched(&self) -> PyResult<bool> {
         self.read(|_| false, |_, _| true, false)
+    }
+
+    /// A release or stop_watchdog() is finishing (perhaps in the
+    /// background, its task cancelled): the handle's other operations
+    /// wait for it to end. `watched` is already False then.
+    #[getter]
+    fn stopping(&self) -> PyResult<bool> {
+        self.read(|_| false, |_, _| false, true)
     }
 
     #[getter]
