@@ -25,6 +25,7 @@ mod ffi;
 mod guard;
 mod hints;
 mod info;
+mod latency;
 mod propagation;
 mod recovery;
 mod state;
@@ -136,6 +137,9 @@ mod module {
         }
         if !eviction::init(ctx) {
             return fail(ctx, "could not subscribe to configuration changes");
+        }
+        if !crate::latency::init(ctx) {
+            return fail(ctx, "could not follow the latency monitor's threshold");
         }
         if !crate::fence::init(ctx) {
             return fail(ctx, "could not subscribe to module changes");

@@ -111,7 +111,9 @@ extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
     guard::callback(ctx, "expiry timer", (), || {
         TIMER_RUNS.fetch_add(1, Ordering::Relaxed);
         if let Some(handler) = HANDLER.get() {
+            let started = std::time::Instant::now();
             handler(ctx);
+            crate::latency::firing_took(started.elapsed());
         }
     });
 }

@@ -454,3 +454,92 @@ fn copy_of_a_lock_is_refused_and_changes_nothing() {
     assert_eq!(held(&mut c, "other").token, other);
     assert_eq!(lock_stat(&mut c, "lock_held"), 2);
 }
+
+/// `n` locks (one taken, `DUMP`ed and `RESTORE`d under `n` names: the
+/// payload carries the lease's absolute end) whose leases end together,
+/// `lead` from now; `false` when loading them took longer than `lead`.
+fn leases_ending_together(c: &mut Connection, n: usize, lead: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + lead;
+    acquire(c, "template", "o", lead.as_millis() as u64).unwrap();
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("template").query(c).unwrap();
+    cmd(c, &["DEL", "template"]);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(5_000) {
+        let mut pipe = redis::pipe();
+        for i in chunk {
+            pipe.cmd("RESTORE")
+                .arg(format!("held:{i}"))
+                .arg(0)
+                .arg(&payload)
+                .ignore();
+        }
+        let _: () = pipe.query(c).unwrap();
+    }
+    std::time::Instant::now() < end && lock_stat(c, "lock_held") == n as i64
+}
+
+/// The latency monitor's events: (name, max ms).
+fn latency_events(c: &mut Connection) -> Vec<(String, i64)> {
+    let events: Vec<Vec<Value>> = redis::cmd("LATENCY").arg("LATEST").query(c).unwrap();
+    events
+        .iter()
+        .map(|fields| {
+            let name: String = redis::from_redis_value_ref(&fields[0]).unwrap();
+            let max: i64 = redis::from_redis_value_ref(&fields[3]).unwrap();
+            (name, max)
+        })
+        .collect()
+}
+
+/// A timer firing that takes at least `latency-monitor-threshold` ms (here
+/// 20,000 leases ending together: each firing works for its 2 ms budget)
+/// is a sample of the `lock-timer` event, rounded up; with the monitor off
+/// (threshold 0, the default) nothing is sampled, though the module API
+/// would take every firing then (its own check is `latency >= threshold`).
+/// `CONFIG SET` is followed.
+#[test]
+fn a_long_timer_firing_is_a_latency_monitor_sample_only_while_the_monitor_is_on() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let n = 20_000;
+    let mut lead = std::time::Duration::from_secs(2);
+    for threshold in [0, 1] {
+        cmd(
+            &mut c,
+            &[
+                "CONFIG",
+                "SET",
+                "latency-monitor-threshold",
+                &threshold.to_string(),
+            ],
+        );
+        cmd(&mut c, &["LATENCY", "RESET"]);
+        cmd(&mut c, &["FLUSHALL"]);
+        let expired = lock_stat(&mut c, "lock_expired");
+        // A slow machine loads them more slowly: more lead, and again.
+        while !leases_ending_together(&mut c, n, lead) {
+            assert!(
+                lead < std::time::Duration::from_secs(120),
+                "could not load {n} locks"
+            );
+            cmd(&mut c, &["FLUSHALL"]);
+            lead *= 2;
+        }
+        let runs = lock_stat(&mut c, "lock_timer_runs");
+        assert!(wait_until(lead + SOON, || lock_stat(&mut c, "lock_held") == 0));
+        assert!(lock_stat(&mut c, "lock_expired") >= expired + n as i64);
+        assert!(
+            lock_stat(&mut c, "lock_timer_runs") > runs + 5,
+            "ended in a few firings"
+        );
+        let events = latency_events(&mut c);
+        let timer = events.iter().find(|(name, _)| name == "lock-timer");
+        if threshold == 0 {
+            assert_eq!(timer, None, "sampled with the monitor off: {events:?}");
+        } else {
+            let (_, max) = timer.unwrap_or_else(|| panic!("no lock-timer sample: {events:?}"));
+            // At least the budget's 2 ms, rounded up to 3.
+            assert!(*max >= 3, "{events:?}");
+        }
+    }
+    cmd(&mut c, &["CONFIG", "SET", "latency-monitor-threshold", "0"]);
+}

@@ -37,6 +37,22 @@ pub fn left(budget: Duration, elapsed: Duration) -> Duration {
     budget.saturating_sub(elapsed)
 }
 
+/// The latency monitor's event for a firing (`LATENCY LATEST`,
+/// `LATENCY HISTORY lock-timer`, `LATENCY DOCTOR`).
+pub const LATENCY_EVENT: &std::ffi::CStr = c"lock-timer";
+
+/// The latency monitor's sample for a firing that took `elapsed`, with the
+/// server's `latency-monitor-threshold` at `threshold_ms` (0: the monitor
+/// is off, and nothing is sampled; the server's module API would take
+/// every firing then): the firing's time in ms, rounded up (a firing over
+/// 5 ms never reads 5), when it took at least the threshold.
+pub fn latency_sample(threshold_ms: u64, elapsed: Duration) -> Option<u64> {
+    if threshold_ms == 0 || elapsed < Duration::from_millis(threshold_ms) {
+        return None;
+    }
+    Some(u64::try_from(elapsed.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX))
+}
+
 /// What a firing does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Plan {
@@ -98,6 +114,22 @@ pub fn bounded(
 mod tests {
     use super::*;
     use std::cell::Cell;
+
+    #[test]
+    fn a_firing_is_sampled_only_when_the_monitor_is_on_and_it_reached_the_threshold() {
+        let us = Duration::from_micros;
+        // The monitor off: nothing, however long.
+        assert_eq!(latency_sample(0, Duration::from_secs(1)), None);
+        // Below the threshold: nothing (a firing of 0.3 ms never reads 1).
+        assert_eq!(latency_sample(1, us(300)), None);
+        assert_eq!(latency_sample(3, us(2_999)), None);
+        // At or over it: rounded up.
+        assert_eq!(latency_sample(1, us(1_000)), Some(1));
+        assert_eq!(latency_sample(1, us(2_050)), Some(3));
+        assert_eq!(latency_sample(5, us(5_001)), Some(6));
+        assert_eq!(latency_sample(1, Duration::MAX).map(|v| v > 0), Some(true));
+        assert_eq!(latency_sample(u64::MAX, Duration::from_secs(1)), None);
+    }
 
     #[test]
     fn only_an_unpaused_primary_settles() {

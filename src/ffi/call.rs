@@ -2,7 +2,7 @@
 //! server which arguments are keys (`getkeys-api`): what `LOCK.FENCED`
 //! needs. The reply of a call is freed on drop.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use redis_module::raw;
 
@@ -205,6 +205,35 @@ pub fn command_info(ctx: Ctx, name: &[u8]) -> Option<CommandInfo> {
         arity: at(1),
         key_range,
     })
+}
+
+/// `CONFIG GET name`'s value as a number: `None` when the call fails (a
+/// `CONFIG` renamed away) or the value is not one.
+pub fn config_integer(ctx: Ctx, name: &CStr) -> Option<i64> {
+    let reply = rm!(RedisModule_Call(
+        ctx,
+        c"CONFIG".as_ptr(),
+        c"cc".as_ptr(),
+        c"GET".as_ptr(),
+        name.as_ptr()
+    ))
+    .unwrap_or(std::ptr::null_mut());
+    if reply.is_null() {
+        return None;
+    }
+    let reply = CallReply(reply);
+    if reply_type(reply.0) != raw::REDISMODULE_REPLY_ARRAY as c_int || length(reply.0) < 2 {
+        return None;
+    }
+    let value = element(reply.0, 1);
+    if value.is_null() || reply_type(value) != raw::REDISMODULE_REPLY_STRING as c_int {
+        return None;
+    }
+    std::str::from_utf8(&reply_bytes(value)?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The server asks a `getkeys-api` command where its keys are, instead of

@@ -291,6 +291,12 @@ pub fn server_info_field(ctx: Ctx, section: &CStr, field: &CStr) -> Option<Vec<u
     value
 }
 
+/// A sample for the server's latency monitor (`event`, `ms`); the server
+/// keeps it only when it reaches `latency-monitor-threshold`.
+pub fn latency_add_sample(event: &CStr, ms: i64) {
+    rm!(RedisModule_LatencyAddSample(event.as_ptr(), ms));
+}
+
 pub fn selected_db(ctx: Ctx) -> i32 {
     rm!(RedisModule_GetSelectedDb(ctx)).unwrap_or(0)
 }
