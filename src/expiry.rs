@@ -49,6 +49,17 @@ pub fn run(ctx: Ctx) {
     if plan.settle {
         settle(ctx, &left);
     }
+    // Memory the lease index gives back after a spike, a chunk at a time
+    // (any role: a replica's index shrinks too).
+    if with_state(|state| state.deadlines.trim_wanted()).unwrap_or(false) {
+        let started = Instant::now();
+        firing::bounded(
+            left(),
+            || started.elapsed(),
+            || with_state(|state| state.deadlines.trim()).unwrap_or(false),
+        );
+        with_state(timer::arm);
+    }
 }
 
 /// A primary's work: take back undelivered grants, end the leases that are

@@ -34,6 +34,10 @@ static HANDLER: OnceLock<fn(Ctx)> = OnceLock::new();
 const FOREIGN_RECHECK_MS: u64 = 100;
 /// How often the lease sweep takes a slice while it runs.
 const SWEEP_INTERVAL_MS: u64 = 2;
+/// How soon the timer fires again while the lease index has memory to give
+/// back (each firing gives back about a chunk, ~1 MB at most, within its
+/// budget; a million leases' index is gone in a few dozen firings).
+const TRIM_INTERVAL_MS: u64 = 1;
 /// The longest a timer is armed for; a later deadline is armed again then.
 /// (Redis computes a timer's end in microseconds: a huge delay overflows.)
 const MAX_TIMER_MS: u64 = 60_000;
@@ -66,7 +70,12 @@ pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
         .waits_for_recovery
         .then(|| recovery::ends_at().max(writes_not_before));
     let sweep = sweep::wanted(state).then(|| soon(SWEEP_INTERVAL_MS));
-    let Some(fire_at) = [leases, waits, grants, foreign, recovered, sweep]
+    // The lease index's memory after a spike: a chunk or so per firing.
+    let trim = state
+        .deadlines
+        .trim_wanted()
+        .then(|| soon(TRIM_INTERVAL_MS));
+    let Some(fire_at) = [leases, waits, grants, foreign, recovered, sweep, trim]
         .into_iter()
         .flatten()
         .min()

@@ -531,6 +531,14 @@ fn a_long_timer_firing_is_a_latency_monitor_sample_only_while_the_monitor_is_on(
             lock_stat(&mut c, "lock_timer_runs") > runs + 5,
             "ended in a few firings"
         );
+        // The lease index gives its memory back, a chunk at a time, from
+        // the timer.
+        assert!(
+            wait_until(SOON, || lock_stat(&mut c, "lock_lease_index_bytes")
+                <= 64 * 1024),
+            "the lease index kept {} bytes",
+            lock_stat(&mut c, "lock_lease_index_bytes")
+        );
         let events = latency_events(&mut c);
         let timer = events.iter().find(|(name, _)| name == "lock-timer");
         if threshold == 0 {

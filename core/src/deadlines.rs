@@ -27,7 +27,14 @@
 //! - Removal does not touch the heap. A removed entry's items go stale and
 //!   are skipped when they surface. Stale items are bounded: once they
 //!   outnumber the live entries (plus a slack), the heap is rebuilt in O(n),
-//!   which is amortised O(1) per removal.
+//!   which is amortised O(1) per removal (but one removal in a million
+//!   pays it: the one O(n) step left).
+//! - The slab, the heap and the free list are kept in chunks
+//!   ([`crate::chunked`]): growth adds a chunk rather than copying a
+//!   million entries, and memory goes back after a spike a chunk at a time
+//!   ([`DeadlineIndex::trim`], which the module's timer runs within its
+//!   budget), never all at once (freeing an index of a million leases in
+//!   one call held Redis 13 ms).
 //!
 //! Entries may still go stale as far as the caller is concerned (the lock
 //! under the key name was replaced behind the index's back): whoever pops an
@@ -35,11 +42,15 @@
 //! acting on it.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+
+use crate::chunked::{ChunkHeap, ChunkVec};
 
 /// Stale heap items tolerated beyond the number of live entries before the
 /// heap is rebuilt.
 const STALE_SLACK: usize = 1024;
+
+/// Free slots at the top of the slab given back per removal at most.
+const SHRINK_STEP: usize = crate::chunked::CHUNK;
 
 /// Bytes of a key kept inside its slot.
 pub const PACKED_KEY: usize = 19;
@@ -144,17 +155,24 @@ fn parts_of_item(item: &Item) -> (u64, u32, u32) {
 
 #[derive(Debug)]
 pub struct DeadlineIndex<K> {
-    slots: Vec<Slot>,
+    /// In chunks (`chunked`), as are the others: no insertion or removal
+    /// copies the index (a `Vec` doubling at a million leases stalled the
+    /// server 16 ms in one insertion, and its shrink 30 ms in one removal).
+    slots: ChunkVec<Slot>,
     /// The keys of live slots that do not pack, each with its slot, with
     /// no gaps: a spilled slot's bytes hold the key's place here, and a
     /// removal moves the last key into the place it frees. O(1) in and
     /// out, no hashing, and the memory goes back with the keys.
-    spilled: Vec<(u32, K)>,
+    spilled: ChunkVec<(u32, K)>,
     /// Free slots, lowest first: new entries fill the bottom of the slab,
     /// so that after a spike the top empties and is given back. Entries at
-    /// or above `slots.len()` are left over from a shrink and skipped.
-    free: BinaryHeap<Reverse<u32>>,
-    heap: BinaryHeap<Item>,
+    /// or above `slots.len()` are left over from a shrink: `free_stale` of
+    /// them, all above every other entry, so the lowest entry is a free
+    /// slot unless they are all that is left (then the list is dropped at
+    /// once rather than popped one by one).
+    free: ChunkHeap<Reverse<u32>>,
+    free_stale: usize,
+    heap: ChunkHeap<Item>,
     live: usize,
     /// The generation a slot made again after a shrink starts at: above
     /// every generation a given-back slot had, so no old id matches it.
@@ -164,10 +182,11 @@ pub struct DeadlineIndex<K> {
 impl<K> Default for DeadlineIndex<K> {
     fn default() -> Self {
         DeadlineIndex {
-            slots: Vec::new(),
-            spilled: Vec::new(),
-            free: BinaryHeap::new(),
-            heap: BinaryHeap::new(),
+            slots: ChunkVec::default(),
+            spilled: ChunkVec::default(),
+            free: ChunkHeap::default(),
+            free_stale: 0,
+            heap: ChunkHeap::default(),
             live: 0,
             generation_floor: 1,
         }
@@ -283,17 +302,11 @@ impl<K: SlabKey> DeadlineIndex<K> {
         if place >= self.spilled.len() {
             return None;
         }
-        let (_, key) = self.spilled.swap_remove(place);
+        let (_, key) = self.spilled.swap_remove(place)?;
         if let Some(&(moved, _)) = self.spilled.get(place) {
             if let Some(entry) = self.slots.get_mut(moved as usize) {
                 entry.key = spilled_place(u32::try_from(place).ok()?);
             }
-        }
-        // Amortised O(1): at least a quarter of the keys left since the
-        // last shrink.
-        if self.spilled.capacity() > 2 * self.spilled.len() + STALE_SLACK {
-            self.spilled
-                .shrink_to(self.spilled.len() + self.spilled.len() / 2);
         }
         Some(key)
     }
@@ -320,51 +333,93 @@ impl<K: SlabKey> DeadlineIndex<K> {
         let (slot, _) = parts_of(id);
         self.slot_mut(id)?;
         let key = self.free_slot(slot);
-        if self.heap.len() > 2 * self.live + STALE_SLACK {
+        // (With no entry left, the shrink drops the heap whole.)
+        if self.live > 0 && self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuild_heap();
         }
         self.shrink_top();
         key
     }
 
-    /// The lowest free slot, skipping those a shrink gave back.
+    /// The lowest free slot. Those a shrink gave back are above every
+    /// other: when only they are left, the list is dropped whole.
     fn take_free(&mut self) -> Option<u32> {
-        while let Some(Reverse(slot)) = self.free.pop() {
+        loop {
+            if self.free.len() <= self.free_stale {
+                self.drop_free();
+                return None;
+            }
+            let Reverse(slot) = self.free.pop()?;
             if (slot as usize) < self.slots.len() {
                 return Some(slot);
             }
+            self.free_stale = self.free_stale.saturating_sub(1);
         }
-        None
     }
 
-    /// Gives back the free slots at the top of the slab (and the memory of
-    /// the slab, the free list and the heap once they are mostly empty).
-    /// Each slot given back was freed once, so this is amortised O(1).
+    fn drop_free(&mut self) {
+        self.free.clear();
+        self.free_stale = 0;
+    }
+
+    /// Gives back the free slots at the top of the slab, up to
+    /// [`SHRINK_STEP`] per call (each was freed once, so this is amortised
+    /// O(1), and no call gives back more than a chunk of memory: freeing
+    /// 35 MB at once took 13 ms inside Redis). What is too big for one
+    /// call is left to [`DeadlineIndex::trim`], in steps.
     fn shrink_top(&mut self) {
-        let mut shrunk = false;
-        while let Some(top) = self.slots.last() {
+        for _ in 0..SHRINK_STEP {
+            let Some(top) = self.slots.last() else {
+                break;
+            };
             if top.flags & LIVE != 0 {
                 break;
             }
             self.generation_floor = self.generation_floor.max(top.generation);
             self.slots.pop();
-            shrunk = true;
+            // Its entry in the free list is now one of the stale ones.
+            self.free_stale += 1;
         }
-        if !shrunk {
-            return;
+        // Small leftovers go at once.
+        if self.free.len() <= self.free_stale && self.free.len() <= SHRINK_STEP {
+            self.drop_free();
         }
-        if self.slots.capacity() > 2 * self.slots.len() + STALE_SLACK {
-            self.slots
-                .shrink_to(self.slots.len() + self.slots.len() / 2);
-            // Drop the free entries the shrink left behind (the remaining
-            // ones are all below the top), and the heap's spare room.
-            let len = self.slots.len();
-            self.free.retain(|Reverse(slot)| (*slot as usize) < len);
-            self.free.shrink_to_fit();
-            if self.heap.capacity() > 2 * self.heap.len() + STALE_SLACK {
-                self.heap.shrink_to(self.heap.len() + self.heap.len() / 2);
-            }
+        if self.live == 0 && self.heap.len() <= SHRINK_STEP {
+            self.heap.clear();
         }
+    }
+
+    /// Memory to give back that is too big for one call: many free slots
+    /// at the top of the slab, a free list of only given-back slots, or
+    /// the stale items of a heap with no live entry. (A slab whose top
+    /// entry is live keeps its free slots below it for new entries.)
+    pub fn trim_wanted(&self) -> bool {
+        self.slab_to_trim()
+            || (!self.free.is_empty() && self.free.len() <= self.free_stale)
+            || (self.live == 0 && !self.heap.is_empty())
+    }
+
+    /// Free slots at the top, many of them or all there is.
+    fn slab_to_trim(&self) -> bool {
+        let top_free = self.slots.last().is_some_and(|top| top.flags & LIVE == 0);
+        top_free && (self.live == 0 || self.slots.len() > 2 * self.live + SHRINK_STEP)
+    }
+
+    /// One step of giving memory back (about a chunk's worth: a few
+    /// hundred KiB); returns whether more is wanted. The module's timer
+    /// runs steps within its budget while [`DeadlineIndex::trim_wanted`].
+    pub fn trim(&mut self) -> bool {
+        if self.slab_to_trim() {
+            self.shrink_top();
+        } else if !self.free.is_empty() && self.free.len() <= self.free_stale {
+            // Every entry is a given-back slot: any chunk of them will do.
+            let dropped = self.free.drop_some();
+            self.free_stale = self.free_stale.saturating_sub(dropped);
+        } else if self.live == 0 && !self.heap.is_empty() {
+            // Every item is stale.
+            self.heap.drop_some();
+        }
+        self.trim_wanted()
     }
 
     /// Bytes the index holds (slab, free list, heap): `INFO lock`'s
@@ -396,6 +451,11 @@ impl<K: SlabKey> DeadlineIndex<K> {
     /// be earlier than the lease it speaks for (a renewal), which costs one
     /// early firing that files the lock again.
     pub fn next_deadline(&mut self) -> Option<u64> {
+        // With no live entry every item is stale, and [`DeadlineIndex::trim`]
+        // drops them in steps (popping a million of them here would not be).
+        if self.live == 0 {
+            return None;
+        }
         while let Some(top) = self.heap.peek() {
             if self.live_id_of_item(top).is_some() {
                 return Some(parts_of_item(top).0);
@@ -407,9 +467,11 @@ impl<K: SlabKey> DeadlineIndex<K> {
 
     /// Whether some heap item is due at `now` (it may turn out stale).
     pub fn has_due(&self, now: u64) -> bool {
-        self.heap
-            .peek()
-            .is_some_and(|top| parts_of_item(top).0 <= now)
+        self.live > 0
+            && self
+                .heap
+                .peek()
+                .is_some_and(|top| parts_of_item(top).0 <= now)
     }
 
     /// Removes and returns the entries with an item due at or before `now`,
@@ -495,7 +557,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
     /// the slab's size: with a thousand live locks in a slab that once held
     /// millions this runs every couple of thousand releases.
     fn rebuild_heap(&mut self) {
-        let mut items = std::mem::take(&mut self.heap).into_vec();
+        let mut items = self.heap.take_all();
         // Entries with more than one item, sorted apart: few unless leases
         // shrink all the time.
         let mut several: Vec<(u32, Item)> = Vec::new();
@@ -522,7 +584,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
             }
             items.push(item);
         }
-        self.heap = BinaryHeap::from(items);
+        self.heap = ChunkHeap::from_vec(items);
     }
 
     pub fn len(&self) -> usize {
@@ -615,7 +677,9 @@ mod tests {
         assert_eq!(index.remove(old), Some(1));
         // The slot was reused 2^20 times while the stale item waited (kept
         // by a big index that did not need a rebuild).
-        index.slots[0].generation = parts_of(old).1 + (1 << GENERATION_BITS);
+        if let Some(slot) = index.slots.get_mut(0) {
+            slot.generation = parts_of(old).1 + (1 << GENERATION_BITS);
+        }
         let new = index.insert(1_000, 2u64);
         assert_eq!(parts_of(new).0, parts_of(old).0, "the same slot");
         assert_eq!(index.next_deadline(), Some(50));
@@ -689,6 +753,26 @@ mod tests {
             index.remove(*id);
         }
         assert!(index.is_empty());
+        // The timer's steps give it back, about a chunk at a time (no step
+        // frees more than a chunk of each structure, ~1 MB: freeing all at
+        // once is what stalled the server).
+        let trim_all = |index: &mut DeadlineIndex<u64>| {
+            let mut steps = 0;
+            while index.trim_wanted() {
+                let before = index.capacity_bytes();
+                index.trim();
+                let freed = before.saturating_sub(index.capacity_bytes());
+                assert!(
+                    freed <= 3 * crate::chunked::CHUNK * 24,
+                    "one step freed {freed} bytes"
+                );
+                steps += 1;
+                assert!(steps < 1_000, "trim does not end");
+            }
+            assert!(!index.trim());
+            steps
+        };
+        assert!(trim_all(&mut index) > 1, "the memory went back in one step");
         assert!(
             index.capacity_bytes() <= small + 64 * 1024,
             "{} bytes kept after the spike (at its top {spike})",
@@ -697,6 +781,7 @@ mod tests {
         // A flush (remap dropping everything) gives it back too.
         let ids: Vec<u64> = (0..100_000u64).map(|i| index.insert(i, i)).collect();
         index.remap(|_| None);
+        trim_all(&mut index);
         assert!(index.capacity_bytes() <= small + 64 * 1024);
         // No id of the spike matches anything made since.
         let fresh: Vec<u64> = (0..10u64).map(|i| index.insert(5, 1_000_000 + i)).collect();
@@ -901,7 +986,7 @@ mod tests {
         });
         // Every spilled key left names its own slot.
         for (place, (slot, _)) in index.spilled.iter().enumerate() {
-            let entry = &index.slots[*slot as usize];
+            let entry = index.slots.get(*slot as usize).unwrap();
             assert_ne!(entry.flags & SPILLED, 0);
             assert_eq!(place_of_spilled(&entry.key), Some(place));
         }

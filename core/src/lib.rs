@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+mod chunked;
 pub mod clock;
 pub mod compact;
 pub mod deadlines;
