@@ -551,3 +551,54 @@ fn a_long_timer_firing_is_a_latency_monitor_sample_only_while_the_monitor_is_on(
     }
     cmd(&mut c, &["CONFIG", "SET", "latency-monitor-threshold", "0"]);
 }
+
+/// Review of 94f0707: the module's own reading of
+/// `latency-monitor-threshold` (a `RedisModule_Call` of `CONFIG GET` at the
+/// first lock and on every `CONFIG SET`) is the server's business, not the
+/// user's: it must not show up as a `CONFIG GET` the user never sent, in
+/// `INFO commandstats` or in the `SLOWLOG` (nothing else the module does
+/// behind a user's back does: the eviction policy is read with
+/// `RedisModule_GetServerInfo`).
+#[test]
+fn reading_the_latency_threshold_leaves_no_config_get_in_commandstats_or_slowlog() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    cmd(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    cmd(&mut c, &["CONFIG", "SET", "slowlog-max-len", "1000"]);
+    cmd(&mut c, &["SLOWLOG", "RESET"]);
+    cmd(&mut c, &["CONFIG", "RESETSTAT"]);
+    // The first lock (activation), then a CONFIG SET of something else and
+    // of the threshold itself (the config event).
+    acquire(&mut c, "first", "o", 60_000).unwrap();
+    cmd(&mut c, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    cmd(&mut c, &["CONFIG", "SET", "latency-monitor-threshold", "1"]);
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap();
+    let slowlog: Vec<Vec<Value>> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    let logged: Vec<Vec<String>> = slowlog
+        .iter()
+        .filter_map(|entry| redis::from_redis_value_ref::<Vec<String>>(entry.get(3)?).ok())
+        .collect();
+    let config_gets: Vec<&Vec<String>> = logged
+        .iter()
+        .filter(|args| {
+            args.len() >= 2
+                && args[0].eq_ignore_ascii_case("CONFIG")
+                && args[1].eq_ignore_ascii_case("GET")
+        })
+        .collect();
+    assert!(
+        !stats.contains("cmdstat_config|get"),
+        "a CONFIG GET nobody sent in INFO commandstats:\n{stats}"
+    );
+    assert!(
+        config_gets.is_empty(),
+        "a CONFIG GET nobody sent in the SLOWLOG: {config_gets:?}"
+    );
+}
