@@ -558,9 +558,11 @@ fn a_long_timer_firing_is_a_latency_monitor_sample_only_while_the_monitor_is_on(
 /// `latency-monitor-threshold` (a `RedisModule_Call` of `CONFIG GET` at the
 /// first lock and on every `CONFIG SET`) is the server's business, not the
 /// user's: it must not show up as a `CONFIG GET` the user never sent, in
-/// `INFO commandstats` or in the `SLOWLOG` (nothing else the module does
-/// behind a user's back does: the eviction policy is read with
-/// `RedisModule_GetServerInfo`).
+/// `INFO commandstats` or in the `SLOWLOG`, after a `CONFIG SET` of
+/// anything (the eviction policy, read on the same event, is read with
+/// `RedisModule_GetServerInfo`, which leaves no trace; the module's other
+/// call of its own, `LOCK.FENCED`'s `COMMAND INFO`, runs inside a user's
+/// `LOCK.FENCED`).
 #[test]
 fn reading_the_latency_threshold_leaves_no_config_get_in_commandstats_or_slowlog() {
     let server = RedisServer::start();
