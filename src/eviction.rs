@@ -97,11 +97,13 @@ extern "C" fn on_evicted(ctx: Ctx, _class: c_int, event: *const c_char, key: RSt
 }
 
 /// The config event (one subscriber per module): the eviction policy, and
-/// the latency monitor's threshold (`latency`).
-extern "C" fn on_config(ctx: Ctx, _event: raw::RedisModuleEvent, _sub: u64, _data: *mut c_void) {
+/// the latency monitor's threshold (`latency`, read again when next used).
+extern "C" fn on_config(ctx: Ctx, _event: raw::RedisModuleEvent, _sub: u64, data: *mut c_void) {
     guard::callback(ctx, "config event", (), || {
         check_policy(ctx);
-        crate::latency::read_threshold(ctx);
+        if ffi::config_changed(data, crate::latency::SETTING) {
+            crate::latency::threshold_changed();
+        }
     });
 }
 

@@ -138,7 +138,7 @@ mod module {
         if !eviction::init(ctx) {
             return fail(ctx, "could not subscribe to configuration changes");
         }
-        if !crate::latency::init(ctx) {
+        if !crate::latency::init() {
             return fail(ctx, "could not follow the latency monitor's threshold");
         }
         if !crate::fence::init(ctx) {

@@ -122,7 +122,7 @@ extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
         if let Some(handler) = HANDLER.get() {
             let started = std::time::Instant::now();
             handler(ctx);
-            crate::latency::firing_took(started.elapsed());
+            crate::latency::firing_took(ctx, started.elapsed());
         }
     });
 }

@@ -748,7 +748,9 @@ struct Realtime {
 impl Realtime {
     fn new(pid: u32) -> Realtime {
         let on = std::process::Command::new("chrt")
-            .args(["-f", "-p", "10", &pid.to_string()])
+            // -R: a child the server forks (a BGSAVE) runs at normal
+            // priority.
+            .args(["-R", "-f", "-p", "10", &pid.to_string()])
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|status| status.success());

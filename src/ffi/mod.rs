@@ -491,6 +491,27 @@ pub fn with_event_name<R>(event: *const c_char, f: impl FnOnce(&[u8]) -> R) -> R
     f(unsafe { CStr::from_ptr(event) }.to_bytes())
 }
 
+/// Whether a config-change event's data names `name` among the settings
+/// that changed (false for data it cannot read).
+pub fn config_changed(data: *mut c_void, name: &[u8]) -> bool {
+    // SAFETY: Redis passes a RedisModuleConfigChange with the config event,
+    // whose `config_names` holds `num_changes` NUL-terminated names, alive
+    // for the callback.
+    let Some(change) = (unsafe { data.cast::<raw::RedisModuleConfigChange>().as_ref() }) else {
+        return false;
+    };
+    if change.config_names.is_null() {
+        return false;
+    }
+    (0..change.num_changes as usize).any(|i| {
+        // SAFETY: `i` is below `num_changes` (see above).
+        let entry = unsafe { *change.config_names.add(i) };
+        !entry.is_null()
+            // SAFETY: a NUL-terminated name (see above).
+            && unsafe { CStr::from_ptr(entry) }.to_bytes().eq_ignore_ascii_case(name)
+    })
+}
+
 /// The database a `FLUSHDB` event flushed (-1: all), from its data.
 pub fn flushed_db(data: *mut c_void) -> Option<i32> {
     // SAFETY: Redis passes a RedisModuleFlushInfo with the flush event.
