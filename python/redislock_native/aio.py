@@ -110,6 +110,11 @@ class AsyncLock:
         stopping"). ``watched`` is already False meanwhile."""
         return self.core.stopping
 
+    async def settled(self) -> None:
+        """Waits until no release or ``stop_watchdog()`` of a watched lock
+        is still finishing (returns at once when none is)."""
+        await self.core.settled()
+
     @property
     def validity(self) -> float:
         return self.core.validity
@@ -151,6 +156,10 @@ class AsyncLock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> bool:
+        # A stop_watchdog() cancelled in the block may still be finishing:
+        # it hands the lock back to the handle, which must then release it.
+        if self.core.stopping:
+            await self.core.settled()
         lost = self.core.is_lost
         if self.core.holds > 0 or self.core.watched:
             await self.core.release(all=True)

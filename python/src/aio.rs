@@ -181,6 +181,7 @@ impl AsyncRedlockCore {
             resource: lock.resource().to_string(),
             owner: lock.owner().to_string(),
             state: ManuallyDrop::new(Arc::new(Mutex::new(State::Plain(Arc::new(lock))))),
+            settled: Arc::new(tokio::sync::Notify::new()),
             try_only: wait.is_some_and(|w| w.is_zero()),
             wait: wait.filter(|w| !w.is_zero()),
             pid: self.clients.pid,
@@ -210,6 +211,9 @@ const STOPPING: &str = "this lock's watchdog is stopping (a release() or stop_wa
 #[pyclass(module = "redislock_native", frozen)]
 pub struct AsyncLockCore {
     state: ManuallyDrop<Arc<Mutex<State>>>,
+    /// Told when a stop that went on in the background (the state `Gone`)
+    /// has handed the lock back (`settled()`).
+    settled: Arc<tokio::sync::Notify>,
     resource: String,
     owner: String,
     try_only: bool,
@@ -345,12 +349,14 @@ impl AsyncLockCore {
             }
         };
         if let Some(watchdog) = watched {
+            let settled = Arc::clone(&self.settled);
             return self.clients.spawn(py, OnCancel::Finish, async move {
                 let lock = watchdog.stop().await;
                 let released = lock.release_all().await;
                 if let Ok(mut guard) = state.lock() {
                     *guard = State::Plain(Arc::new(lock));
                 }
+                settled.notify_waiters();
                 reply(released.map(Release::from))
             });
         }
@@ -407,6 +413,9 @@ impl AsyncLockCore {
                         Err(e) => return Err(map_err(py, e)),
                     }
                 }
+                // A stop still finishing: no watchdog can start now (the
+                // caller would think the lock renewed).
+                State::Gone => return Err(state_err(py, STOPPING)),
                 other => *guard = other,
             }
         }
@@ -438,10 +447,37 @@ impl AsyncLockCore {
         let Some(watchdog) = watchdog else {
             return deliver::ready(py, py.None());
         };
+        let settled = Arc::clone(&self.settled);
         self.clients.spawn(py, OnCancel::Finish, async move {
             let lock = watchdog.stop().await;
             if let Ok(mut guard) = state.lock() {
                 *guard = State::Plain(Arc::new(lock));
+            }
+            settled.notify_waiters();
+            reply(Ok(()))
+        })
+    }
+
+    /// Awaitable: resolves once no release or stop_watchdog() of a watched
+    /// lock is still finishing (at once when none is): `stopping` is False
+    /// then, and `holds` says what the handle holds.
+    fn settled<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        fork_check(py, self.pid)?;
+        let state = Arc::clone(&self.state);
+        let settled = Arc::clone(&self.settled);
+        self.clients.spawn(py, OnCancel::Abort, async move {
+            loop {
+                // Registered before the look, so that a hand-back between
+                // the two is not missed (`notify_waiters` wakes every
+                // `Notified` made before it).
+                let handed_back = settled.notified();
+                let stopping = state
+                    .lock()
+                    .is_ok_and(|guard| matches!(*guard, State::Gone));
+                if !stopping {
+                    break;
+                }
+                handed_back.await;
             }
             reply(Ok(()))
         })
