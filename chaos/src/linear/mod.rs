@@ -303,7 +303,7 @@ impl std::fmt::Display for Report {
                 match copy {
                     Some((key, CopyCheck::Rejected)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): rejected, as it must be"),
                     Some((key, CopyCheck::Accepted)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): NOT REJECTED (accepted: FIFO is not checked)"),
-                    Some((key, CopyCheck::Undecided)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): UNDECIDED in {COPY_TRIES} copies (each check ran out of its budget)"),
+                    Some((key, CopyCheck::Undecided)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): UNDECIDED in every copy tried, up to {COPY_TRIES} (each check ran out of its budget)"),
                     None => write!(f, "\nskipped     no {what} two waiters in a known order"),
                 }?;
             }
@@ -317,7 +317,7 @@ impl std::fmt::Display for Report {
             match self.overfilled {
                 Some((key, CopyCheck::Rejected)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: rejected, as it must be"),
                 Some((key, CopyCheck::Accepted)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: NOT REJECTED (accepted: the LIMIT is not checked)"),
-                Some((key, CopyCheck::Undecided)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: UNDECIDED (the check ran out of its budget)"),
+                Some((key, CopyCheck::Undecided)) => write!(f, "\noverfilled  key {key}, a semaphore's refused request granted beyond its LIMIT: UNDECIDED in every copy tried, up to {COPY_TRIES} (each check ran out of its budget)"),
                 None => write!(f, "\noverfilled  no semaphore request was refused"),
             }?;
         }
@@ -399,9 +399,14 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
         let reader_and_writer =
             |key: usize, first: Mode, second: Mode| kind(key) == Kind::ReadWrite && first != second;
         let skipped_shared = swapped_places(&reader_and_writer, true);
-        let mut full = entries.clone();
-        let overfilled =
-            overfill(&mut full, |key| kind(key) == Kind::Semaphore).map(|key| recheck(full, key));
+        let overfilled = first_decided(
+            |nth| {
+                let mut copy = entries.clone();
+                let key = overfill_nth(&mut copy, |key| kind(key) == Kind::Semaphore, nth)?;
+                Some((copy, key))
+            },
+            recheck,
+        );
         let mut swapped = entries.clone();
         let corrupted = swap_tokens(&mut swapped).map(|key| recheck(swapped, key));
         Report {
@@ -590,8 +595,8 @@ pub fn swap_places(
 }
 
 /// [`swap_places`] with the `nth` candidate pair (counted from 0; one per
-/// first waiter, in the history's order): another copy to check when one
-/// copy's check is undecided.
+/// first waiter, the keys in turn): another copy to check when one copy's
+/// check is undecided.
 pub fn swap_places_nth(
     entries: &mut [Entry],
     pick: impl Fn(usize, Mode, Mode) -> bool,
@@ -620,7 +625,7 @@ pub fn swap_places_nth(
         .collect();
     // The second was sent after the first was seen blocked, and seen
     // blocked before the first was answered: both waited together.
-    let (first, second) = waited
+    let candidates: Vec<(usize, usize)> = waited
         .iter()
         .filter_map(|&(i, key, sent, blocked, answer, wait)| {
             waited
@@ -635,7 +640,24 @@ pub fn swap_places_nth(
                 })
                 .map(|&(j, ..)| (i, j))
         })
-        .nth(nth)?;
+        .collect();
+    // The keys in turn (each key's first pair, then each key's second, ...):
+    // a key whose history has many lost replies makes every copy of it
+    // expensive to refute, so the next copy tried is of another key.
+    let key_of = |i: usize| entries.get(i).map_or(0, |e| e.key);
+    let mut rank: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let mut ordered: Vec<(usize, usize, (usize, usize))> = candidates
+        .iter()
+        .enumerate()
+        .map(|(at, &pair)| {
+            let seen = rank.entry(key_of(pair.0)).or_insert(0);
+            let round = *seen;
+            *seen += 1;
+            (round, at, pair)
+        })
+        .collect();
+    ordered.sort_unstable();
+    let (_, _, (first, second)) = *ordered.get(nth)?;
     let stamps = |entries: &[Entry], i: usize| entries.get(i).map(|e| (e.called, e.returned));
     let (a, b) = (stamps(entries, first)?, stamps(entries, second)?);
     let set = |entry: Option<&mut Entry>, (called, returned): (u64, Option<u64>)| {
@@ -659,6 +681,16 @@ pub fn swap_places_nth(
 /// owner held it, seen by `LOCK.INFO` replies around it. Returns the key,
 /// or `None` if there is none.
 pub fn overfill(entries: &mut [Entry], pick: impl Fn(usize) -> bool) -> Option<usize> {
+    overfill_nth(entries, pick, 0)
+}
+
+/// [`overfill`] with the `nth` refused request that qualifies (from 0, in
+/// the history's order): another copy to check when one is undecided.
+pub fn overfill_nth(
+    entries: &mut [Entry],
+    pick: impl Fn(usize) -> bool,
+    nth: usize,
+) -> Option<usize> {
     let token_of = |entry: &Entry| match entry.step.as_slice() {
         [(Cmd::Acquire { .. } | Cmd::Answer(_) | Cmd::Fence { .. }, Some(Reply::Int(token)))] => {
             Some(*token)
@@ -703,32 +735,36 @@ pub fn overfill(entries: &mut [Entry], pick: impl Fn(usize) -> bool) -> Option<u
                         }))
             })
     };
-    let (i, token) = entries.iter().enumerate().find_map(|(i, entry)| {
-        let [(
-            Cmd::Acquire {
-                mode: Mode::Shared { limit: Some(limit) },
-                ..
-            },
-            Some(Reply::Nil),
-        )] = entry.step.as_slice()
-        else {
-            return None;
-        };
-        if !pick(entry.key) || !full(entry, *limit) {
-            return None;
-        }
-        let returned = entry.returned?;
-        let of_key = || entries.iter().filter(|e| e.key == entry.key);
-        let below = of_key()
-            .filter(|e| e.returned.is_some_and(|r| r < entry.called))
-            .filter_map(token_of)
-            .max()?;
-        let token = below.checked_add(1)?;
-        let clear = of_key()
-            .filter_map(|e| token_of(e).map(|t| (e, t)))
-            .all(|(e, t)| t != token && (e.called <= returned || t > token));
-        clear.then_some((i, token))
-    })?;
+    let (i, token) = entries
+        .iter()
+        .enumerate()
+        .filter_map(|(i, entry)| {
+            let [(
+                Cmd::Acquire {
+                    mode: Mode::Shared { limit: Some(limit) },
+                    ..
+                },
+                Some(Reply::Nil),
+            )] = entry.step.as_slice()
+            else {
+                return None;
+            };
+            if !pick(entry.key) || !full(entry, *limit) {
+                return None;
+            }
+            let returned = entry.returned?;
+            let of_key = || entries.iter().filter(|e| e.key == entry.key);
+            let below = of_key()
+                .filter(|e| e.returned.is_some_and(|r| r < entry.called))
+                .filter_map(token_of)
+                .max()?;
+            let token = below.checked_add(1)?;
+            let clear = of_key()
+                .filter_map(|e| token_of(e).map(|t| (e, t)))
+                .all(|(e, t)| t != token && (e.called <= returned || t > token));
+            clear.then_some((i, token))
+        })
+        .nth(nth)?;
     let entry = entries.get_mut(i)?;
     if let Some((Cmd::Acquire { ttl_ms, .. }, reply)) = entry.step.first_mut() {
         *ttl_ms = 1;
@@ -1532,6 +1568,25 @@ mod tests {
         assert!(!check_within(&bad, &[], 3).rejects(0));
     }
 
+    /// `cmd` with its wait's id moved up by `by` (a copy of a history on
+    /// another key needs ids of its own).
+    fn renumbered(cmd: Cmd, by: u32) -> Cmd {
+        match cmd {
+            Cmd::Enqueue {
+                mut wait,
+                answer_by,
+            } => {
+                wait.id += by;
+                Cmd::Enqueue { wait, answer_by }
+            }
+            Cmd::Answer(mut wait) => {
+                wait.id += by;
+                Cmd::Answer(wait)
+            }
+            other => other,
+        }
+    }
+
     #[test]
     fn an_undecided_copy_is_followed_by_another_and_never_counts_as_accepted() {
         let bad = entries(&readers_around_a_writer(11, 13, 12, 14));
@@ -1577,6 +1632,28 @@ mod tests {
             (Some((0, CopyCheck::Accepted)), 1)
         );
         assert_eq!(budgets(vec![], bad), (None, 0));
+        // The copies take the keys in turn: two keys with the same pairs,
+        // key 0's first, then key 1's, then key 0's second.
+        let mut two = entries(&readers_around_a_writer(11, 12, 13, 14));
+        let of_key_1: Vec<Entry> = two
+            .iter()
+            .map(|e| Entry {
+                key: 1,
+                step: e
+                    .step
+                    .iter()
+                    .map(|(cmd, reply)| (renumbered(*cmd, 100), reply.clone()))
+                    .collect(),
+                ..e.clone()
+            })
+            .collect();
+        two.extend(of_key_1);
+        let any = |_: usize, a: Mode, b: Mode| a != b;
+        let pairs = (0..4)
+            .filter_map(|nth| swap_places_nth(&mut two.clone(), any, false, nth))
+            .collect::<Vec<_>>();
+        assert!(pairs.len() >= 2, "{pairs:?}");
+        assert_eq!(pairs[..2], [0, 1], "{pairs:?}");
         // The candidates are distinct pairs: the nth one past the last is none.
         let mut first = entries(&readers_around_a_writer(11, 12, 13, 14));
         assert_eq!(
