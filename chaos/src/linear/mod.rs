@@ -1642,7 +1642,7 @@ mod tests {
                 step: e
                     .step
                     .iter()
-                    .map(|(cmd, reply)| (renumbered(*cmd, 100), reply.clone()))
+                    .map(|(cmd, reply)| (renumbered(*cmd, 100), *reply))
                     .collect(),
                 ..e.clone()
             })
