@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, SingleNodeRoutingInfo};
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
 use crate::acknowledge::Acknowledge;
@@ -251,12 +251,23 @@ impl Node {
 
     /// Opens a connection of its own for a command that blocks on the
     /// server (`LOCK.ACQUIRE … WAIT`), within `timeout`, and learns its
-    /// client id and address there (`CLIENT INFO`): Redis serves a blocked client's later commands only once
-    /// it is unblocked, so on the shared connection the wait would stall
-    /// every other lock of this client. The caller's timer for the wait
-    /// starts after this returns. In a cluster it is a cluster connection
-    /// of its own (no client id: a wait there ends by its own timeout).
+    /// client id and address there (`CLIENT INFO`): Redis serves a blocked
+    /// client's later commands only once it is unblocked, so on the shared
+    /// connection the wait would stall every other lock of this client. The
+    /// caller's timer for the wait starts after this returns.
+    ///
+    /// In a cluster it is a cluster connection of its own, which has a
+    /// connection to every master; its id and address on each master are
+    /// asked with one `CLIENT INFO` to every master (the replies name the
+    /// master, where a command routed by slot does not say which node
+    /// answered), so that the wait can be ended on whichever of those
+    /// masters it runs, including one a `MOVED`/`ASK` or a `TRYAGAIN` retry
+    /// sends it to. A master that refuses or does not answer within
+    /// `timeout`, or a connection the cluster connection opens later (a
+    /// master it did not know, a reconnect), is not named: a wait there is
+    /// not ended early.
     pub async fn open_waiting(&self, timeout: Duration) -> Result<WaitingConn, NodeError> {
+        let until = tokio::time::Instant::now() + timeout;
         let open = async {
             match &self.target {
                 Target::Server(client) => {
@@ -286,6 +297,7 @@ impl Node {
                     Ok::<_, redis::RedisError>(WaitingConn {
                         conn: Conn::Own(conn),
                         id,
+                        masters: Vec::new(),
                     })
                 }
                 Target::Cluster(client) => {
@@ -294,18 +306,28 @@ impl Node {
                     Ok(WaitingConn {
                         conn: Conn::Cluster(conn),
                         id: None,
+                        masters: Vec::new(),
                     })
                 }
             }
         };
-        match tokio::time::timeout(timeout, open).await {
-            Ok(Ok(conn)) => Ok(conn),
+        let mut waiting = match tokio::time::timeout_at(until, open).await {
+            Ok(Ok(conn)) => conn,
             // redis-rs's own connection timeout (the same `timeout`) usually
             // fires first: the same outcome as ours.
-            Ok(Err(error)) if error.is_timeout() => Err(NodeError::Timeout(timeout)),
-            Ok(Err(error)) => Err(node_error(error)),
-            Err(_) => Err(NodeError::Timeout(timeout)),
+            Ok(Err(error)) if error.is_timeout() => return Err(NodeError::Timeout(timeout)),
+            Ok(Err(error)) => return Err(node_error(error)),
+            Err(_) => return Err(NodeError::Timeout(timeout)),
+        };
+        if let Conn::Cluster(conn) = &waiting.conn {
+            let mut conn = conn.clone();
+            let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+            let asked = conn.route_command(redis::cmd("CLIENT").arg("INFO").clone(), routing);
+            if let Ok(Ok(Value::Map(replies))) = tokio::time::timeout_at(until, asked).await {
+                waiting.masters = MasterId::read_all(replies);
+            }
         }
+        Ok(waiting)
     }
 
     /// A handle on the shared connection that outlives a borrow of the node
@@ -338,13 +360,84 @@ impl SharedConn {
             None => self.conn.send(cmd, None).await,
         }
     }
+
+    /// In a cluster: cuts `waiting`'s connection on every master where it
+    /// is named ([`Node::open_waiting`]), with `CLIENT KILL ID <id> ADDR
+    /// <addr>` sent to that master by its address, all at once and each
+    /// within `timeout`. Returns how many masters answered 1 (that
+    /// connection was there and is cut: nothing sent on it runs any more);
+    /// 0 from a master is no such client there (gone, or the master is
+    /// another process now, whose ids start from 1 again: the address keeps
+    /// the id from naming another client there).
+    pub async fn kill_on_masters(&self, waiting: &WaitingConn, timeout: Duration) -> usize {
+        let Conn::Cluster(conn) = &self.conn else {
+            return 0;
+        };
+        let kills = waiting.masters.iter().map(|master| {
+            let mut conn = conn.clone();
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: master.host.clone(),
+                port: master.port,
+            });
+            let kill = master.id.kill_command();
+            async move {
+                matches!(
+                    tokio::time::timeout(timeout, conn.route_command(kill, routing)).await,
+                    Ok(Ok(Value::Int(1)))
+                )
+            }
+        });
+        futures_util::future::join_all(kills)
+            .await
+            .into_iter()
+            .filter(|killed| *killed)
+            .count()
+    }
 }
 
 /// A connection of its own for one blocking command. Commands sent on it
 /// after the blocking one are served after it, in order.
 pub(crate) struct WaitingConn {
     conn: Conn,
+    /// On its server (a server's connection of its own).
     id: Option<WaitingId>,
+    /// A cluster connection's: on each master it had when it opened.
+    masters: Vec<MasterId>,
+}
+
+/// A cluster's waiting connection on one master: the master's address as
+/// the cluster connection names it, and who the connection is there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct MasterId {
+    host: String,
+    port: u16,
+    id: WaitingId,
+}
+
+impl MasterId {
+    /// Reads the replies of one `CLIENT INFO` to every master, by the
+    /// master's address `host:port` (the last colon ends the host, which
+    /// may be IPv6); a master whose reply is not a named connection (an
+    /// error reply, a unix socket) or whose address does not parse is
+    /// left out.
+    fn read_all(replies: Vec<(Value, Value)>) -> Vec<MasterId> {
+        replies
+            .into_iter()
+            .filter_map(|(address, info)| {
+                let address = match address {
+                    Value::BulkString(bytes) => String::from_utf8(bytes).ok()?,
+                    Value::SimpleString(text) => text,
+                    _ => return None,
+                };
+                let (host, port) = address.rsplit_once(':')?;
+                Some(MasterId {
+                    host: host.to_string(),
+                    port: port.parse().ok()?,
+                    id: WaitingId::read(&info)?,
+                })
+            })
+            .collect()
+    }
 }
 
 /// Who a waiting connection is on its server: its client id and the
@@ -360,6 +453,17 @@ struct WaitingId {
 }
 
 impl WaitingId {
+    /// `CLIENT KILL ID id ADDR addr`.
+    fn kill_command(&self) -> Cmd {
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("KILL")
+            .arg("ID")
+            .arg(self.id)
+            .arg("ADDR")
+            .arg(&self.addr);
+        cmd
+    }
+
     /// Reads `id=` and `addr=` from a `CLIENT INFO` reply.
     fn read(info: &Value) -> Option<WaitingId> {
         let text = match info {
@@ -397,8 +501,8 @@ impl WaitingConn {
         self.id.is_some()
     }
 
-    /// Whether it is a cluster connection (never named: it ends its wait
-    /// by the wait's own server-side timeout).
+    /// Whether it is a cluster connection (named on each master instead:
+    /// see [`SharedConn::kill_on_masters`]).
     pub fn in_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(_))
     }
@@ -411,10 +515,7 @@ impl WaitingConn {
     /// new process reaches the same id with the same port only after the
     /// client's ports came round again.
     pub fn kill_command(&self) -> Option<Cmd> {
-        let WaitingId { id, addr } = self.id.as_ref()?;
-        let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("KILL").arg("ID").arg(*id).arg("ADDR").arg(addr);
-        Some(cmd)
+        Some(self.id.as_ref()?.kill_command())
     }
 }
 
@@ -517,5 +618,54 @@ mod tests {
             );
         }
         assert_eq!(named(Value::Int(7)), None);
+    }
+
+    #[test]
+    fn a_waiting_cluster_connection_is_named_on_each_master_by_its_address() {
+        let text = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let read = MasterId::read_all(vec![
+            (
+                text("127.0.0.1:7001"),
+                text("id=5 addr=127.0.0.1:40001 fd=9"),
+            ),
+            // IPv6: the port is after the last colon.
+            (text("::1:7002"), text("id=9 addr=[::1]:40002 fd=9")),
+            // Not `CLIENT INFO`'s text (an error reply: no `client|info`
+            // there), a unix socket, no port, a port out of range: left out.
+            (text("127.0.0.1:7003"), Value::Nil),
+            (text("127.0.0.1:7004"), text("id=3 addr=/tmp/r.sock:0 fd=9")),
+            (text("no-port"), text("id=1 addr=127.0.0.1:40005 fd=9")),
+            (
+                text("127.0.0.1:70000"),
+                text("id=2 addr=127.0.0.1:40006 fd=9"),
+            ),
+        ]);
+        let named = |host: &str, port, id, addr: &str| MasterId {
+            host: host.into(),
+            port,
+            id: WaitingId {
+                id,
+                addr: addr.into(),
+            },
+        };
+        assert_eq!(
+            read,
+            vec![
+                named("127.0.0.1", 7001, 5, "127.0.0.1:40001"),
+                named("::1", 7002, 9, "[::1]:40002"),
+            ]
+        );
+        // The cut names the id and the address together.
+        let kill = read[0].id.kill_command();
+        assert_eq!(
+            kill.args_iter()
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                    _ => String::new(),
+                })
+                .collect::<Vec<_>>(),
+            ["CLIENT", "KILL", "ID", "5", "ADDR", "127.0.0.1:40001"]
+        );
+        assert!(MasterId::read_all(vec![]).is_empty());
     }
 }

@@ -2,7 +2,9 @@
 //! (`LOCK.ACQUIRE … WAIT`) on a connection of its own, ended by the acquire
 //! deadline. When it times out or its caller is gone, that connection is
 //! ended on the server (`CLIENT KILL ID … ADDR …`, sent on the shared
-//! connection) and the wait undone on the shared connection after it.
+//! connection) and the wait undone on the shared connection after it; in
+//! a cluster, cut on every master where it is named, and the wait undone
+//! on it (behind the wait, wherever that still runs).
 
 use std::time::{Duration, Instant};
 
@@ -44,9 +46,20 @@ impl LockCore {
     /// node timeout more). A connection that cannot be named (no
     /// `client|info` in the user's ACL, a unix socket, whose clients all
     /// share one address) is not waited on: the acquisition retries as
-    /// with several nodes, until the same deadline. A cluster's waiting
-    /// connection has no id: its wait ends by its own timeout, undone on
-    /// its own connection after it.
+    /// with several nodes, until the same deadline.
+    ///
+    /// A cluster's waiting connection is a cluster connection of its own,
+    /// named (id and address, `CLIENT INFO`) on each master it had when it
+    /// opened. A wait given up has that connection cut on each of those
+    /// masters (`CLIENT KILL ID … ADDR …` from the shared connection, by
+    /// the master's address), so a wait on one of them ends at once, and
+    /// is then undone on the waiting connection itself: routed by slot, the
+    /// undo goes behind the wait if the wait still runs on a connection of
+    /// it that was not named (a master it was redirected to that it did
+    /// not know, a reconnect; that wait ends by its own timeout, as without
+    /// the cut), and otherwise on a new connection to the slot's master,
+    /// after the cut. It is awaited until the wait's server-side end and
+    /// one node timeout more, then sent on the shared connection.
     ///
     /// Returns the operation lock unless an undo in the background took it.
     pub(crate) async fn acquire_single(
@@ -181,6 +194,9 @@ impl LockCore {
                 // sent the wait again on a new connection: it is undone on
                 // it as below.
                 let failed = conn.named() && matches!(other, Some(Err(NodeError::Connection(_))));
+                // A cluster connection whose wait failed is not cut: the
+                // cluster connection already gave it up.
+                let cut_in_cluster = conn.in_cluster() && !matches!(other, Some(Err(_)));
                 let kill = conn.kill_command();
                 let release = protocol::release(self.resource(), self.owner(), true);
                 let timeout = config.node_timeout;
@@ -207,11 +223,22 @@ impl LockCore {
                         drop(op);
                         return;
                     }
-                    // Not ended (a cluster's waiting connection, which has
-                    // no id; the kill refused, lost or answered 0): undo on
-                    // the waiting connection, after the wait there, which
-                    // the server ends by its own timeout; its reply is
-                    // awaited until then and one node timeout more.
+                    // A cluster's waiting connection: cut on every master
+                    // where it is named. Whatever that answers, the undo
+                    // goes on the waiting connection below: routed by
+                    // slot, it reaches the slot's master on a new
+                    // connection if the wait's was cut, and otherwise goes
+                    // behind the wait on the connection it still runs on
+                    // (one opened after the naming: a master it was
+                    // redirected to that it did not know, a reconnect).
+                    if cut_in_cluster {
+                        shared.kill_on_masters(&conn, timeout).await;
+                    }
+                    // Not ended (the kill refused, lost or answered 0; a
+                    // cluster's waiting connection): undo on the waiting
+                    // connection, after the wait there, which the server
+                    // ends by its own timeout unless it was cut; its reply
+                    // is awaited until then and one node timeout more.
                     let bound = wait_ends
                         .saturating_duration_since(Instant::now())
                         .saturating_add(timeout);

@@ -3,17 +3,22 @@
 //! locks spread over every shard; a contended lock is waited for on the
 //! server; the watchdog renews; a slot moved by `redis-cli --cluster
 //! reshard` keeps its lock (same owner and token) and the client follows
-//! it; with acknowledged grants, a shard's failover keeps its locks.
+//! it; with acknowledged grants, a shard's failover keeps its locks; a wait
+//! given up is ended on its master (the waiting connection cut by its id
+//! and address there) before it is undone, so nothing of it lands later,
+//! and no other client is cut, even on a master restarted on the same
+//! address.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{field, holder, test_config, token_on};
+use common::{field, holder, raw, test_config, token_on};
 use redis::Value;
 use redis_lock_client::{Acknowledge, Config, Redlock};
 use testkit::cluster::{lowest_slot, RedisCluster};
+use testkit::FaultProxy;
 
 fn config() -> Config {
     Config {
@@ -484,4 +489,367 @@ async fn without_the_raise_a_token_goes_backwards_after_a_free_slot_moves() {
         "without the raise, holder 4's token {fourth_token} was expected below holder 3's {third_token}"
     );
     fourth.release().await.unwrap();
+}
+
+/// [`config`] with a node timeout that also bounds opening a wait's
+/// cluster connection and naming it on every master (`CLIENT INFO`), roomy
+/// for a loaded machine.
+fn wait_config() -> Config {
+    Config {
+        node_timeout: Duration::from_secs(1),
+        ..config()
+    }
+}
+
+/// `INFO commandstats` of `node`.
+fn command_stats(node: &testkit::RedisServer) -> String {
+    match raw(node, &["INFO", "commandstats"]) {
+        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("INFO replied {other:?}"),
+    }
+}
+
+/// A wait its caller gives up on (its future dropped while another owner
+/// holds the lock) is ended on the shard's master at once: the client knows
+/// its waiting connection's id and address on every master (`CLIENT INFO`)
+/// and cuts it there (`CLIENT KILL ID … ADDR …`, once per master; never
+/// `CLIENT UNBLOCK`, which names a client by its id alone). The queue is
+/// empty long before the wait's own server-side timeout (a minute), the
+/// given-up waiter does not get the lock when the holder releases it, and
+/// the handle's next acquisition works. Without the cut (main before this
+/// change, or the kill made a no-op) this fails on the queue: the wait
+/// stays until its server-side timeout, with the undo sent behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_wait_given_up_is_cut_on_its_master() {
+    let cluster = RedisCluster::start(3, 0);
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), wait_config()).unwrap();
+    let name = "given-up";
+    let master = cluster.master_of(name);
+    raw(master, &["LOCK.ACQUIRE", name, "someone-else", "60000"]);
+    let lock = std::sync::Arc::new(redlock.lock(name, Duration::from_secs(30)).unwrap());
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire_for(Duration::from_secs(60)).await })
+    };
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(master, name, "waiters") == Some(Value::Int(1))
+        }),
+        "the waiter never queued on the master"
+    );
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    // Ten seconds is long for the cut and far short of the wait's own
+    // timeout (60 s less the reply allowance).
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(master, name, "waiters") == Some(Value::Int(0))
+        }),
+        "the given-up wait is still queued on the master: {:?}",
+        field(master, name, "waiters")
+    );
+    let stats = command_stats(master);
+    assert!(
+        stats.contains("cmdstat_client|kill:calls=1,"),
+        "the waiting connection was not cut once on its master:\n{stats}"
+    );
+    assert!(
+        !stats.contains("cmdstat_client|unblock"),
+        "a client was unblocked by its id alone:\n{stats}"
+    );
+    // The holder lets go: nobody waits, so nobody gets it.
+    raw(master, &["LOCK.RELEASE", name, "someone-else"]);
+    assert_eq!(
+        holder(master, name),
+        None,
+        "the given-up waiter got the lock"
+    );
+    // The handle's next command runs (its undo is done) and holds.
+    lock.try_acquire().await.unwrap();
+    assert_eq!(holder(master, name).as_deref(), Some(lock.owner()));
+    lock.release().await.unwrap();
+    assert_eq!(holder(master, name), None);
+}
+
+/// A wait given up by its deadline whose command has not reached the
+/// master yet (a fault proxy in front of the master holds what the waiting
+/// connection sends from the `WAIT` on; the master announces the proxy's
+/// port, so the client's every connection to it goes through the proxy)
+/// must run nothing there later: the waiting connection is cut on every
+/// master (`CLIENT KILL ID … ADDR …`), so the held bytes never run, and the
+/// undo goes on the waiting connection, which reaches the master on a new
+/// connection. The lock is then released by its holder and taken by the
+/// handle; when the proxy lets the held bytes through, neither the stale
+/// wait nor anything sent behind it may free or re-enter the handle's
+/// hold. Without the cut (no id known, or the kill made a no-op: the undo
+/// sent on the waiting connection behind the held wait, then on the shared
+/// one when that timed out), the delivered wait re-enters the handle's
+/// lock (`holds` 2) or its undo frees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_wait_given_up_runs_nothing_on_its_master_later() {
+    let cluster = RedisCluster::start(3, 0);
+    let name = "stale-wait";
+    let master = cluster.master_of(name);
+    let proxy = FaultProxy::start(master.port());
+    let port = proxy.port().to_string();
+    raw(master, &["CONFIG", "SET", "cluster-announce-port", &port]);
+    let slot = cluster.key_slot(name);
+    for node in &cluster.nodes {
+        assert!(
+            testkit::wait_until(Duration::from_secs(30), || {
+                RedisCluster::owner_port(node, slot) == proxy.port()
+            }),
+            "node {} never saw the master's announced port",
+            node.port()
+        );
+    }
+    // Seeds without the master's own port: it is reached through the proxy.
+    let seeds: Vec<String> = cluster
+        .nodes
+        .iter()
+        .filter(|node| node.port() != master.port())
+        .map(|node| format!("redis://127.0.0.1:{}", node.port()))
+        .collect();
+    let redlock = Redlock::cluster_with_config(
+        seeds,
+        Config {
+            acquire_timeout: Some(Duration::from_secs(4)),
+            ..wait_config()
+        },
+    )
+    .unwrap();
+    eventually(|| async {
+        match redlock.info(name).await.pop().map(|node| node.info) {
+            Some(Ok(info)) => Ok(info),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        proxy.open() > 0,
+        "the client does not reach the master through the proxy"
+    );
+    let before = proxy.open();
+    raw(master, &["LOCK.ACQUIRE", name, "someone-else", "60000"]);
+    proxy.hold_from("$4\r\nWAIT\r\n");
+    let lock = redlock.lock(name, Duration::from_secs(30)).unwrap();
+    let error = lock.acquire().await.unwrap_err();
+    assert!(!lock.is_held(), "{error}");
+    assert_eq!(proxy.held(), 1, "the wait was not held: {error}");
+    // The lock is free; the handle takes it (after its undo is done).
+    raw(master, &["LOCK.RELEASE", name, "someone-else"]);
+    lock.acquire().await.unwrap();
+    assert_eq!(holder(master, name).as_deref(), Some(lock.owner()));
+    // What the waiting connection sent now goes on, and that connection
+    // ends (cut on the server, or closed by the client): by then the master
+    // has run whatever of it it runs.
+    proxy.deliver();
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || proxy.open() <= before),
+        "the waiting connection did not end ({} open, {before} before)",
+        proxy.open()
+    );
+    assert!(lock.is_held());
+    assert_eq!(
+        holder(master, name).as_deref(),
+        Some(lock.owner()),
+        "the master let the lock go while the handle holds it: a command of the given-up wait \
+         ran after the handle's next acquisition (what reached the master: {:?})",
+        String::from_utf8_lossy(&proxy.sent())
+    );
+    // Review (wt-rev-cl): the owner check above cannot see a stale wait
+    // that ran: it re-enters the handle's own lock (same owner). Its hold
+    // count shows it (without the cut, `holds` is 2 here; checked with the
+    // `CLIENT KILL` made a no-op that reports success).
+    assert_eq!(
+        field(master, name, "holds"),
+        Some(Value::Int(1)),
+        "the given-up wait re-entered the handle's lock on the master after its next \
+         acquisition: {:?}\n{}",
+        raw(master, &["LOCK.INFO", name]),
+        command_stats(master)
+    );
+    lock.release().await.unwrap();
+}
+
+/// A wait whose slot moves while it waits follows the slot, and is ended
+/// on the master it waits on then: `redis-cli --cluster reshard` moves the
+/// held lock to the other master, the module answers the waiter on the
+/// old one `TRYAGAIN`, and the waiting cluster connection sends the wait
+/// again, redirected (`MOVED`/`ASK`) to the new master, on its connection
+/// there, whose id and address the client learnt before the wait (that
+/// node was a master already). When the caller gives up, that wait is cut
+/// there. Without the cut this fails on the queue (the wait stays until its
+/// server-side timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_wait_follows_its_moved_slot_and_is_cut_there() {
+    let cluster = RedisCluster::start(3, 0);
+    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let slot = lowest_slot(from);
+    let name = (0..)
+        .map(|i| format!("moving-wait{i}"))
+        .find(|k| cluster.key_slot(k) == slot)
+        .unwrap();
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), wait_config()).unwrap();
+    raw(from, &["LOCK.ACQUIRE", &name, "someone-else", "60000"]);
+    let lock = std::sync::Arc::new(redlock.lock(name.clone(), Duration::from_secs(30)).unwrap());
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire_for(Duration::from_secs(60)).await })
+    };
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(from, &name, "waiters") == Some(Value::Int(1))
+        }),
+        "the waiter never queued on the first master"
+    );
+
+    RedisCluster::reshard_one_slot(from, to, slot);
+
+    assert_eq!(holder(to, &name).as_deref(), Some("someone-else"));
+    assert!(
+        testkit::wait_until(Duration::from_secs(30), || {
+            field(to, &name, "waiters") == Some(Value::Int(1))
+        }),
+        "the wait did not follow its slot to the new master: {:?}",
+        field(to, &name, "waiters")
+    );
+    assert!(!waiter.is_finished(), "the wait ended: {:?}", waiter.await);
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(to, &name, "waiters") == Some(Value::Int(0))
+        }),
+        "the given-up wait is still queued on the new master: {:?}",
+        field(to, &name, "waiters")
+    );
+    let stats = command_stats(to);
+    assert!(
+        stats.contains("cmdstat_client|kill:calls=1,"),
+        "the waiting connection was not cut once on the new master:\n{stats}"
+    );
+    assert!(
+        !stats.contains("cmdstat_client|unblock"),
+        "a client was unblocked by its id alone:\n{stats}"
+    );
+    raw(to, &["LOCK.RELEASE", &name, "someone-else"]);
+    assert_eq!(holder(to, &name), None, "the given-up waiter got the lock");
+    eventually(|| lock.try_acquire()).await;
+    assert_eq!(holder(to, &name).as_deref(), Some(lock.owner()));
+    lock.release().await.unwrap();
+}
+
+/// The id of the one blocked client on `node` (`CLIENT LIST`, flag `b`).
+fn blocked_client_id(node: &testkit::RedisServer) -> Option<i64> {
+    let list = match raw(node, &["CLIENT", "LIST"]) {
+        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("CLIENT LIST replied {other:?}"),
+    };
+    list.lines()
+        .find(|line| {
+            line.split(' ')
+                .any(|f| f.strip_prefix("flags=").is_some_and(|f| f.contains('b')))
+        })
+        .and_then(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .and_then(|id| id.parse().ok())
+}
+
+/// Review (wt-rev-cl): client ids are per server *process*. A master that
+/// restarts on the same address while a wait is queued starts its ids from
+/// 1 again; the ids learnt before the wait then name other clients there.
+/// When the caller gives up, `CLIENT UNBLOCK`/`CLIENT KILL ID` with the old
+/// id must not reach whichever client of the new process holds that id.
+/// (The cut names the id and the address together, so the foreign client,
+/// another port, is not cut; fails with the kill by id alone.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn review_a_restarted_master_is_not_sent_the_old_processs_ids() {
+    let mut cluster = RedisCluster::start(3, 0);
+    let redlock = Redlock::cluster_with_config(cluster.seeds(), wait_config()).unwrap();
+    let name = "restarted-wait";
+    let port = cluster.master_of(name).port();
+    {
+        // Raise the old process's ids, so that the new one reaches the
+        // waiting connection's id again with a foreign client.
+        let master = cluster.node(port);
+        for _ in 0..1500 {
+            let mut conn = master.conn();
+            let _: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
+        }
+        raw(master, &["LOCK.ACQUIRE", name, "someone-else", "60000"]);
+    }
+    let lock = std::sync::Arc::new(redlock.lock(name, Duration::from_secs(30)).unwrap());
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire_for(Duration::from_secs(60)).await })
+    };
+    let old_id = {
+        let master = cluster.node(port);
+        assert!(testkit::wait_until(Duration::from_secs(10), || {
+            field(master, name, "waiters") == Some(Value::Int(1))
+        }));
+        blocked_client_id(master).expect("no blocked client")
+    };
+    // The master restarts on the same address (its lock gone; a recovery
+    // window so that the wait, sent again by the cluster connection, queues).
+    cluster
+        .node_mut(port)
+        .restart_with(testkit::cluster::cluster_options().module_args(["recovery-ms", "60000"]));
+    let master = cluster.node(port);
+    // The shared connection is back on the new process.
+    eventually(|| async {
+        match redlock.info(name).await.pop().map(|node| node.info) {
+            Some(Ok(info)) => Ok(info),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    // The cluster connection sends the wait again, on a new connection to
+    // the new process (which the client did not name), where it queues.
+    assert!(
+        testkit::wait_until(Duration::from_secs(20), || blocked_client_id(master)
+            .is_some()),
+        "the wait was not sent again to the restarted master"
+    );
+    let mut watch = master.conn();
+    let new_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut watch).unwrap();
+    eprintln!(
+        "old id {old_id}; wait resent on the new process (blocked id {:?}); ids there at {new_id}; \
+         waiter finished: {}",
+        blocked_client_id(master),
+        waiter.is_finished()
+    );
+    // A foreign client of the new process that gets the old id.
+    let mut foreign = loop {
+        let mut conn = master.conn();
+        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn).unwrap();
+        assert!(id <= old_id, "the new process passed id {old_id} already");
+        if id == old_id {
+            break conn;
+        }
+    };
+    waiter.abort();
+    let _ = waiter.await;
+    // The given-up wait's cut reaches this master (answered 0 here: no
+    // client of the new process has the old id and address).
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            command_stats(master).contains("cmdstat_client|kill:calls=1,")
+        }),
+        "the given-up wait's cut never reached the restarted master:\n{}",
+        command_stats(master)
+    );
+    let stats = command_stats(master);
+    assert!(
+        !stats.contains("cmdstat_client|unblock"),
+        "a client of the restarted master was unblocked by its id alone:\n{stats}"
+    );
+    let ping: redis::RedisResult<String> = redis::cmd("PING").query(&mut foreign);
+    assert!(
+        ping.is_ok(),
+        "a foreign client of the restarted master, holding the old id {old_id}, was cut by the \
+         given-up wait: {ping:?}\n{stats}"
+    );
 }
