@@ -105,12 +105,7 @@ async fn locks_spread_over_the_shards_wait_on_the_server_and_are_renewed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lock_keeps_its_owner_and_token_while_its_slot_moves() {
     let cluster = RedisCluster::start(3, 0);
-    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
-    let slot = lowest_slot(from);
-    let name = (0..)
-        .map(|i| format!("moving{i}"))
-        .find(|k| cluster.key_slot(k) == slot)
-        .unwrap();
+    let (name, slot, from, to) = key_to_move(&cluster, "moving");
     let redlock = Redlock::cluster_with_config(cluster.seeds(), config()).unwrap();
     let lock = redlock
         .acquire(name.clone(), Duration::from_secs(30))
@@ -260,12 +255,7 @@ async fn a_lock_keeps_its_owner_and_token_while_its_slot_moves_atomically() {
         println!("skipped: this server has no atomic slot migration (Valkey 9, Redis 8.4+)");
         return;
     };
-    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
-    let slot = lowest_slot(from);
-    let name = (0..)
-        .map(|i| format!("atomic{i}"))
-        .find(|k| cluster.key_slot(k) == slot)
-        .unwrap();
+    let (name, slot, from, to) = key_to_move(&cluster, "atomic");
     let redlock = Redlock::cluster_with_config(cluster.seeds(), config()).unwrap();
     let lock = eventually(|| redlock.acquire(name.clone(), Duration::from_secs(60))).await;
     let token = lock.fencing_token().await.unwrap();
@@ -685,12 +675,7 @@ async fn a_cluster_wait_given_up_runs_nothing_on_its_master_later() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_wait_follows_its_moved_slot_and_is_cut_there() {
     let cluster = RedisCluster::start(3, 0);
-    let (from, to) = (&cluster.nodes[0], &cluster.nodes[1]);
-    let slot = lowest_slot(from);
-    let name = (0..)
-        .map(|i| format!("moving-wait{i}"))
-        .find(|k| cluster.key_slot(k) == slot)
-        .unwrap();
+    let (name, slot, from, to) = key_to_move(&cluster, "moving-wait");
     let redlock = Redlock::cluster_with_config(cluster.seeds(), wait_config()).unwrap();
     raw(from, &["LOCK.ACQUIRE", &name, "someone-else", "60000"]);
     let lock = std::sync::Arc::new(redlock.lock(name.clone(), Duration::from_secs(30)).unwrap());
