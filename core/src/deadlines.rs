@@ -1067,6 +1067,240 @@ mod tests {
         index
     }
 
+    /// A hostile model check across chunks: random insert / remove /
+    /// file_earlier / pop_due / next_due_batch / next_deadline / has_due /
+    /// trim / remap against a model of the live entries (earliest filed
+    /// deadline and key), with spikes of several chunks of live entries
+    /// that fall to zero and back, packed and spilled keys, and ids of
+    /// removed entries kept to check that they never match again. Every
+    /// live entry surfaces by its earliest deadline and never before it,
+    /// exactly once; `len()` is the model's; trim ends in bounded steps;
+    /// an emptied, trimmed index holds no memory.
+    #[test]
+    fn spikes_across_chunks_agree_with_a_model() {
+        use crate::chunked::CHUNK;
+        use std::collections::{BTreeSet, HashMap};
+        let mut next = crate::testing::below(0x51f1_5e3d_c0ff_ee11);
+        let mut index: DeadlineIndex<KeyId> = DeadlineIndex::new();
+        // id -> (key, earliest deadline, place in `ids`)
+        let mut model: HashMap<u64, (KeyId, u64, usize)> = HashMap::new();
+        let mut ids: Vec<u64> = Vec::new();
+        let mut by_deadline: BTreeSet<(u64, u64)> = BTreeSet::new();
+        // Ids of removed or dropped entries (a bounded sample).
+        let mut dead: Vec<u64> = Vec::new();
+        let mut now: u64 = 1_000;
+        let mut target: usize = 0;
+        let mut seen_slots = 0;
+        let mut seen_zero = 0;
+        let mut trims_to_end = 0;
+        let key_of = |n: u64, db: i32| {
+            if n % 3 == 0 {
+                // 40 bytes: spilled beside the slab.
+                KeyId::new(db, format!("long-lock-name-{n:025}").as_bytes())
+            } else {
+                KeyId::new(db, format!("k{n}").as_bytes())
+            }
+        };
+        fn forget(
+            id: u64,
+            model: &mut HashMap<u64, (KeyId, u64, usize)>,
+            ids: &mut Vec<u64>,
+            by_deadline: &mut BTreeSet<(u64, u64)>,
+            dead: &mut Vec<u64>,
+        ) -> (KeyId, u64) {
+            let (key, earliest, place) = model.remove(&id).expect("in the model");
+            ids.swap_remove(place);
+            if let Some(moved) = ids.get(place) {
+                model.get_mut(moved).expect("in the model").2 = place;
+            }
+            assert!(by_deadline.remove(&(earliest, id)));
+            if dead.len() < 4096 {
+                dead.push(id);
+            } else {
+                let at = (id as usize) % dead.len();
+                dead[at] = id;
+            }
+            (key, earliest)
+        }
+        for step in 0..400_000u64 {
+            // A new target now and then: up to 3.5 chunks, often 0.
+            // Phases: a spike of 2.5 to 4 chunks, down to zero, a small
+            // index, another spike, zero again.
+            let big = || CHUNK * 5 / 2 + (step as usize * 7919) % (CHUNK * 3 / 2);
+            match step {
+                0 | 220_000 => target = big(),
+                120_000 | 340_000 => target = 0,
+                180_000 => target = 1_000 + (step as usize % 1_000),
+                _ => {}
+            }
+            let grow = model.len() < target;
+            let op = next(100);
+            match op {
+                // Insert (more often while growing).
+                0..=69 if grow || (op < 15 && target > 0) => {
+                    let far = next(50) == 0;
+                    let deadline = now + 1 + next(if far { 1 << 40 } else { 5_000_000 });
+                    let db = [0, 1, 300][next(3) as usize];
+                    let key = key_of(step, db);
+                    let id = index.insert(deadline, key.clone());
+                    assert_ne!(id, 0);
+                    assert!(!model.contains_key(&id), "step {step}: id {id:#x} reused");
+                    model.insert(id, (key, deadline.min(LATEST_DEADLINE), ids.len()));
+                    ids.push(id);
+                    by_deadline.insert((deadline.min(LATEST_DEADLINE), id));
+                }
+                // Remove a live entry (more often while shrinking).
+                0..=69 if !ids.is_empty() => {
+                    let id = ids[next(ids.len() as u64) as usize];
+                    let (key, _) = forget(id, &mut model, &mut ids, &mut by_deadline, &mut dead);
+                    assert_eq!(index.remove(id), Some(key), "step {step}");
+                }
+                // An old id matches nothing.
+                70..=74 if !dead.is_empty() => {
+                    let id = dead[next(dead.len() as u64) as usize];
+                    assert!(!index.contains(id), "step {step}: old id {id:#x}");
+                    assert_eq!(index.remove(id), None, "step {step}");
+                    index.file_earlier(id, now);
+                }
+                // A lease shortened (sometimes to the past, sometimes filed
+                // later than it is: the earliest item still rules).
+                75..=78 if !ids.is_empty() => {
+                    let id = ids[next(ids.len() as u64) as usize];
+                    let deadline = now.saturating_sub(5) + next(30_000);
+                    index.file_earlier(id, deadline);
+                    let entry = model.get_mut(&id).expect("live");
+                    if deadline < entry.1 {
+                        assert!(by_deadline.remove(&(entry.1, id)));
+                        entry.1 = deadline;
+                        by_deadline.insert((deadline, id));
+                    }
+                }
+                // Time passes; one bounded batch.
+                79..=86 => {
+                    now += next(50);
+                    let limit = 1 + next(64) as usize;
+                    let popped = index.pop_due(now, limit);
+                    let mut last = 0;
+                    for (id, key) in popped {
+                        let (want, earliest) =
+                            forget(id, &mut model, &mut ids, &mut by_deadline, &mut dead);
+                        assert_eq!(key, want, "step {step}");
+                        assert!(earliest <= now, "step {step}: popped before its deadline");
+                        assert!(earliest >= last, "step {step}: out of order");
+                        last = earliest;
+                    }
+                    if let Some(&(earliest, _)) = by_deadline.first() {
+                        if earliest <= now {
+                            assert!(index.has_due(now), "step {step}: due but not told");
+                        }
+                    }
+                }
+                // Batches until nothing is due: all that is due came out.
+                87..=89 => {
+                    now += next(500);
+                    let mut batches = 0;
+                    while let Some(batch) = index.next_due_batch(now, 1 + next(256) as usize) {
+                        batches += 1;
+                        assert!(batches < 1_000_000, "step {step}: batches never end");
+                        for (id, key) in batch {
+                            let (want, earliest) =
+                                forget(id, &mut model, &mut ids, &mut by_deadline, &mut dead);
+                            assert_eq!(key, want, "step {step}");
+                            assert!(earliest <= now, "step {step}: popped before its deadline");
+                        }
+                    }
+                    assert!(
+                        by_deadline.first().map_or(true, |&(earliest, _)| earliest > now),
+                        "step {step}: a due entry did not surface"
+                    );
+                    assert!(!index.has_due(now) || index.next_deadline().map_or(true, |d| d > now));
+                }
+                // Trim: one step, or to the end.
+                90..=94 => {
+                    if next(4) == 0 {
+                        let mut steps = 0;
+                        while index.trim() {
+                            steps += 1;
+                            trims_to_end += 1;
+                            assert!(steps <= 1_000, "step {step}: trim never ends");
+                        }
+                        assert!(!index.trim_wanted());
+                    } else if index.trim() {
+                        trims_to_end += 1;
+                    }
+                }
+                // FLUSHDB / SWAPDB: drop some or all, or move databases.
+                95 if next(200) == 0 => {
+                    let mode = next(6);
+                    let map = |key: &KeyId| -> Option<KeyId> {
+                        match mode {
+                            0 => None,
+                            1 | 2 => (key.db() != 1).then(|| key.clone()),
+                            _ => Some(key.in_db(match key.db() {
+                                0 => 300,
+                                300 => 0,
+                                db => db,
+                            })),
+                        }
+                    };
+                    let mut mapped = Vec::new();
+                    for id in ids.clone() {
+                        let key = model[&id].0.clone();
+                        match map(&key) {
+                            Some(new) => mapped.push((id, new)),
+                            None => {
+                                forget(id, &mut model, &mut ids, &mut by_deadline, &mut dead);
+                            }
+                        }
+                    }
+                    index.remap(map);
+                    for (id, new) in mapped {
+                        model.get_mut(&id).expect("kept").0 = new;
+                    }
+                }
+                _ => {}
+            }
+            assert_eq!(index.len(), model.len(), "step {step}");
+            seen_slots = seen_slots.max(index.slots.len());
+            if step % 7 == 0 {
+                assert_eq!(
+                    index.next_deadline(),
+                    by_deadline.first().map(|&(earliest, _)| earliest),
+                    "step {step}"
+                );
+            }
+            if step % 13 == 0 && !ids.is_empty() {
+                let id = ids[next(ids.len() as u64) as usize];
+                assert!(index.contains(id), "step {step}");
+            }
+            // Emptied: trimmed to the end, the index holds (almost) nothing.
+            if model.is_empty() && target == 0 && next(50) == 0 {
+                seen_zero += 1;
+                let mut steps = 0;
+                while index.trim_wanted() {
+                    index.trim();
+                    steps += 1;
+                    assert!(steps <= 1_000, "step {step}: trim never ends");
+                }
+                trims_to_end += steps;
+                assert!(
+                    index.capacity_bytes() <= 1024,
+                    "step {step}: {} bytes kept",
+                    index.capacity_bytes()
+                );
+            }
+            if step % 50_000 == 0 {
+                for &id in &dead {
+                    assert!(!index.contains(id), "step {step}: old id {id:#x}");
+                }
+            }
+        }
+        // The run did what it is for.
+        assert!(seen_slots > 5 * CHUNK / 2, "slab at most {seen_slots}");
+        assert!(seen_zero >= 3, "emptied {seen_zero} times");
+        assert!(trims_to_end > 0, "never trimmed in steps");
+    }
+
     #[test]
     fn a_due_batch_is_none_only_when_nothing_more_is_due() {
         let mut index = DeadlineIndex::new();
