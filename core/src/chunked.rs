@@ -192,6 +192,11 @@ impl<T: Ord> ChunkHeap<T> {
         self.items.capacity()
     }
 
+    #[cfg(test)]
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter()
+    }
+
     /// The greatest element.
     pub fn peek(&self) -> Option<&T> {
         self.items.get(0)

@@ -1067,6 +1067,45 @@ mod tests {
         index
     }
 
+    impl<K> DeadlineIndex<K> {
+        /// The free list names each free slot of the slab exactly once,
+        /// and `free_stale` counts exactly its entries above the slab (all
+        /// above the others); every spilled key names its slot, which names
+        /// its place; no slot's generation is 0; the heap is bounded.
+        fn check_invariants(&self) {
+            use std::collections::HashSet;
+            let len = self.slots.len();
+            let mut listed = HashSet::new();
+            let mut stale = 0;
+            for &Reverse(slot) in self.free.iter() {
+                if slot as usize >= len {
+                    stale += 1;
+                } else {
+                    assert!(listed.insert(slot), "slot {slot} listed twice");
+                    let entry = self.slots.get(slot as usize).unwrap();
+                    assert_eq!(entry.flags & LIVE, 0, "live slot {slot} listed free");
+                }
+            }
+            assert_eq!(stale, self.free_stale, "stale entries miscounted");
+            let mut live = 0;
+            for (at, entry) in self.slots.iter().enumerate() {
+                assert_ne!(entry.generation, 0);
+                if entry.flags & LIVE != 0 {
+                    live += 1;
+                } else {
+                    assert!(listed.contains(&(at as u32)), "free slot {at} not listed");
+                }
+            }
+            assert_eq!(live, self.live);
+            for (place, (slot, _)) in self.spilled.iter().enumerate() {
+                let entry = self.slots.get(*slot as usize).unwrap();
+                assert_eq!(entry.flags & (LIVE | SPILLED), LIVE | SPILLED);
+                assert_eq!(place_of_spilled(&entry.key), Some(place));
+            }
+            assert!(self.heap.len() <= 2 * self.live + STALE_SLACK + 1 || self.live == 0);
+        }
+    }
+
     /// A hostile model check across chunks: random insert / remove /
     /// file_earlier / pop_due / next_due_batch / next_deadline / has_due /
     /// trim / remap against a model of the live entries (earliest filed
@@ -1288,6 +1327,9 @@ mod tests {
                     "step {step}: {} bytes kept",
                     index.capacity_bytes()
                 );
+            }
+            if step % 5_000 == 0 {
+                index.check_invariants();
             }
             if step % 50_000 == 0 {
                 for &id in &dead {
