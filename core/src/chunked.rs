@@ -20,8 +20,8 @@ fn split(i: usize) -> (usize, usize) {
 
 #[derive(Debug)]
 pub struct ChunkVec<T> {
-    /// Every chunk but the last is full; the last is not empty (no chunk
-    /// at all when the vector is empty).
+    /// Every chunk but the last is full; the last is not empty, unless it
+    /// is the only one (kept for reuse while small; `clear` frees it).
     chunks: Vec<Vec<T>>,
     len: usize,
 }
@@ -84,12 +84,16 @@ impl<T> ChunkVec<T> {
         let last = self.chunks.last_mut()?;
         let value = last.pop()?;
         self.len -= 1;
-        if last.is_empty() {
-            self.chunks.pop();
-        } else if only && last.capacity() > 64 && last.len() * 4 < last.capacity() {
+        if only {
             // The first chunk gives back what it does not use (a copy of a
-            // quarter of a chunk at most).
-            last.shrink_to(last.len() * 2);
+            // quarter of a chunk at most), but stays while small: a vector
+            // that empties and refills (the free list in steady churn)
+            // would otherwise free and allocate it every time.
+            if last.capacity() > 64 && last.len() * 4 < last.capacity() {
+                last.shrink_to(last.len() * 2);
+            }
+        } else if last.is_empty() {
+            self.chunks.pop();
         }
         Some(value)
     }

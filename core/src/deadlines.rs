@@ -1312,7 +1312,7 @@ mod tests {
                 let id = ids[next(ids.len() as u64) as usize];
                 assert!(index.contains(id), "step {step}");
             }
-            // Emptied: trimmed to the end, the index holds (almost) nothing.
+            // Emptied: trimmed to the end, the index holds a few KiB at most.
             if model.is_empty() && target == 0 && next(50) == 0 {
                 seen_zero += 1;
                 let mut steps = 0;
@@ -1322,8 +1322,9 @@ mod tests {
                     assert!(steps <= 1_000, "step {step}: trim never ends");
                 }
                 trims_to_end += steps;
+                // (Each structure may keep a small first chunk for reuse.)
                 assert!(
-                    index.capacity_bytes() <= 1024,
+                    index.capacity_bytes() <= 8 * 1024,
                     "step {step}: {} bytes kept",
                     index.capacity_bytes()
                 );
