@@ -139,6 +139,42 @@ impl<T> ChunkVec<T> {
         self.chunks.iter().flatten()
     }
 
+    /// Keeps the elements for which `keep` is true, in order, in place
+    /// (no copy of the whole: a rebuild of the lease index's heap at a
+    /// million leases); chunks left empty are freed.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        let mut kept = 0;
+        for i in 0..self.len {
+            if self.get(i).is_some_and(&mut keep) {
+                self.swap(kept, i);
+                kept += 1;
+            }
+        }
+        self.truncate(kept);
+    }
+
+    /// Drops the elements from `n` on.
+    pub fn truncate(&mut self, n: usize) {
+        if n >= self.len {
+            return;
+        }
+        let (chunk, at) = split(n);
+        self.chunks.truncate(chunk + 1);
+        if let Some(last) = self.chunks.last_mut() {
+            last.truncate(at);
+        }
+        if at == 0 && chunk > 0 {
+            self.chunks.pop();
+        }
+        self.len = n;
+        // An only chunk gives back what it does not use, as in `pop`.
+        if let [only] = self.chunks.as_mut_slice() {
+            if only.capacity() > 64 && only.len() * 4 < only.capacity() {
+                only.shrink_to(only.len() * 2);
+            }
+        }
+    }
+
     /// Drops the last chunk's elements (at most [`CHUNK`]) and gives its
     /// memory back; returns how many were dropped.
     pub fn drop_last_chunk(&mut self) -> usize {
@@ -233,6 +269,14 @@ impl<T: Ord> ChunkHeap<T> {
     /// The elements in no particular order (the heap is left empty).
     pub fn take_all(&mut self) -> Vec<T> {
         self.items.take_all()
+    }
+
+    /// Keeps the elements for which `keep` is true, in place, in O(n).
+    pub fn retain(&mut self, keep: impl FnMut(&T) -> bool) {
+        self.items.retain(keep);
+        for i in (0..self.items.len() / 2).rev() {
+            self.sift_down(i);
+        }
     }
 
     /// A heap of `values`, in O(n).
@@ -374,6 +418,10 @@ mod tests {
             }
             assert_eq!(ours.peek(), theirs.peek());
         }
+        // Retained in place: still a heap, with what was kept.
+        ours.retain(|value| value % 7 != 0);
+        theirs.retain(|value| value % 7 != 0);
+        assert_eq!(ours.peek(), theirs.peek());
         let rebuilt = ChunkHeap::from_vec(ours.take_all());
         let mut ours = rebuilt;
         assert_eq!(ours.len(), theirs.len());
