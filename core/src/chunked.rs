@@ -195,6 +195,7 @@ impl<T> ChunkVec<T> {
     }
 
     /// The elements, in order, as one `Vec` (the vector is left empty).
+    #[cfg(test)]
     pub fn take_all(&mut self) -> Vec<T> {
         let mut all = Vec::with_capacity(self.len);
         for chunk in std::mem::take(&mut self.chunks) {
@@ -267,6 +268,7 @@ impl<T: Ord> ChunkHeap<T> {
     }
 
     /// The elements in no particular order (the heap is left empty).
+    #[cfg(test)]
     pub fn take_all(&mut self) -> Vec<T> {
         self.items.take_all()
     }
@@ -280,6 +282,7 @@ impl<T: Ord> ChunkHeap<T> {
     }
 
     /// A heap of `values`, in O(n).
+    #[cfg(test)]
     pub fn from_vec(values: Vec<T>) -> Self {
         let mut heap = ChunkHeap::default();
         for value in values {

@@ -1251,7 +1251,9 @@ mod tests {
                         }
                     }
                     assert!(
-                        by_deadline.first().map_or(true, |&(earliest, _)| earliest > now),
+                        by_deadline
+                            .first()
+                            .map_or(true, |&(earliest, _)| earliest > now),
                         "step {step}: a due entry did not surface"
                     );
                     assert!(!index.has_due(now) || index.next_deadline().map_or(true, |d| d > now));
