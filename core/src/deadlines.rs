@@ -1108,6 +1108,36 @@ mod tests {
         }
     }
 
+    /// Steady churn (releases, expiries and acquisitions at a constant
+    /// number of leases, across a chunk) never asks for a trim: the timer
+    /// is not re-armed every millisecond for nothing.
+    #[test]
+    fn steady_churn_wants_no_trim() {
+        let mut next = crate::testing::below(0x0dd_ba11_cafe_f00d);
+        let live = crate::chunked::CHUNK + 3_000;
+        let mut index = DeadlineIndex::new();
+        let mut now = 0;
+        let mut ids: Vec<u64> = (0..live as u64)
+            .map(|i| index.insert(now + 1 + next(100_000), i))
+            .collect();
+        for step in 0..100_000u64 {
+            if next(2) == 0 {
+                let at = next(ids.len() as u64) as usize;
+                assert!(index.remove(ids.swap_remove(at)).is_some());
+            } else {
+                now += next(10);
+                for (id, _) in index.pop_due(now, 8) {
+                    let at = ids.iter().position(|x| *x == id).unwrap();
+                    ids.swap_remove(at);
+                }
+            }
+            while ids.len() < live {
+                ids.push(index.insert(now + 1 + next(100_000), step));
+            }
+            assert!(!index.trim_wanted(), "step {step}");
+        }
+    }
+
     /// A hostile model check across chunks: random insert / remove /
     /// file_earlier / pop_due / next_due_batch / next_deadline / has_due /
     /// trim / remap against a model of the live entries (earliest filed
