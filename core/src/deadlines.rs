@@ -1124,12 +1124,15 @@ mod tests {
             if next(2) == 0 {
                 let at = next(ids.len() as u64) as usize;
                 assert!(index.remove(ids.swap_remove(at)).is_some());
+                // (A release arms the timer at once: not for a trim.)
+                assert!(!index.trim_wanted(), "step {step}");
             } else {
                 now += next(10);
                 for (id, _) in index.pop_due(now, 8) {
                     let at = ids.iter().position(|x| *x == id).unwrap();
                     ids.swap_remove(at);
                 }
+                assert!(!index.trim_wanted(), "step {step}");
             }
             while ids.len() < live {
                 ids.push(index.insert(now + 1 + next(100_000), step));
