@@ -4,8 +4,11 @@
 //! push (16 ms at a million leases here) and gives memory back by copying
 //! again (30 ms in one release). Here no push or pop copies more than the
 //! first chunk's quarter: growth adds a chunk, and a chunk that empties is
-//! freed. The first chunk grows and shrinks as a `Vec` (by doubling, up to
-//! [`CHUNK`]), so that a small index stays small.
+//! freed once the vector is half a chunk below it (kept as a spare until
+//! then, so that a length hovering at a chunk's edge does not free and
+//! allocate a chunk per push and pop). The first chunk grows and shrinks as
+//! a `Vec` (by doubling, up to [`CHUNK`]), so that a small index stays
+//! small, and stays (at most ~64 elements' room) when it empties.
 
 /// Elements per chunk, as a power of two.
 const CHUNK_BITS: u32 = 14;
