@@ -53,11 +53,13 @@ impl<T> ChunkVec<T> {
         self.len == 0
     }
 
+    #[inline]
     pub fn get(&self, i: usize) -> Option<&T> {
         let (chunk, at) = split(i);
         self.chunks.get(chunk)?.get(at)
     }
 
+    #[inline]
     pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         let (chunk, at) = split(i);
         self.chunks.get_mut(chunk)?.get_mut(at)
@@ -67,7 +69,23 @@ impl<T> ChunkVec<T> {
         self.chunks.last()?.last()
     }
 
+    #[inline]
     pub fn push(&mut self, value: T) {
+        // The common case: room in the last chunk, no growth.
+        if let Some(last) = self.chunks.last_mut() {
+            if last.len() < last.capacity() {
+                last.push(value);
+                self.len += 1;
+                return;
+            }
+        }
+        self.push_growing(value);
+    }
+
+    /// [`ChunkVec::push`] when the last chunk is full: it grows (the
+    /// first), or a chunk is added.
+    #[cold]
+    fn push_growing(&mut self, value: T) {
         let room = self.chunks.last().is_some_and(|last| last.len() < CHUNK);
         if !room {
             // A new chunk: the first grows by doubling (a small vector
@@ -239,7 +257,7 @@ impl<T> Default for ChunkHeap<T> {
     }
 }
 
-impl<T: Ord> ChunkHeap<T> {
+impl<T: Ord + Copy> ChunkHeap<T> {
     pub fn len(&self) -> usize {
         self.items.len()
     }
@@ -252,28 +270,36 @@ impl<T: Ord> ChunkHeap<T> {
         self.items.capacity()
     }
 
-    #[cfg(test)]
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.items.iter()
-    }
 
     /// The greatest element.
     pub fn peek(&self) -> Option<&T> {
         self.items.get(0)
     }
 
+    #[inline]
     pub fn push(&mut self, value: T) {
+        let at = self.items.len();
         self.items.push(value);
-        self.sift_up(self.items.len() - 1);
+        // The common case (a deadline later than its parent's): no move.
+        let parent_is_greater = at == 0
+            || self
+                .items
+                .get((at - 1) / 2)
+                .is_some_and(|&above| above >= value);
+        if !parent_is_greater {
+            self.sift_up(at);
+        }
     }
 
     /// Removes and returns the greatest element.
     pub fn pop(&mut self) -> Option<T> {
-        let last = self.items.len().checked_sub(1)?;
-        self.items.swap(0, last);
-        let top = self.items.pop();
+        let last = self.items.pop()?;
+        let Some(top) = self.items.get_mut(0) else {
+            return Some(last);
+        };
+        let top = std::mem::replace(top, last);
         self.sift_down(0);
-        top
+        Some(top)
     }
 
     pub fn clear(&mut self) {
@@ -313,44 +339,57 @@ impl<T: Ord> ChunkHeap<T> {
         heap
     }
 
-    /// Whether element `a` is less than element `b`.
-    fn less(&self, a: usize, b: usize) -> bool {
-        match (self.items.get(a), self.items.get(b)) {
-            (Some(x), Some(y)) => x < y,
-            _ => false,
+    fn set(&mut self, i: usize, value: T) {
+        if let Some(slot) = self.items.get_mut(i) {
+            *slot = value;
         }
     }
 
+    /// Moves element `i` up to its place: its parents that are less move
+    /// down a level each (a hole moves up, as in `std`'s heap, rather than
+    /// swaps), and it is written once.
     fn sift_up(&mut self, mut i: usize) {
+        let Some(&value) = self.items.get(i) else {
+            return;
+        };
         while i > 0 {
             let parent = (i - 1) / 2;
-            if !self.less(parent, i) {
+            let Some(&above) = self.items.get(parent) else {
+                break;
+            };
+            if above >= value {
                 break;
             }
-            self.items.swap(parent, i);
+            self.set(i, above);
             i = parent;
         }
+        self.set(i, value);
     }
 
+    /// Moves element `i` down to its place, by the hole as `sift_up`.
     fn sift_down(&mut self, mut i: usize) {
+        let Some(&value) = self.items.get(i) else {
+            return;
+        };
         let len = self.items.len();
         loop {
             let left = i.saturating_mul(2).saturating_add(1);
-            if left >= len {
+            let Some(&left_value) = self.items.get(left) else {
                 break;
-            }
-            let right = left + 1;
-            let child = if right < len && self.less(left, right) {
-                right
-            } else {
-                left
             };
-            if !self.less(i, child) {
+            let (child, child_value) = match self.items.get(left + 1) {
+                Some(&right_value) if left + 1 < len && left_value < right_value => {
+                    (left + 1, right_value)
+                }
+                _ => (left, left_value),
+            };
+            if child_value <= value {
                 break;
             }
-            self.items.swap(i, child);
+            self.set(i, child_value);
             i = child;
         }
+        self.set(i, value);
     }
 }
 

@@ -43,6 +43,8 @@
 
 use std::cmp::Reverse;
 
+use std::collections::BinaryHeap;
+
 use crate::chunked::{ChunkHeap, ChunkVec};
 
 /// Stale heap items tolerated beyond the number of live entries before the
@@ -170,7 +172,7 @@ pub struct DeadlineIndex<K> {
     /// them, all above every other entry, so the lowest entry is a free
     /// slot unless they are all that is left (then the list is dropped at
     /// once rather than popped one by one).
-    free: ChunkHeap<Reverse<u32>>,
+    free: BinaryHeap<Reverse<u32>>,
     free_stale: usize,
     heap: ChunkHeap<Item>,
     live: usize,
@@ -184,7 +186,7 @@ impl<K> Default for DeadlineIndex<K> {
         DeadlineIndex {
             slots: ChunkVec::default(),
             spilled: ChunkVec::default(),
-            free: ChunkHeap::default(),
+            free: BinaryHeap::new(),
             free_stale: 0,
             heap: ChunkHeap::default(),
             live: 0,
@@ -358,7 +360,9 @@ impl<K: SlabKey> DeadlineIndex<K> {
     }
 
     fn drop_free(&mut self) {
-        self.free.clear();
+        // Dropped whole: 4 bytes a slot (4 MB at a million, about 1.5 ms
+        // to free inside Redis), and in steady state nearly empty.
+        self.free = BinaryHeap::new();
         self.free_stale = 0;
     }
 
@@ -412,9 +416,8 @@ impl<K: SlabKey> DeadlineIndex<K> {
         if self.slab_to_trim() {
             self.shrink_top();
         } else if !self.free.is_empty() && self.free.len() <= self.free_stale {
-            // Every entry is a given-back slot: any chunk of them will do.
-            let dropped = self.free.drop_some();
-            self.free_stale = self.free_stale.saturating_sub(dropped);
+            // Every entry is a given-back slot.
+            self.drop_free();
         } else if self.live == 0 && !self.heap.is_empty() {
             // Every item is stale.
             self.heap.drop_some();
