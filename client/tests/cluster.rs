@@ -315,6 +315,18 @@ fn counter_of(node: &testkit::RedisServer) -> i64 {
     }
 }
 
+/// Waits until `redlock` answers `LOCK.INFO` for `name` (its connections
+/// are up, or back after a restart).
+async fn reaches_the_lock(redlock: &Redlock, name: &str) {
+    eventually(|| async {
+        match redlock.info(name).await.pop().map(|node| node.info) {
+            Some(Ok(info)) => Ok(info),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
 /// A key in the lowest slot of `from` (the slot `reshard_one_slot` moves),
 /// and a master other than `from`.
 fn key_to_move<'a>(
@@ -609,13 +621,7 @@ async fn a_cluster_wait_given_up_runs_nothing_on_its_master_later() {
         },
     )
     .unwrap();
-    eventually(|| async {
-        match redlock.info(name).await.pop().map(|node| node.info) {
-            Some(Ok(info)) => Ok(info),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    reaches_the_lock(&redlock, name).await;
     assert!(
         proxy.open() > 0,
         "the client does not reach the master through the proxy"
@@ -784,13 +790,7 @@ async fn review_a_restarted_master_is_not_sent_the_old_processs_ids() {
         .restart_with(testkit::cluster::cluster_options().module_args(["recovery-ms", "60000"]));
     let master = cluster.node(port);
     // The shared connection is back on the new process.
-    eventually(|| async {
-        match redlock.info(name).await.pop().map(|node| node.info) {
-            Some(Ok(info)) => Ok(info),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    reaches_the_lock(&redlock, name).await;
     // The cluster connection sends the wait again, on a new connection to
     // the new process (which the client did not name), where it queues.
     assert!(
