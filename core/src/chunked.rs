@@ -270,7 +270,6 @@ impl<T: Ord + Copy> ChunkHeap<T> {
         self.items.capacity()
     }
 
-
     /// The greatest element.
     pub fn peek(&self) -> Option<&T> {
         self.items.get(0)
