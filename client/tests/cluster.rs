@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{field, holder, raw, test_config, token_on};
+use common::{command_stats, field, give_up_a_queued_wait, holder, raw, test_config, token_on};
 use redis::Value;
 use redis_lock_client::{Acknowledge, Config, Redlock};
 use testkit::cluster::{lowest_slot, RedisCluster};
@@ -503,15 +503,6 @@ fn wait_config() -> Config {
     }
 }
 
-/// `INFO commandstats` of `node`.
-fn command_stats(node: &testkit::RedisServer) -> String {
-    match raw(node, &["INFO", "commandstats"]) {
-        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Value::VerbatimString { text, .. } => text,
-        other => panic!("INFO replied {other:?}"),
-    }
-}
-
 /// A wait its caller gives up on (its future dropped while another owner
 /// holds the lock) is ended on the shard's master at once: the client knows
 /// its waiting connection's id and address on every master (`CLIENT INFO`)
@@ -534,23 +525,7 @@ async fn a_cluster_wait_given_up_is_cut_on_its_master() {
         let lock = lock.clone();
         tokio::spawn(async move { lock.acquire_for(Duration::from_secs(60)).await })
     };
-    assert!(
-        testkit::wait_until(Duration::from_secs(10), || {
-            field(master, name, "waiters") == Some(Value::Int(1))
-        }),
-        "the waiter never queued on the master"
-    );
-    waiter.abort();
-    assert!(waiter.await.unwrap_err().is_cancelled());
-    // Ten seconds is long for the cut and far short of the wait's own
-    // timeout (60 s less the reply allowance).
-    assert!(
-        testkit::wait_until(Duration::from_secs(10), || {
-            field(master, name, "waiters") == Some(Value::Int(0))
-        }),
-        "the given-up wait is still queued on the master: {:?}",
-        field(master, name, "waiters")
-    );
+    give_up_a_queued_wait(master, name, waiter).await;
     let stats = command_stats(master);
     assert!(
         stats.contains("cmdstat_client|kill:calls=1,"),

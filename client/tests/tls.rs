@@ -17,9 +17,8 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{field, holder, test_config};
+use common::{holder, test_config};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-use redis::Value;
 use redis_lock_client::{Config, Error, Redlock, Tls};
 use testkit::cluster::{cluster_options, RedisCluster};
 use testkit::{free_port, RedisServer, ServerOptions};
@@ -369,24 +368,8 @@ async fn a_tls_cluster_serves_locks_on_every_shard_to_the_async_and_blocking_cli
         let lock = patient.lock(name.clone(), Duration::from_secs(30)).unwrap();
         tokio::spawn(async move { lock.acquire_for(Duration::from_secs(60)).await })
     };
-    assert!(
-        testkit::wait_until(Duration::from_secs(10), || {
-            field(master, name, "waiters") == Some(Value::Int(1))
-        }),
-        "the waiter never queued on the master"
-    );
-    waiter.abort();
-    assert!(waiter.await.unwrap_err().is_cancelled());
-    assert!(
-        testkit::wait_until(Duration::from_secs(10), || {
-            field(master, name, "waiters") == Some(Value::Int(0))
-        }),
-        "the given-up wait is still queued on the master"
-    );
-    let stats = match common::raw(master, &["INFO", "commandstats"]) {
-        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        other => panic!("INFO replied {other:?}"),
-    };
+    common::give_up_a_queued_wait(master, name, waiter).await;
+    let stats = common::command_stats(master);
     assert!(
         stats.contains("cmdstat_client|kill:calls=1,"),
         "the waiting connection was not cut once on its master:\n{stats}"

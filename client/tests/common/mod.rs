@@ -125,3 +125,38 @@ pub fn token_on(server: &RedisServer, key: &str) -> Option<i64> {
         other => panic!("token is {other:?}"),
     }
 }
+
+/// `INFO commandstats` of `node`.
+pub fn command_stats(node: &RedisServer) -> String {
+    match raw(node, &["INFO", "commandstats"]) {
+        Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("INFO replied {other:?}"),
+    }
+}
+
+/// `waiter` (a `WAIT` on `name`, on `master`) queues there; its task is
+/// then aborted, and the wait must be gone from `master` well before its
+/// own server-side timeout (ten seconds is long for the cut and far short
+/// of a wait of a minute).
+pub async fn give_up_a_queued_wait<T: std::fmt::Debug>(
+    master: &RedisServer,
+    name: &str,
+    waiter: tokio::task::JoinHandle<T>,
+) {
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(master, name, "waiters") == Some(Value::Int(1))
+        }),
+        "the waiter never queued on the master"
+    );
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    assert!(
+        testkit::wait_until(Duration::from_secs(10), || {
+            field(master, name, "waiters") == Some(Value::Int(0))
+        }),
+        "the given-up wait is still queued on the master: {:?}",
+        field(master, name, "waiters")
+    );
+}
