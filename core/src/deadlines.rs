@@ -401,8 +401,13 @@ impl<K: SlabKey> DeadlineIndex<K> {
     /// entry is live keeps its free slots below it for new entries.)
     pub fn trim_wanted(&self) -> bool {
         self.slab_to_trim()
-            || (!self.free.is_empty() && self.free.len() <= self.free_stale)
+            || (self.free_only_given_back())
             || (self.live == 0 && !self.heap.is_empty())
+    }
+
+    /// The free list holds only slots a shrink gave back (and some).
+    fn free_only_given_back(&self) -> bool {
+        !self.free.is_empty() && self.free.len() <= self.free_stale
     }
 
     /// Free slots at the top, many of them or all there is.
@@ -417,7 +422,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
     pub fn trim(&mut self) -> bool {
         if self.slab_to_trim() {
             self.shrink_top();
-        } else if !self.free.is_empty() && self.free.len() <= self.free_stale {
+        } else if self.free_only_given_back() {
             // Every entry is a given-back slot.
             self.drop_free();
         } else if self.live == 0 && !self.heap.is_empty() {
