@@ -10,7 +10,8 @@
 //! head skipped), a full semaphore's refusal turned into a grant (the
 //! last two, and a reader's and a writer's places swapped, when the
 //! history has them; a copy whose check runs out of the budget is
-//! undecided, and the next of up to `COPY_TRIES` copies is checked). Nor may
+//! undecided, and the next copy is checked: up to `SCOUT_TRIES` copies
+//! with a tenth of the budget, then up to `COPY_TRIES` with the whole). Nor may
 //! the history of a node that forgets its locks on restart, or whose leases
 //! end early or late.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

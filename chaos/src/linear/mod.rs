@@ -75,9 +75,22 @@ pub enum CopyCheck {
     Undecided,
 }
 
-/// How many copies of one kind (waiters swapped) are made and checked, in
-/// turn, while each check is undecided.
+/// How many copies of one kind (waiters swapped) are checked with the
+/// whole budget, in turn, while each check is undecided (after the
+/// scouting round, [`SCOUT_TRIES`]).
 pub const COPY_TRIES: usize = 3;
+
+/// How many copies of one kind (waiters swapped) are first checked with a
+/// [`SCOUT_SHARE`]th of the budget each, in turn, while each is undecided.
+/// A corrupted copy's check is steep in the steps before the corruption:
+/// most are refuted in a few thousand steps, some need a million, and a
+/// few more than the whole budget (a clean-clone run on Redis 7.0 had
+/// three such copies in a row); a cheap look at many pairs finds one that
+/// can be decided before the whole budget is spent on any.
+pub const SCOUT_TRIES: usize = 12;
+
+/// The share of the budget that a scouting check gets (1 in this many).
+pub const SCOUT_SHARE: u64 = 10;
 
 /// The most steps the checker may take on one key (a step applied to one
 /// of the key's possible states, `LockSpec::apply`) before it gives up on
@@ -303,7 +316,7 @@ impl std::fmt::Display for Report {
                 match copy {
                     Some((key, CopyCheck::Rejected)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): rejected, as it must be"),
                     Some((key, CopyCheck::Accepted)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): NOT REJECTED (accepted: FIFO is not checked)"),
-                    Some((key, CopyCheck::Undecided)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): UNDECIDED in every copy tried, up to {COPY_TRIES} (each check ran out of its budget)"),
+                    Some((key, CopyCheck::Undecided)) => write!(f, "\nskipped     key {key}, {what} two waiters' places swapped (the head skipped): UNDECIDED in every copy tried ({SCOUT_TRIES} with a {SCOUT_SHARE}th of the budget, then {COPY_TRIES} with the whole: each check ran out of its budget)"),
                     None => write!(f, "\nskipped     no {what} two waiters in a known order"),
                 }?;
             }
@@ -367,13 +380,18 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
             .count();
         // The other keys' histories are unchanged: only the corrupted
         // key's is checked again, up to a little after the corruption.
-        let recheck = |copy: Vec<Entry>, key: usize| {
+        let recheck_within = |copy: Vec<Entry>, key: usize, steps: u64| {
             let cut = corrupted_until(&entries, &copy, key).saturating_add(PAST_CORRUPTION_NS);
             let mine: Vec<Entry> = copy.into_iter().filter(|e| e.key == key).collect();
-            (key, check(&prefix(&mine, cut), &kills).of_copy(key))
+            (
+                key,
+                check_within(&prefix(&mine, cut), &kills, steps).of_copy(key),
+            )
         };
-        // Waiters swapped: the first of up to COPY_TRIES copies whose
-        // check is decided (or the last undecided one).
+        let recheck = |copy: Vec<Entry>, key: usize| recheck_within(copy, key, budget());
+        // Waiters swapped: the first copy whose check is decided, scouting
+        // up to SCOUT_TRIES copies and then up to COPY_TRIES with the
+        // whole budget (or the last undecided one).
         let swapped_places = |pick: &dyn Fn(usize, Mode, Mode) -> bool, shows: bool| {
             first_decided(
                 |nth| {
@@ -384,7 +402,8 @@ pub async fn run(settings: &recorder::Settings) -> Result<Report, String> {
                     }
                     Some((copy, key))
                 },
-                recheck,
+                recheck_within,
+                budget(),
             )
         };
         let kind = |key: usize| Kind::of(key, shared);
@@ -469,22 +488,28 @@ fn dump_changed(entries: &[Entry], copy: &[Entry], key: usize) {
 }
 
 /// Makes copies (`make(nth)`: a copy and its corrupted key, `None` when
-/// there is no `nth` one) and checks them in turn (`check`), up to
-/// [`COPY_TRIES`]: the first decided one's outcome, or the last undecided
+/// there is no `nth` one) and checks them in turn (`check(copy, key,
+/// steps)`) in two rounds: up to [`SCOUT_TRIES`] copies with a
+/// [`SCOUT_SHARE`]th of `budget` each, then up to [`COPY_TRIES`] with the
+/// whole `budget`. Returns the first decided one's outcome (an accepted
+/// copy is never passed over for a later one), or the last undecided
 /// one's; `None` when there is no copy to make.
 pub fn first_decided(
     mut make: impl FnMut(usize) -> Option<(Vec<Entry>, usize)>,
-    check: impl Fn(Vec<Entry>, usize) -> (usize, CopyCheck),
+    check: impl Fn(Vec<Entry>, usize, u64) -> (usize, CopyCheck),
+    budget: u64,
 ) -> Option<(usize, CopyCheck)> {
     let mut found = None;
-    for nth in 0..COPY_TRIES {
-        let Some((copy, key)) = make(nth) else {
-            break;
-        };
-        let checked = check(copy, key);
-        found = Some(checked);
-        if checked.1 != CopyCheck::Undecided {
-            break;
+    for (tries, steps) in [(SCOUT_TRIES, budget / SCOUT_SHARE), (COPY_TRIES, budget)] {
+        for nth in 0..tries {
+            let Some((copy, key)) = make(nth) else {
+                break;
+            };
+            let checked = check(copy, key, steps);
+            found = Some(checked);
+            if checked.1 != CopyCheck::Undecided {
+                return found;
+            }
         }
     }
     found
@@ -1600,38 +1625,67 @@ mod tests {
             check_within(&good, &[], CHECK_BUDGET).of_copy(0),
             CopyCheck::Accepted
         );
-        // Copies checked in turn, with the budget that the nth one gets:
-        // the first decided outcome wins; all undecided stays undecided;
-        // an accepted copy is never passed over for a later one.
-        let budgets = |budgets: Vec<u64>, copy: Vec<Entry>| {
-            let made = std::cell::Cell::new(0);
-            let outcome = first_decided(
-                |nth| (nth < budgets.len()).then(|| (copy.clone(), nth)),
-                |copy, nth| {
-                    made.set(made.get() + 1);
-                    (nth, check_within(&copy, &[], budgets[nth]).of_copy(0))
-                },
-            );
-            (outcome, made.get())
-        };
+        // Copies checked in turn; the nth copy's check needs `needs[nth]`
+        // steps (it is the bad history, checked with a budget of 3 steps
+        // when it is given fewer than it needs): the first decided outcome
+        // wins, scouting first with a tenth of the budget, then the first
+        // copies again with the whole; all undecided stays undecided; an
+        // accepted copy is never passed over for a later one.
         let big = CHECK_BUDGET;
+        let run = |needs: Vec<u64>, copy: Vec<Entry>| {
+            let made = std::cell::Cell::new(Vec::new());
+            let outcome = first_decided(
+                |nth| (nth < needs.len()).then(|| (copy.clone(), nth)),
+                |copy, nth, steps| {
+                    let mut tried = made.take();
+                    tried.push((nth, steps));
+                    made.set(tried);
+                    let given = if steps >= needs[nth] { big } else { 3 };
+                    (nth, check_within(&copy, &[], given).of_copy(0))
+                },
+                big,
+            );
+            (outcome, made.take())
+        };
+        let scout = big / SCOUT_SHARE;
+        // The second copy is cheap: found in the scouting round.
         assert_eq!(
-            budgets(vec![3, big], bad.clone()),
-            (Some((1, CopyCheck::Rejected)), 2)
+            run(vec![big, 100], bad.clone()),
+            (Some((1, CopyCheck::Rejected)), vec![(0, scout), (1, scout)])
         );
+        // The first copy is cheap: the only one checked.
         assert_eq!(
-            budgets(vec![big, 3], bad.clone()),
-            (Some((0, CopyCheck::Rejected)), 1)
+            run(vec![100, 100], bad.clone()),
+            (Some((0, CopyCheck::Rejected)), vec![(0, scout)])
         );
+        // Every copy needs more than the scouts get: the first copy again
+        // with the whole budget.
         assert_eq!(
-            budgets(vec![3; 5], bad.clone()),
-            (Some((COPY_TRIES - 1, CopyCheck::Undecided)), COPY_TRIES)
+            run(vec![big; 2], bad.clone()),
+            (
+                Some((0, CopyCheck::Rejected)),
+                vec![(0, scout), (1, scout), (0, big)]
+            )
         );
+        // The 12th copy is the first cheap one: still found.
+        let mut needs = vec![big + 1; SCOUT_TRIES - 1];
+        needs.push(100);
         assert_eq!(
-            budgets(vec![big, big], good.clone()),
-            (Some((0, CopyCheck::Accepted)), 1)
+            run(needs, bad.clone()).0,
+            Some((SCOUT_TRIES - 1, CopyCheck::Rejected))
         );
-        assert_eq!(budgets(vec![], bad), (None, 0));
+        // None can be decided: undecided, after every scout and COPY_TRIES
+        // whole checks.
+        let (outcome, tried) = run(vec![big + 1; 20], bad.clone());
+        assert_eq!(outcome, Some((COPY_TRIES - 1, CopyCheck::Undecided)));
+        assert_eq!(tried.len(), SCOUT_TRIES + COPY_TRIES, "{tried:?}");
+        assert!(tried[SCOUT_TRIES..].iter().all(|&(_, steps)| steps == big));
+        // An accepted copy ends the search, however cheap later ones are.
+        assert_eq!(
+            run(vec![100, 100], good.clone()),
+            (Some((0, CopyCheck::Accepted)), vec![(0, scout)])
+        );
+        assert_eq!(run(vec![], bad), (None, vec![]));
         // The copies take the keys in turn: two keys with the same pairs,
         // key 0's first, then key 1's, then key 0's second.
         let mut two = entries(&readers_around_a_writer(11, 12, 13, 14));
