@@ -443,7 +443,9 @@ pub(crate) fn trusted(ctx: Ctx) -> bool {
 /// `LOCK.DEBUG WALLCLOCK-OFFSET [ms]`: shifts the wall clock the module reads,
 /// to show that leases ignore wall-clock steps. `MONOTONIC-RATE [ppm]` and
 /// `MONOTONIC-JUMP ms`: a lease clock that runs fast or slow, or jumps
-/// forward, to exercise the client's drift allowance. Only with `debug yes`.
+/// forward, to exercise the client's drift allowance. `LEASE-INDEX`: the
+/// lease index's heap items (live or stale), live entries and whole
+/// rebuilds of its heap. Only with `debug yes`.
 pub fn debug(ctx: Ctx, args: &Argv) -> c_int {
     if !DEBUG.load(std::sync::atomic::Ordering::Relaxed) {
         return ffi::reply_error(
@@ -502,10 +504,25 @@ pub fn debug(ctx: Ctx, args: &Argv) -> c_int {
                 ),
             }
         }
+        [_, sub] if sub.eq_ignore_ascii_case(b"LEASE-INDEX") => {
+            let (items, live, rebuilds) = with_state(|state| {
+                let index = &state.deadlines;
+                (index.queued_items(), index.len(), index.rebuilds())
+            })
+            .unwrap_or_default();
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            ffi::reply_array(ctx, 6);
+            ffi::reply_bulk(ctx, b"items");
+            ffi::reply_integer(ctx, count(items));
+            ffi::reply_bulk(ctx, b"live");
+            ffi::reply_integer(ctx, count(live));
+            ffi::reply_bulk(ctx, b"rebuilds");
+            ffi::reply_integer(ctx, i64::try_from(rebuilds).unwrap_or(i64::MAX))
+        }
         [_] => ffi::reply_wrong_arity(ctx),
         _ => ffi::reply_error(
             ctx,
-            "ERR unknown LOCK.DEBUG subcommand: try WALLCLOCK-OFFSET [ms], MONOTONIC-RATE [ppm] or MONOTONIC-JUMP ms",
+            "ERR unknown LOCK.DEBUG subcommand: try WALLCLOCK-OFFSET [ms], MONOTONIC-RATE [ppm], MONOTONIC-JUMP ms or LEASE-INDEX",
         ),
     }
 }

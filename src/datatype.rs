@@ -237,30 +237,31 @@ extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int)
 /// release or expiry): drop its expiry entry and let its waiters in.
 extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, lock: *const c_void) {
     guard::callback(null_ctx(), "unlink", (), || {
-        value::with_lock(lock, |lock| {
-            crate::eviction::lock_unlinked(|| key_of(ctx));
-            // Deleted, or leaving for another name (RENAME, MOVE): the
-            // sweep finds it there.
-            let hinted = crate::hints::hint();
-            with_state(|state| {
-                for holder in lock.holders() {
-                    state.deadlines.remove(holder.expiry_id());
-                }
-                if hinted {
+        if lock.is_null() {
+            return;
+        }
+        crate::eviction::lock_unlinked(|| key_of(ctx));
+        // Deleted, or leaving for another name (RENAME, MOVE): the
+        // sweep finds it there.
+        let hinted = crate::hints::hint();
+        with_state(|state| {
+            value::for_each_expiry_id(lock, |entry| {
+                timer::remove_lease(state, entry);
+            });
+            if hinted {
+                timer::arm(state);
+            }
+            // The key's name is copied only when someone waits at all,
+            // and nobody serves them next.
+            if state.waiters.is_empty() || crate::hints::waiters_served_next() {
+                return;
+            }
+            if let Some(id) = key_of(ctx) {
+                if state.waiters.has_waiters(&id) {
+                    state.pending_grants.insert(id);
                     timer::arm(state);
                 }
-                // The key's name is copied only when someone waits at all,
-                // and nobody serves them next.
-                if state.waiters.is_empty() || crate::hints::waiters_served_next() {
-                    return;
-                }
-                if let Some(id) = key_of(ctx) {
-                    if state.waiters.has_waiters(&id) {
-                        state.pending_grants.insert(id);
-                        timer::arm(state);
-                    }
-                }
-            });
+            }
         });
     });
 }

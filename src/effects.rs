@@ -122,7 +122,7 @@ pub fn file(
         }
         Change::Left { entry, .. } => {
             crate::stats::holders_counted(-1);
-            state.deadlines.remove(entry);
+            timer::remove_lease(state, entry);
             return;
         }
         Change::None | Change::Deleted { .. } => return,

@@ -258,7 +258,7 @@ pub const COMMANDS: [Command; 15] = [
         flags: c"admin",
         acl: c"admin slow dangerous",
         in_own_category: false,
-        summary: c"Debug only (module loaded with debug yes): WALLCLOCK-OFFSET [ms] reads or sets the offset added to the wall clock the module reads, to show that leases ignore wall-clock steps; MONOTONIC-RATE [ppm] reads or sets how fast the lease clock runs (parts per million fast, negative: slow); MONOTONIC-JUMP ms moves the lease clock forward.",
+        summary: c"Debug only (module loaded with debug yes): WALLCLOCK-OFFSET [ms] reads or sets the offset added to the wall clock the module reads, to show that leases ignore wall-clock steps; MONOTONIC-RATE [ppm] reads or sets how fast the lease clock runs (parts per million fast, negative: slow); MONOTONIC-JUMP ms moves the lease clock forward; LEASE-INDEX replies the lease index's heap items, live entries and whole rebuilds.",
         complexity: c"O(1)",
         arity: -2,
         key: None,

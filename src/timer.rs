@@ -34,6 +34,10 @@ static HANDLER: OnceLock<fn(Ctx)> = OnceLock::new();
 const FOREIGN_RECHECK_MS: u64 = 100;
 /// How often the lease sweep takes a slice while it runs.
 const SWEEP_INTERVAL_MS: u64 = 2;
+/// Stale items (released locks, ended waits) that arming the timer drops
+/// from an index's top at most; past them it arms for the stale top's
+/// time, which is no later than the earliest live one's.
+const ARM_POPS: usize = 256;
 /// How soon the timer fires again while the lease index has memory to give
 /// back (each firing gives back about a chunk, ~1 MB at most, within its
 /// budget; a million leases' index is gone in a few dozen firings).
@@ -52,9 +56,9 @@ pub fn arm(state: &mut ModuleState) {
 pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
     let leases = state
         .deadlines
-        .next_deadline()
+        .next_deadline_within(ARM_POPS)
         .map(|deadline| deadline.max(writes_not_before));
-    let waits = state.wait_deadlines.next_deadline();
+    let waits = state.wait_deadlines.next_deadline_within(ARM_POPS);
     // Pending grants: at once (0 is in the past of any monotonic reading).
     let grants = (!state.pending_grants.is_empty() || !state.undelivered.is_empty())
         .then_some(writes_not_before);
@@ -82,6 +86,11 @@ pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
     else {
         return;
     };
+    arm_at(state, fire_at);
+}
+
+/// Makes sure the timer fires by `fire_at` (lease clock, ms).
+fn arm_at(state: &mut ModuleState, fire_at: u64) {
     let ctx = TIMER_CTX.load(Ordering::Relaxed);
     if ctx.is_null() {
         return;
@@ -101,6 +110,19 @@ pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
     // test makes the lease clock run fast or slow).
     if let Some(timer) = ffi::create_timer(ctx, CLOCK.real_delay_ms(delay), on_timer) {
         state.timer = Some((timer, now.saturating_add(delay)));
+    }
+}
+
+/// Drops lease index entry `entry` (a holder left, a lock went), and arms
+/// the timer when that started a sweep of the index's stale items (run in
+/// steps by the timer's trims: a removal never rebuilds the index whole in
+/// practice, `DeadlineIndex::trim`).
+pub fn remove_lease(state: &mut ModuleState, entry: u64) {
+    state.deadlines.remove(entry);
+    if state.deadlines.take_wake() {
+        // Only the trim's time: `arm` would first drop the stale items at
+        // the index's top, in the release (the firing arms in full).
+        arm_at(state, CLOCK.monotonic_ms().saturating_add(TRIM_INTERVAL_MS));
     }
 }
 

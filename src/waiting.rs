@@ -260,7 +260,7 @@ pub fn settle(target: &Target, key: &mut LockKey) {
         // a removed key drops them as it is unlinked.
         if let ops::Ended::Holders(gone) = &ended {
             for (_, entry) in gone {
-                state.deadlines.remove(*entry);
+                timer::remove_lease(state, *entry);
             }
             crate::stats::holders_counted(-i64::try_from(gone.len()).unwrap_or(0));
         }

@@ -606,3 +606,88 @@ fn reading_the_latency_threshold_leaves_no_config_get_in_commandstats_or_slowlog
         "a CONFIG GET nobody sent in the SLOWLOG: {config_gets:?}"
     );
 }
+
+/// `LOCK.DEBUG LEASE-INDEX`: (heap items, live entries, whole rebuilds).
+fn lease_index(c: &mut Connection) -> (i64, i64, i64) {
+    let reply: Vec<Value> = redis::cmd("LOCK.DEBUG")
+        .arg("LEASE-INDEX")
+        .query(c)
+        .unwrap();
+    let field = |name: &str| {
+        let at = reply
+            .iter()
+            .position(|v| redis::from_redis_value_ref::<String>(v).ok().as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {reply:?}"));
+        redis::from_redis_value_ref::<i64>(&reply[at + 1]).unwrap()
+    };
+    (field("items"), field("live"), field("rebuilds"))
+}
+
+/// Releases of long leases leave a released lock's item in the lease
+/// index's heap (no lease ends, so none surfaces at the top). Once they
+/// outnumber half the live entries, the timer sweeps them out in steps of
+/// bounded work; the heap is never rebuilt whole (an O(n) stall inside one
+/// release: ~22 ms at a million leases). Then acquisitions and releases
+/// together. Fails if a release that starts the sweep does not arm the
+/// timer: the next lease ends in an hour, and the stale items pile up.
+#[test]
+fn released_leases_are_swept_from_the_index_in_steps_never_rebuilt_whole() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let held = 5_000;
+    let acquire = |pipe: &mut redis::Pipeline, i: i64| {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(format!("long:{i}"))
+            .arg("o")
+            .arg(3_600_000)
+            .ignore();
+    };
+    let release = |pipe: &mut redis::Pipeline, i: i64| {
+        pipe.cmd("LOCK.RELEASE")
+            .arg(format!("long:{i}"))
+            .arg("o")
+            .ignore();
+    };
+    let mut pipe = redis::pipe();
+    for i in 0..held {
+        acquire(&mut pipe, i);
+    }
+    let _: () = pipe.query(&mut c).unwrap();
+    assert_eq!(lease_index(&mut c), (held, held, 0));
+    // Rounds of 100 releases (the rebuild's bound, 2 × live + 1024 items,
+    // is 660 releases past where the sweep starts), then rounds of 500
+    // releases and 500 new locks (2,500 pairs apart). After each round
+    // the sweep, if due, is done before the next (the bound below holds
+    // only once stale items were removed: 5,000 items for 2,600 locks in
+    // round 23 without the sweep).
+    let (mut first, mut live) = (0, held);
+    for round in 0..60 {
+        let mut pipe = redis::pipe();
+        let (releases, acquires) = if round < 30 { (100, 0) } else { (500, 500) };
+        for _ in 0..releases {
+            release(&mut pipe, first);
+            first += 1;
+        }
+        for i in 0..acquires {
+            acquire(&mut pipe, first + live - releases + i);
+        }
+        live += acquires - releases;
+        let _: () = pipe.query(&mut c).unwrap();
+        let swept = wait_until(SOON, || {
+            let (items, _, _) = lease_index(&mut c);
+            items <= live + live / 2 + 1024
+        });
+        assert!(
+            swept,
+            "round {round}: {:?} for {live} locks",
+            lease_index(&mut c)
+        );
+    }
+    let (items, now_live, rebuilds) = lease_index(&mut c);
+    assert_eq!(now_live, live);
+    assert_eq!(lock_stat(&mut c, "lock_held"), live);
+    assert_eq!(rebuilds, 0, "the heap was rebuilt whole ({items} items)");
+    // Without the sweep (and without a rebuild) the heap would hold every
+    // item ever filed: the first locks' and every new lock's.
+    assert!(items < held + 15_000 / 2, "{items} items");
+}

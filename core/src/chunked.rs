@@ -301,6 +301,35 @@ impl<T: Ord + Copy> ChunkHeap<T> {
         Some(top)
     }
 
+    /// The element at `i` (in the heap's layout: index 0 is the greatest).
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.items.get(i)
+    }
+
+    /// Removes and returns the element at `i`: the last element takes its
+    /// place and moves up or down to where it belongs, in O(log n).
+    pub fn remove_at(&mut self, i: usize) -> Option<T> {
+        if i >= self.items.len() {
+            return None;
+        }
+        let last = self.items.pop()?;
+        if i == self.items.len() {
+            return Some(last);
+        }
+        let removed = std::mem::replace(self.items.get_mut(i)?, last);
+        let above_is_less = i > 0
+            && self
+                .items
+                .get((i - 1) / 2)
+                .is_some_and(|&above| above < last);
+        if above_is_less {
+            self.sift_up(i);
+        } else {
+            self.sift_down(i);
+        }
+        Some(removed)
+    }
+
     pub fn clear(&mut self) {
         self.items.clear();
     }
@@ -515,5 +544,47 @@ mod tests {
         }
         assert_eq!(ours.pop(), None);
         assert!(ours.is_empty());
+    }
+
+    /// Removing elements at any place keeps the heap a heap holding
+    /// exactly the others (against a model), across chunks.
+    #[test]
+    fn a_chunk_heap_removes_at_any_place() {
+        let mut next = crate::testing::below(0x7e57_ab1e_0bad_cafe);
+        let mut heap = ChunkHeap::default();
+        let mut model: Vec<u64> = Vec::new();
+        for round in 0..6 {
+            for _ in 0..CHUNK + 500 {
+                let value = next(1_000_000);
+                heap.push(value);
+                model.push(value);
+            }
+            for _ in 0..(CHUNK / 2) {
+                let at = next(heap.len() as u64 + 3) as usize;
+                let removed = heap.remove_at(at);
+                match removed {
+                    Some(value) => {
+                        let place = model.iter().position(|&v| v == value).unwrap();
+                        model.swap_remove(place);
+                    }
+                    None => assert!(at >= heap.len(), "round {round}"),
+                }
+            }
+            // The heap property, parent by parent.
+            for i in 1..heap.len() {
+                assert!(
+                    heap.get((i - 1) / 2) >= heap.get(i),
+                    "round {round}: item {i} above its parent"
+                );
+            }
+            assert_eq!(heap.len(), model.len());
+        }
+        model.sort_unstable_by(|a, b| b.cmp(a));
+        let mut popped = Vec::new();
+        while let Some(value) = heap.pop() {
+            popped.push(value);
+        }
+        assert_eq!(popped, model);
+        assert_eq!(heap.remove_at(0), None);
     }
 }

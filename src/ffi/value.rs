@@ -89,6 +89,19 @@ pub fn with_lock<R>(value: *const c_void, f: impl FnOnce(&Lock) -> R) -> Option<
     }
 }
 
+/// Calls `f` with each holder's lease index entry of the lock behind a
+/// value, without spelling a compact lock out (`unlink2` runs for every
+/// lock that leaves the keyspace, each release among them); `None` for
+/// null.
+pub fn for_each_expiry_id(value: *const c_void, mut f: impl FnMut(u64)) -> Option<()> {
+    match form(value.cast_mut())? {
+        // SAFETY: as in `with_lock`.
+        Form::Full(lock) => unsafe { lock.as_ref() }
+            .map(|lock| lock.holders().iter().for_each(|h| f(h.expiry_id()))),
+        Form::Compact(compact) => unsafe { compact.as_ref() }.map(|c| f(c.expiry_id())),
+    }
+}
+
 /// The holders of the lock behind a value (without spelling a compact
 /// lock out: the `free` callback runs for every lock that ends).
 pub fn holder_count(value: *const c_void) -> Option<usize> {
