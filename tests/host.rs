@@ -691,3 +691,58 @@ fn released_leases_are_swept_from_the_index_in_steps_never_rebuilt_whole() {
     // item ever filed: the first locks' and every new lock's.
     assert!(items < held + 15_000 / 2, "{items} items");
 }
+
+/// Leases that shrank (`LOCK.EXTEND` to a shorter TTL) keep two items
+/// each in the lease index, both live: no sweep can remove them, yet they
+/// count as heap items, so one release makes the heap look due a sweep
+/// forever. The sweep must end after a pass that removed the stale item:
+/// a timer that started pass after pass would fire every millisecond and
+/// spend its whole 2 ms budget each time, until those leases end (half an
+/// hour here), on an otherwise idle server.
+#[test]
+fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let held = 3_000;
+    let mut pipe = redis::pipe();
+    for i in 0..held {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(format!("shrunk:{i}"))
+            .arg("o")
+            .arg(3_600_000)
+            .ignore();
+    }
+    for i in 0..held {
+        pipe.cmd("LOCK.EXTEND")
+            .arg(format!("shrunk:{i}"))
+            .arg("o")
+            .arg(1_800_000)
+            .ignore();
+    }
+    let _: () = pipe.query(&mut c).unwrap();
+    assert_eq!(lease_index(&mut c), (2 * held, held, 0));
+    // One release: the heap (6,000 items, 2,999 live entries) looks due a
+    // sweep; its one stale item goes.
+    assert_eq!(release(&mut c, "shrunk:0", "o"), Some(0));
+    assert!(
+        wait_until(SOON, || lease_index(&mut c).0 == 2 * held - 2),
+        "{:?}",
+        lease_index(&mut c)
+    );
+    // Half a second of an idle server: the next deadline is half an hour
+    // away, so the timer does not fire at all (a sweep that never ends
+    // fires it every millisecond: hundreds of times).
+    let before = lock_stat(&mut c, "lock_timer_runs");
+    let start = std::time::Instant::now();
+    let spun = wait_until(std::time::Duration::from_millis(500), || {
+        lock_stat(&mut c, "lock_timer_runs") > before + 10
+    });
+    assert!(
+        !spun,
+        "the timer keeps firing: {} runs in {:?}",
+        lock_stat(&mut c, "lock_timer_runs") - before,
+        start.elapsed()
+    );
+    assert!(start.elapsed() >= std::time::Duration::from_millis(500));
+    assert_eq!(lease_index(&mut c), (2 * held - 2, held - 1, 0));
+}

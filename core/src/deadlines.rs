@@ -1245,6 +1245,53 @@ mod tests {
         }
     }
 
+    /// Leases that shrank (`LOCK.EXTEND` to a shorter TTL) keep two items
+    /// each, both live: a sweep cannot remove either, yet they count as
+    /// heap items. One release then makes the heap look due a sweep
+    /// (items > 1.5 × live + slack) that no pass can bring down: the sweep
+    /// must end after a pass that removed what it could, rather than
+    /// start pass after pass (the module's timer would run its whole 2 ms
+    /// budget of trims every millisecond until those leases end).
+    #[test]
+    fn a_sweep_over_items_it_cannot_remove_ends() {
+        let mut index = DeadlineIndex::new();
+        let live = 3 * crate::chunked::CHUNK + 777;
+        let far = 1_000_000_000;
+        let ids: Vec<u64> = (0..live as u64)
+            .map(|i| index.insert(far + 10 * i, i))
+            .collect();
+        for (i, &id) in ids.iter().enumerate() {
+            index.file_earlier(id, far / 2 + i as u64);
+        }
+        assert_eq!(index.queued_items(), 2 * live);
+        assert!(!index.trim_wanted());
+        assert_eq!(index.remove(ids[7]), Some(7));
+        assert!(index.take_wake(), "the sweep did not start");
+        let mut steps = 0;
+        while index.trim() {
+            steps += 1;
+            assert!(
+                steps <= 2 * (2 * live / SWEEP_STEP + 1),
+                "the sweep never ends: {steps} steps over {} items, {} live",
+                index.queued_items(),
+                index.len()
+            );
+        }
+        // The stale item is gone; every live entry still has both items.
+        assert_eq!(index.queued_items(), 2 * live - 2);
+        assert_eq!(index.rebuilds(), 0);
+        // Releases start a sweep again only once new stale items are due
+        // one, and that sweep ends too.
+        for &id in &ids[8..8 + 100] {
+            index.remove(id);
+        }
+        assert!(!index.trim_wanted(), "a sweep for 100 stale items");
+        let popped = index.pop_due(u64::MAX, usize::MAX);
+        assert_eq!(popped.len(), live - 101);
+        let deadlines: Vec<u64> = popped.iter().map(|&(_, key)| key).collect();
+        assert!(deadlines.windows(2).all(|w| w[0] < w[1]), "out of order");
+    }
+
     /// Locks released in the order they were taken leave every top item
     /// stale: arming the timer drops at most `pops` of them per call and
     /// answers no later than the earliest live deadline; calls in turn
