@@ -192,6 +192,14 @@ pub struct DeadlineIndex<K> {
     /// `sweep_at`, a step per [`DeadlineIndex::trim`]).
     sweeping: bool,
     sweep_at: usize,
+    /// Stale items the pass under way removed.
+    sweep_removed: usize,
+    /// Items beyond the live entries that the last pass left because it
+    /// could not remove them (a shrunk lease's other items are live, see
+    /// [`SEVERAL`]): a sweep starts again only once stale items come on
+    /// top of them, so that a heap full of such items is not swept pass
+    /// after pass for nothing. 0 after a pass that did its work.
+    unswept: usize,
     /// A sweep started since the caller last asked ([`DeadlineIndex::take_wake`]):
     /// the timer that runs trims is to be armed.
     wake: bool,
@@ -212,6 +220,8 @@ impl<K> Default for DeadlineIndex<K> {
             generation_floor: 1,
             sweeping: false,
             sweep_at: 0,
+            sweep_removed: 0,
+            unswept: 0,
             wake: false,
             rebuilds: 0,
         }
@@ -371,9 +381,13 @@ impl<K: SlabKey> DeadlineIndex<K> {
     }
 
     /// Whether the heap holds stale items enough to sweep: more than half
-    /// as many as live entries, beyond the slack.
+    /// as many as live entries, beyond the slack (and beyond the items the
+    /// last pass could not remove, by the slack).
     fn sweep_due(&self) -> bool {
-        self.live > 0 && self.heap.len() > self.live + self.live / 2 + STALE_SLACK
+        let excess = self.heap.len().saturating_sub(self.live);
+        self.live > 0
+            && excess > self.live / 2 + STALE_SLACK
+            && excess > self.unswept.saturating_add(STALE_SLACK)
     }
 
     /// Whether a sweep started since the last call: the caller arms the
@@ -404,11 +418,22 @@ impl<K: SlabKey> DeadlineIndex<K> {
             } else {
                 // The last item takes its place: looked at next.
                 self.heap.remove_at(at);
+                self.sweep_removed += 1;
             }
         }
         if at >= self.heap.len() {
+            // Another pass only after one that found stale items enough:
+            // a pass that could remove few of the items over the live
+            // entries (shrunk leases' items are live) leaves them be until
+            // stale items come on top of them.
+            let did_its_work = std::mem::take(&mut self.sweep_removed) > STALE_SLACK;
             self.sweep_at = 0;
+            self.unswept = 0;
             self.sweeping = self.sweep_due();
+            if self.sweeping && !did_its_work {
+                self.unswept = self.heap.len().saturating_sub(self.live);
+                self.sweeping = false;
+            }
         } else {
             self.sweep_at = at;
         }
@@ -656,6 +681,8 @@ impl<K: SlabKey> DeadlineIndex<K> {
         // a rebuild at two million items 4x slower: 47 ms against 11).
         self.sweeping = false;
         self.sweep_at = 0;
+        self.sweep_removed = 0;
+        self.unswept = 0;
         let mut heap = std::mem::take(&mut self.heap);
         // Entries with more than one item, sorted apart: few unless leases
         // shrink all the time.
