@@ -1105,7 +1105,17 @@ mod tests {
     /// was removed; the heap stays bounded.
     #[test]
     fn random_operations_agree_with_a_model() {
-        agree_with_a_model(|step| step);
+        agree_with_a_model(|step| step, false);
+    }
+
+    /// The same with the timer's trims at random moments: the sweep
+    /// removes stale items from the middle of the heap while entries come
+    /// and go, leases shrink and items surface; arming drops a bounded
+    /// number of stale items. Every entry still surfaces at its earliest
+    /// deadline, in order, and its earliest item is always in the heap.
+    #[test]
+    fn random_operations_with_sweeps_agree_with_a_model() {
+        agree_with_a_model(|step| step, true);
     }
 
     /// The same with names of 1 to 26 bytes, in databases 254 and 255:
@@ -1113,10 +1123,13 @@ mod tests {
     /// it as others leave.
     #[test]
     fn random_operations_on_spilled_keys_agree_with_a_model() {
-        let index = agree_with_a_model(|step| {
-            let name = format!("{step:x}").repeat(1 + (step % 5) as usize);
-            KeyId::new(254 + (step % 2) as i32, name.as_bytes())
-        });
+        let index = agree_with_a_model(
+            |step| {
+                let name = format!("{step:x}").repeat(1 + (step % 5) as usize);
+                KeyId::new(254 + (step % 2) as i32, name.as_bytes())
+            },
+            false,
+        );
         // Every spilled key left names its own slot.
         for (place, (slot, _)) in index.spilled.iter().enumerate() {
             let entry = index.slots.get(*slot as usize).unwrap();
@@ -1125,7 +1138,7 @@ mod tests {
         }
     }
 
-    fn agree_with_a_model<K>(key_of: impl Fn(u64) -> K) -> DeadlineIndex<K>
+    fn agree_with_a_model<K>(key_of: impl Fn(u64) -> K, sweeps: bool) -> DeadlineIndex<K>
     where
         K: SlabKey + Clone + Ord + std::fmt::Debug,
     {
@@ -1137,6 +1150,9 @@ mod tests {
         let mut ids: Vec<u64> = Vec::new();
         let mut now = 0;
         let mut rebuilds = 0;
+        // Sweep steps over a heap bigger than a step, and stale items
+        // they removed.
+        let (mut sweep_steps, mut swept) = (0, 0);
         for step in 0..200_000u64 {
             // Phases that grow the index and phases that empty it, so that
             // stale items pile up and the heap gets rebuilt.
@@ -1148,7 +1164,10 @@ mod tests {
             };
             match op {
                 0..=3 => {
-                    let deadline = now + next(100_000);
+                    // With sweeps, most leases are long: their items go
+                    // stale in the heap rather than surface.
+                    let long = sweeps && next(4) != 0;
+                    let deadline = now + next(if long { 100_000_000 } else { 100_000 });
                     let id = index.insert(deadline, key_of(step));
                     assert!(model.insert(id, (key_of(step), deadline)).is_none());
                     ids.push(id);
@@ -1190,13 +1209,45 @@ mod tests {
             ids.retain(|id| model.contains_key(id) || next(4) == 0);
             assert_eq!(index.len(), model.len());
             assert!(index.queued_items() <= 2 * index.len() + STALE_SLACK + 1);
-            assert_eq!(
-                index.next_deadline(),
-                model.values().map(|(_, earliest)| *earliest).min(),
-                "step {step}"
-            );
+            let earliest = model.values().map(|(_, earliest)| *earliest).min();
+            if sweeps {
+                // The timer fires now and then: trims while wanted (a
+                // few), and arming drops a few stale items at most.
+                if next(8) == 0 {
+                    for _ in 0..1 + next(4) {
+                        let sweeping = index.sweeping && index.queued_items() > SWEEP_STEP;
+                        let before = index.queued_items();
+                        if !index.trim_wanted() {
+                            break;
+                        }
+                        index.trim();
+                        if sweeping {
+                            sweep_steps += 1;
+                            swept += before - index.queued_items();
+                        }
+                    }
+                }
+                let armed = index.next_deadline_within(next(4) as usize);
+                assert_eq!(armed.is_some(), earliest.is_some(), "step {step}");
+                assert!(armed <= earliest, "step {step}: armed late");
+                if step % 1_000 == 0 {
+                    index.check_invariants();
+                    let earliest: HashMap<u64, u64> =
+                        model.iter().map(|(id, (_, at))| (*id, *at)).collect();
+                    index.check_items(&earliest);
+                }
+            } else {
+                assert_eq!(index.next_deadline(), earliest, "step {step}");
+            }
         }
-        assert!(rebuilds >= 3, "only {rebuilds} rebuilds of the heap");
+        if sweeps {
+            assert!(
+                sweep_steps >= 50 && swept >= 10_000,
+                "{sweep_steps} sweep steps removed {swept} items"
+            );
+        } else {
+            assert!(rebuilds >= 3, "only {rebuilds} rebuilds of the heap");
+        }
         index
     }
 
@@ -1236,6 +1287,39 @@ mod tests {
                 assert_eq!(place_of_spilled(&entry.key), Some(place));
             }
             assert!(self.heap.len() <= 2 * self.live + STALE_SLACK + 1 || self.live == 0);
+            // The heap property, parent by parent (a sweep removes items
+            // in the middle of the heap).
+            for i in 1..self.heap.len() {
+                assert!(
+                    self.heap.get((i - 1) / 2) >= self.heap.get(i),
+                    "heap item {i} above its parent"
+                );
+            }
+        }
+    }
+
+    impl<K: SlabKey> DeadlineIndex<K> {
+        /// Each live entry's earliest heap item is at its earliest filed
+        /// deadline (`earliest`: id -> deadline), and no item speaks for an
+        /// entry that `earliest` does not name.
+        fn check_items(&self, earliest: &std::collections::HashMap<u64, u64>) {
+            let mut first: std::collections::HashMap<u64, u64> = Default::default();
+            for i in 0..self.heap.len() {
+                let item = self.heap.get(i).unwrap();
+                if let Some(id) = self.live_id_of_item(item) {
+                    let deadline = parts_of_item(item).0;
+                    let at = first.entry(id).or_insert(deadline);
+                    *at = (*at).min(deadline);
+                }
+            }
+            for (id, &deadline) in earliest {
+                assert_eq!(
+                    first.get(id),
+                    Some(&deadline.min(LATEST_DEADLINE)),
+                    "entry {id:#x}: its earliest item"
+                );
+            }
+            assert_eq!(first.len(), earliest.len(), "items of entries gone");
         }
     }
 
