@@ -692,13 +692,14 @@ fn released_leases_are_swept_from_the_index_in_steps_never_rebuilt_whole() {
     assert!(items < held + 15_000 / 2, "{items} items");
 }
 
-/// Leases that shrank (`LOCK.EXTEND` to a shorter TTL) keep two items
-/// each in the lease index, both live: no sweep can remove them, yet they
-/// count as heap items, so one release makes the heap look due a sweep
-/// forever. The sweep must end after a pass that removed the stale item:
-/// a timer that started pass after pass would fire every millisecond and
-/// spend its whole 2 ms budget each time, until those leases end (half an
-/// hour here), on an otherwise idle server.
+/// Leases that shrank (`LOCK.EXTEND` to a shorter TTL): at 643c471 each
+/// kept two items in the lease index, both live, that no sweep can remove
+/// yet that count as heap items, so one release made the heap look due a
+/// sweep forever, and the timer fired every millisecond, spending its
+/// whole 2 ms budget each time, until those leases end (half an hour
+/// here), on an otherwise idle server. Now a shrunk lease is filed anew
+/// (its old item stale, swept), and a sweep that cannot remove what it
+/// finds ends anyway: the timer goes idle, nothing is rebuilt whole.
 #[test]
 fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
     let server = RedisServer::start();
@@ -720,12 +721,13 @@ fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
             .ignore();
     }
     let _: () = pipe.query(&mut c).unwrap();
-    assert_eq!(lease_index(&mut c), (2 * held, held, 0));
-    // One release: the heap (6,000 items, 2,999 live entries) looks due a
-    // sweep; its one stale item goes.
+    let (items, live, rebuilds) = lease_index(&mut c);
+    assert_eq!((live, rebuilds), (held, 0), "{items} items");
+    // One release: 6,000 items for 2,999 live entries look due a sweep;
+    // the stale items go (the release's, and the shrunk leases' old ones).
     assert_eq!(release(&mut c, "shrunk:0", "o"), Some(0));
     assert!(
-        wait_until(SOON, || lease_index(&mut c).0 == 2 * held - 2),
+        wait_until(SOON, || lease_index(&mut c).0 <= 2 * held - 2),
         "{:?}",
         lease_index(&mut c)
     );
@@ -744,5 +746,7 @@ fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
         start.elapsed()
     );
     assert!(start.elapsed() >= std::time::Duration::from_millis(500));
-    assert_eq!(lease_index(&mut c), (2 * held - 2, held - 1, 0));
+    let (items, live, rebuilds) = lease_index(&mut c);
+    assert_eq!((live, rebuilds), (held - 1, 0), "{items} items");
+    assert!(items <= 2 * held - 2, "{items} items");
 }

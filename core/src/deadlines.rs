@@ -21,9 +21,11 @@
 //!   its item surfaces at the old deadline, and the caller, seeing that the
 //!   lease has not ended, files the lock again. That is one heap push per
 //!   TTL instead of a write to a cold slot per renewal (9% of a re-entry).
-//!   A lease that shrinks gets an earlier item
-//!   ([`DeadlineIndex::file_earlier`]); the first of an entry's items to
-//!   surface ends the entry, which makes the others stale.
+//!   A lease that shrinks is filed anew under a new id
+//!   ([`DeadlineIndex::refile`]), its old item stale; or it gets an earlier
+//!   item ([`DeadlineIndex::file_earlier`]): the first of an entry's items
+//!   to surface ends the entry, which makes the others stale (but until
+//!   then they are live: no sweep removes them, only a whole rebuild).
 //! - Removal does not touch the heap. A removed entry's items go stale and
 //!   are skipped when they surface. Stale items are bounded: once they
 //!   outnumber the live entries (plus a slack), the heap is rebuilt in O(n),
@@ -536,6 +538,22 @@ impl<K: SlabKey> DeadlineIndex<K> {
             + self.free.capacity() * std::mem::size_of::<u32>()
             + self.heap.capacity() * std::mem::size_of::<Item>()
             + self.spilled.capacity() * std::mem::size_of::<(u32, K)>()
+    }
+
+    /// Entry `id`'s lease now ends at `deadline`, earlier than it did: the
+    /// entry is filed anew, under the id returned, and its old item goes
+    /// stale like a released lock's (the sweep removes it in steps). `None`
+    /// (nothing changes) when `id` names no entry. Unlike
+    /// [`DeadlineIndex::file_earlier`], no entry gets a second live item,
+    /// which no sweep could remove and only a whole rebuild drops (a
+    /// million leases shrunk once, then ~500 releases: one release of
+    /// 180 ms, sorting them out).
+    pub fn refile(&mut self, id: u64, deadline: u64, key: impl FnOnce() -> K) -> Option<u64> {
+        if !self.contains(id) {
+            return None;
+        }
+        let key = self.remove(id).unwrap_or_else(key);
+        Some(self.insert(deadline, key))
     }
 
     /// Entry `id`'s lease now ends at `deadline`, earlier than it did: an
