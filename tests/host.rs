@@ -749,6 +749,21 @@ fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
     let (items, live, rebuilds) = lease_index(&mut c);
     assert_eq!((live, rebuilds), (held - 1, 0), "{items} items");
     assert!(items <= 2 * held - 2, "{items} items");
+    // A thousand more releases: with a second live item per shrunk lease,
+    // stale items on top of them reach the whole rebuild's bound (2 x live
+    // + 1,024 items) within ~500 releases, and a release rebuilds the heap
+    // (at a million such leases: one release of 180 ms). Filed anew, the
+    // shrunk leases leave only stale items, which the sweep removes.
+    let mut pipe = redis::pipe();
+    for i in 1..=1_000 {
+        pipe.cmd("LOCK.RELEASE")
+            .arg(format!("shrunk:{i}"))
+            .arg("o")
+            .ignore();
+    }
+    let _: () = pipe.query(&mut c).unwrap();
+    let (items, live, rebuilds) = lease_index(&mut c);
+    assert_eq!((live, rebuilds), (held - 1_001, 0), "{items} items");
 }
 
 /// Locks released in the order they were taken leave their items stale at
