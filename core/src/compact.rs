@@ -120,13 +120,13 @@ impl Compact {
         }
     }
 
-    /// The lock this stands for.
     /// The holder's entry in the lease index (read without spelling the
     /// lock out).
     pub fn expiry_id(&self) -> u64 {
         self.expiry_id
     }
 
+    /// The lock this stands for.
     pub fn to_lock(&self) -> Lock {
         self.decode().0
     }

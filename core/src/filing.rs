@@ -8,7 +8,10 @@
 //!   entry surfaces at the old end, the holder is found still running and
 //!   is filed again then ([`on_surfaced`]). One heap push per TTL instead
 //!   of one per renewal.
-//! - A lease that shrinks gets an earlier item.
+//! - A lease that shrinks is filed anew, under a new entry: the old
+//!   entry's item goes stale, as a released lock's, and the sweep removes
+//!   it (a second live item per entry, `DeadlineIndex::file_earlier`, is
+//!   removed only by a whole rebuild of the index).
 //! - A lock that arrives from elsewhere (RDB, `RESTORE`, `RENAME`, `MOVE`,
 //!   an async load) gets an entry per holder, and the node's counter rises
 //!   above its tokens so that every later grant here is above them.
@@ -33,8 +36,9 @@ pub fn on_change<K: SlabKey>(
     }
     if filed == 0 {
         holder.set_expiry_id(index.insert(holder.ends_at(), key()));
-    } else {
-        index.file_earlier(filed, holder.ends_at());
+    } else if let Some(refiled) = index.refile(filed, holder.ends_at(), key) {
+        // Under a new entry: the old one's item goes stale, to be swept.
+        holder.set_expiry_id(refiled);
     }
     true
 }
@@ -148,11 +152,19 @@ mod tests {
     #[test]
     fn a_shrunk_lease_surfaces_at_its_new_end() {
         let mut index = DeadlineIndex::new();
+        let other = index.insert(5_000, "other");
         let mut holder = Holder::new(b"a", 1, 5, 1_000);
         on_change(&mut index, &mut holder, None, || "k");
+        let entry = holder.expiry_id();
         holder.set_deadline(10);
         assert!(on_change(&mut index, &mut holder, Some(1_000), || "k"));
         assert_eq!(index.next_deadline(), Some(11));
+        // Under a new entry: one live entry, the old item stale.
+        assert_ne!(holder.expiry_id(), entry);
+        assert!(!index.contains(entry));
+        assert_eq!((index.len(), index.queued_items()), (2, 3));
+        assert_eq!(index.pop_due(11, 10), vec![(holder.expiry_id(), "k")]);
+        assert_eq!(index.pop_due(u64::MAX, 10), vec![(other, "other")]);
     }
 
     #[test]
