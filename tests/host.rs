@@ -623,6 +623,20 @@ fn lease_index(c: &mut Connection) -> (i64, i64, i64) {
     (field("items"), field("live"), field("rebuilds"))
 }
 
+/// Adds `LOCK.ACQUIRE name o 3600000` (an hour's lease) to `pipe`.
+fn hold_for_an_hour(pipe: &mut redis::Pipeline, name: &str) {
+    pipe.cmd("LOCK.ACQUIRE")
+        .arg(name)
+        .arg("o")
+        .arg(3_600_000)
+        .ignore();
+}
+
+/// Adds `LOCK.RELEASE name o` to `pipe`.
+fn release_in(pipe: &mut redis::Pipeline, name: &str) {
+    pipe.cmd("LOCK.RELEASE").arg(name).arg("o").ignore();
+}
+
 /// Releases of long leases leave a released lock's item in the lease
 /// index's heap (no lease ends, so none surfaces at the top). Once they
 /// outnumber half the live entries, the timer sweeps them out in steps of
@@ -635,19 +649,8 @@ fn released_leases_are_swept_from_the_index_in_steps_never_rebuilt_whole() {
     let server = RedisServer::start();
     let mut c = server.conn();
     let held = 5_000;
-    let acquire = |pipe: &mut redis::Pipeline, i: i64| {
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg(format!("long:{i}"))
-            .arg("o")
-            .arg(3_600_000)
-            .ignore();
-    };
-    let release = |pipe: &mut redis::Pipeline, i: i64| {
-        pipe.cmd("LOCK.RELEASE")
-            .arg(format!("long:{i}"))
-            .arg("o")
-            .ignore();
-    };
+    let acquire = |pipe: &mut redis::Pipeline, i: i64| hold_for_an_hour(pipe, &format!("long:{i}"));
+    let release = |pipe: &mut redis::Pipeline, i: i64| release_in(pipe, &format!("long:{i}"));
     let mut pipe = redis::pipe();
     for i in 0..held {
         acquire(&mut pipe, i);
@@ -707,11 +710,7 @@ fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
     let held = 3_000;
     let mut pipe = redis::pipe();
     for i in 0..held {
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg(format!("shrunk:{i}"))
-            .arg("o")
-            .arg(3_600_000)
-            .ignore();
+        hold_for_an_hour(&mut pipe, &format!("shrunk:{i}"));
     }
     for i in 0..held {
         pipe.cmd("LOCK.EXTEND")
@@ -756,10 +755,7 @@ fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
     // shrunk leases leave only stale items, which the sweep removes.
     let mut pipe = redis::pipe();
     for i in 1..=1_000 {
-        pipe.cmd("LOCK.RELEASE")
-            .arg(format!("shrunk:{i}"))
-            .arg("o")
-            .ignore();
+        release_in(&mut pipe, &format!("shrunk:{i}"));
     }
     let _: () = pipe.query(&mut c).unwrap();
     let (items, live, rebuilds) = lease_index(&mut c);
@@ -778,21 +774,14 @@ fn arming_the_timer_drops_a_bounded_number_of_stale_items() {
     let (held, released) = (5_000, 2_000);
     let mut pipe = redis::pipe();
     for i in 0..held {
-        pipe.cmd("LOCK.ACQUIRE")
-            .arg(format!("ordered:{i}"))
-            .arg("o")
-            .arg(3_600_000)
-            .ignore();
+        hold_for_an_hour(&mut pipe, &format!("ordered:{i}"));
     }
     let _: () = pipe.query(&mut c).unwrap();
     // (Items of equal deadlines order by slot: the first locks' items,
     // in the lowest slots, are the index's top.)
     let mut pipe = redis::pipe();
     for i in 0..released {
-        pipe.cmd("LOCK.RELEASE")
-            .arg(format!("ordered:{i}"))
-            .arg("o")
-            .ignore();
+        release_in(&mut pipe, &format!("ordered:{i}"));
     }
     let _: () = pipe.query(&mut c).unwrap();
     // (2,000 stale items for 3,000 locks: below the sweep's start.)
