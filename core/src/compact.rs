@@ -278,10 +278,12 @@ fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
     {
         return None;
     }
-    let is_uuid = owner.len() == TEXT_OWNER
-        && UUID_DASHES
-            .iter()
-            .all(|&at| owner.get(at).copied() == Some(b'-'));
+    // A UUID is read from a fixed-size array: its digits' places are
+    // constants, so the loop below unrolls with no bounds check.
+    let uuid = <&[u8; TEXT_OWNER]>::try_from(owner)
+        .ok()
+        .filter(|text| UUID_DASHES.iter().all(|&at| text[at] == b'-'));
+    let is_uuid = uuid.is_some();
     let mut bytes = [0; OWNER_BYTES];
     let mut classes = 0u8;
     let mut digits_only = true;
@@ -292,10 +294,9 @@ fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
         // The shift drops `high`'s class bits.
         *out = (high << 4) | (low & 0xf);
     };
-    let len = if is_uuid {
-        let digit = |at: usize| owner.get(at).copied().unwrap_or(0);
+    let len = if let Some(text) = uuid {
         for (out, &at) in bytes.iter_mut().zip(&UUID_DIGITS_AT) {
-            put(out, digit(at), digit(at + 1));
+            put(out, text[at], text[at + 1]);
         }
         UUID_DIGITS_AT.len()
     } else {
