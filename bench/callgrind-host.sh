@@ -39,7 +39,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 SERVERS="redis7,valkey8,redis8,valkey9"
-ROUNDS=5
+ROUNDS=9
 OPS=5000
 TIME_OPS=200000
 MODULE="$ROOT/target/release/libredis_lock.so"
