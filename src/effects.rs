@@ -130,7 +130,13 @@ pub fn file(
     let Some(holder) = slot.holder(owner) else {
         return;
     };
-    if filing::on_change(&mut state.deadlines, holder, previous_deadline, key) {
+    // A lease filed under a new entry only adds its own end to what the
+    // timer waits for: when a firing is armed by then, it stays (most
+    // grants: the armed firing is an earlier lease's end).
+    let added = holder.expiry_id() == 0;
+    if filing::on_change(&mut state.deadlines, holder, previous_deadline, key)
+        && !(added && timer::fires_by(state, holder.ends_at()))
+    {
         timer::arm(state);
     }
 }

@@ -89,6 +89,11 @@ pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
     arm_at(state, fire_at);
 }
 
+/// Whether a firing is armed for `at` or earlier (lease clock, ms).
+pub fn fires_by(state: &ModuleState, at: u64) -> bool {
+    state.timer.is_some_and(|(_, armed)| armed <= at)
+}
+
 /// Makes sure the timer fires by `fire_at` (lease clock, ms).
 fn arm_at(state: &mut ModuleState, fire_at: u64) {
     let ctx = TIMER_CTX.load(Ordering::Relaxed);

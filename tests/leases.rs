@@ -320,6 +320,43 @@ fn a_renamed_lock_still_ends_by_itself() {
     );
 }
 
+/// A grant skips arming the timer when a firing is armed by its lease's
+/// end (`timer::fires_by`): a short lease taken while the timer waits for
+/// a long one (armed for at most a minute ahead) must arm it earlier, for a
+/// new lock, for one taken again after its release, and for a shared
+/// holder joining readers with long leases.
+#[test]
+fn a_short_lease_taken_while_the_timer_waits_for_a_long_one_ends_on_time() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    acquire(&mut c, "long", "alice", HOUR_MS as u64).unwrap();
+    acquire(&mut c, "short", "alice", 300).unwrap();
+    wait_gone(&mut c, "short", Duration::from_millis(300));
+    // Taken again after a release: a fresh entry in the index.
+    acquire(&mut c, "again", "alice", HOUR_MS as u64).unwrap();
+    release(&mut c, "again", "alice").unwrap();
+    acquire(&mut c, "again", "bob", 300).unwrap();
+    wait_gone(&mut c, "again", Duration::from_millis(300));
+    // A reader joining readers with long leases.
+    let shared = |c: &mut redis::Connection, owner: &str, ttl: i64| -> Value {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("shared")
+            .arg(owner)
+            .arg(ttl)
+            .arg("SHARED")
+            .query(c)
+            .unwrap()
+    };
+    assert!(matches!(shared(&mut c, "r1", HOUR_MS), Value::Int(_)));
+    assert!(matches!(shared(&mut c, "r2", 300), Value::Int(_)));
+    // Only the timer ends a holder nobody touches (a read settles nothing).
+    let ended = wait_until(Duration::from_millis(300) + SOON, || {
+        lock_stat(&mut c, "lock_holders_expired") == 1
+    });
+    assert!(ended, "the short reader's lease did not end on time");
+    assert_eq!(held(&mut c, "long").owner, b"alice");
+}
+
 #[test]
 fn a_lease_of_one_millisecond_ends() {
     let server = RedisServer::start();
