@@ -356,8 +356,12 @@ impl<K: SlabKey> DeadlineIndex<K> {
         let (slot, _) = parts_of(id);
         self.slot_mut(id)?;
         let key = self.free_slot(slot);
-        // (With no entry left, the shrink drops the heap whole.)
-        if self.live > 0 && self.heap.len() > 2 * self.live + STALE_SLACK {
+        if self.live == 0 {
+            // Every item left is stale: the shrink below drops a small
+            // heap whole, trims a big one. A sweep under way ends.
+            self.sweeping = false;
+            self.sweep_at = 0;
+        } else if self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuilds += 1;
             self.rebuild_heap();
         } else if !self.sweeping && self.sweep_due() {
@@ -1261,6 +1265,7 @@ mod tests {
                 assert_eq!(place_of_spilled(&entry.key), Some(place));
             }
             assert!(self.heap.len() <= 2 * self.live + STALE_SLACK + 1 || self.live == 0);
+            assert!(!self.sweeping || self.live > 0, "a sweep with no entry");
             // The heap property, parent by parent (a sweep removes items
             // in the middle of the heap).
             if let Some(i) = self.heap.out_of_order() {
@@ -1289,6 +1294,51 @@ mod tests {
                 );
             }
             assert_eq!(items.len(), filed.len(), "items of entries gone");
+        }
+    }
+
+    /// A sweep under way ends when the last lease goes, released or ended
+    /// (every item left is stale then, and the index drops them whole or
+    /// in trims): the next lease filed asks for no trim. (The sweep flag
+    /// used to stay set: the next lock made the timer fire for a sweep
+    /// step over a heap of one entry, or resume a pass at a place in a
+    /// heap that had since changed.)
+    #[test]
+    fn a_sweep_ends_when_the_last_lease_goes() {
+        for ended in [false, true] {
+            let mut index = DeadlineIndex::new();
+            let last = index.insert(10, u64::MAX);
+            // Long leases, released: the last release starts a sweep (1,025
+            // stale items over one live entry; the rebuild's bound, 1,026
+            // items, is not passed).
+            let long: Vec<u64> = (0..=STALE_SLACK as u64)
+                .map(|i| index.insert(1_000_000 + i, i))
+                .collect();
+            for &id in &long {
+                index.remove(id);
+            }
+            assert_eq!((index.len(), index.queued_items()), (1, long.len() + 1));
+            assert!(index.sweeping && index.trim_wanted(), "no sweep started");
+            assert_eq!(index.rebuilds(), 0);
+            // The last lease goes.
+            if ended {
+                assert_eq!(index.pop_due(10, 1), vec![(last, u64::MAX)]);
+            } else {
+                assert_eq!(index.remove(last), Some(u64::MAX));
+            }
+            assert!(index.is_empty());
+            assert!(!index.sweeping, "ended {ended}: the sweep goes on");
+            let mut steps = 0;
+            while index.trim() {
+                steps += 1;
+                assert!(steps < 100, "trim does not end");
+            }
+            index.insert(2_000_000, 7);
+            assert!(
+                !index.trim_wanted(),
+                "ended {ended}: a trim wanted for one new lease"
+            );
+            index.check_invariants();
         }
     }
 
