@@ -190,8 +190,9 @@ pub struct DeadlineIndex<K> {
     /// `sweep_at`, a step per [`DeadlineIndex::trim`]).
     sweeping: bool,
     sweep_at: usize,
-    /// A sweep started since the caller last asked ([`DeadlineIndex::take_wake`]):
-    /// the timer that runs trims is to be armed.
+    /// A release started a sweep since the caller last asked
+    /// ([`DeadlineIndex::take_wake`]): the timer that runs trims is to be
+    /// armed.
     wake: bool,
     /// Whole rebuilds of the heap by a removal, the backstop (tests: the
     /// sweep keeps them away).
@@ -351,8 +352,17 @@ impl<K: SlabKey> DeadlineIndex<K> {
     }
 
     /// Drops entry `id` (the lock was released or deleted) and returns its
-    /// key; `None` if there is no such entry.
+    /// key; `None` if there is no such entry. When that starts a sweep,
+    /// [`DeadlineIndex::take_wake`] says so.
     pub fn remove(&mut self, id: u64) -> Option<K> {
+        self.remove_entry::<true>(id)
+    }
+
+    /// [`DeadlineIndex::remove`]; a sweep it starts sets the wake only if
+    /// `WAKE` (the index's own removals, `pop_due` and `refile`, do not:
+    /// see [`DeadlineIndex::take_wake`]). (A constant: no work added.)
+    #[inline(always)]
+    fn remove_entry<const WAKE: bool>(&mut self, id: u64) -> Option<K> {
         let (slot, _) = parts_of(id);
         self.slot_mut(id)?;
         let key = self.free_slot(slot);
@@ -366,7 +376,9 @@ impl<K: SlabKey> DeadlineIndex<K> {
             self.rebuild_heap();
         } else if !self.sweeping && self.sweep_due() {
             self.sweeping = true;
-            self.wake = true;
+            if WAKE {
+                self.wake = true;
+            }
         }
         self.shrink_top();
         key
@@ -381,9 +393,14 @@ impl<K: SlabKey> DeadlineIndex<K> {
         self.live > 0 && excess > self.live / 2 + STALE_SLACK
     }
 
-    /// Whether a sweep started since the last call: the caller arms the
-    /// timer that runs [`DeadlineIndex::trim`] (a removal does not arm it
-    /// otherwise). Cheap: a flag.
+    /// Whether a removal ([`DeadlineIndex::remove`]) started a sweep since
+    /// the last call: the caller arms the timer that runs
+    /// [`DeadlineIndex::trim`] (a release does not arm it otherwise).
+    /// Cheap: a flag. A sweep that [`DeadlineIndex::pop_due`] or
+    /// [`DeadlineIndex::refile`] starts sets no wake: their callers arm the
+    /// timer in full after them (the timer's firing; a shrunk lease's
+    /// filing), which asks [`DeadlineIndex::trim_wanted`], and a wake left
+    /// behind would be taken by a later release that started nothing.
     pub fn take_wake(&mut self) -> bool {
         std::mem::take(&mut self.wake)
     }
@@ -540,7 +557,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
         if !self.contains(id) {
             return None;
         }
-        let key = self.remove(id).unwrap_or_else(key);
+        let key = self.remove_entry::<false>(id).unwrap_or_else(key);
         Some(self.insert(deadline, key))
     }
 
@@ -601,7 +618,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
             let id = self.live_id_of_item(top);
             self.heap.pop();
             if let Some(id) = id {
-                if let Some(key) = self.remove(id) {
+                if let Some(key) = self.remove_entry::<false>(id) {
                     due.push((id, key));
                 }
             }
@@ -1340,6 +1357,62 @@ mod tests {
             );
             index.check_invariants();
         }
+    }
+
+    /// Only a release (`remove`, which arms nothing else in the module)
+    /// that starts a sweep tells the caller to arm the timer for it
+    /// (`take_wake`). A sweep started by the index's own removals, an
+    /// entry surfacing (`pop_due`: the timer's firing, which arms in full
+    /// after) or a shrunk lease filed anew (`refile`: its filing arms in
+    /// full), leaves no wake behind: the module takes it on the release
+    /// path only, so a later release that starts nothing would take it
+    /// and arm the timer for a trim nobody wants.
+    #[test]
+    fn only_a_release_that_starts_a_sweep_wakes_the_timer() {
+        // 10,000 long leases and 100 short ones; 4,030 of the long ones
+        // released: just below a sweep's start (excess > live / 2 + slack:
+        // 4,030 > 6,070 / 2 + 1,024 is false), and 100 fewer live entries
+        // pass it (4,030 > 5,970 / 2 + 1,024).
+        let setup = || {
+            let mut index = DeadlineIndex::new();
+            let long: Vec<u64> = (0..10_000u64)
+                .map(|i| index.insert(1_000_000 + i, i))
+                .collect();
+            let short: Vec<u64> = (0..100u64).map(|i| index.insert(10, 20_000 + i)).collect();
+            for &id in &long[..4_030] {
+                index.remove(id);
+            }
+            assert!(!index.trim_wanted(), "a sweep already");
+            assert!(!index.take_wake());
+            (index, long, short)
+        };
+        // A release starts it: a wake, taken once.
+        let (mut index, _, short) = setup();
+        for &id in &short {
+            index.remove(id);
+        }
+        assert!(index.trim_wanted(), "no sweep");
+        assert!(index.take_wake(), "a release started a sweep: no wake");
+        assert!(!index.take_wake());
+        // The short leases end: the sweep starts in pop_due.
+        let (mut index, long, _) = setup();
+        assert_eq!(index.pop_due(10, usize::MAX).len(), 100);
+        assert!(index.trim_wanted(), "no sweep");
+        assert!(!index.take_wake(), "a wake from pop_due");
+        index.remove(long[9_999]);
+        assert!(!index.take_wake(), "a release that started nothing woke");
+        // The short leases shrink: the sweep starts in refile.
+        let (mut index, long, short) = setup();
+        for &id in &short {
+            index.refile(id, 5, || u64::MAX).unwrap();
+        }
+        for &id in &long[4_030..4_050] {
+            index.refile(id, 5, || u64::MAX).unwrap();
+        }
+        assert!(index.trim_wanted(), "no sweep");
+        assert!(!index.take_wake(), "a wake from refile");
+        index.remove(long[9_999]);
+        assert!(!index.take_wake(), "a release that started nothing woke");
     }
 
     /// Steady churn (releases, expiries and acquisitions at a constant
