@@ -42,15 +42,21 @@ pub fn run(ctx: Ctx) {
             state.undelivered.clear();
         });
     }
-    if let Some(recheck_ms) = plan.recheck_ms {
-        let recheck = CLOCK.monotonic_ms().saturating_add(recheck_ms);
-        with_state(|state| timer::arm_not_before(state, recheck));
+    // What the plan holds off (a lease that is over, on a replica or a
+    // paused primary) is armed for no sooner than the recheck: every arm
+    // of this firing says so (`firing::next_firing`).
+    let held_until = plan.held_until(CLOCK.monotonic_ms());
+    if plan.recheck_ms.is_some() {
+        with_state(|state| timer::arm_not_before(state, held_until));
     }
     if plan.settle {
         settle(ctx, &left);
     }
     // Memory the lease index gives back after a spike, a chunk at a time
-    // (any role: a replica's index shrinks too).
+    // (any role: a replica's index shrinks too), and its sweep. The next
+    // trim 1 ms on, whatever the role: on a replica or a paused primary a
+    // lease that is over stays due, and a plain `timer::arm` fired the
+    // timer again at once for it, trims back to back.
     if with_state(|state| state.deadlines.trim_wanted()).unwrap_or(false) {
         let started = Instant::now();
         firing::bounded(
@@ -58,7 +64,7 @@ pub fn run(ctx: Ctx) {
             || started.elapsed(),
             || with_state(|state| state.deadlines.trim()).unwrap_or(false),
         );
-        with_state(timer::arm);
+        with_state(|state| timer::arm_not_before(state, held_until));
     }
 }
 

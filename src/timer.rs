@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use redis_lock_core::Clock;
+use redis_lock_core::{firing, Clock};
 use redis_module::raw;
 
 use crate::ffi::{self, Ctx};
@@ -51,39 +51,32 @@ pub fn arm(state: &mut ModuleState) {
     arm_not_before(state, 0);
 }
 
-/// Arms for the earliest of: the next lease end and pending grants (not
-/// before `writes_not_before`), and the next wait timeout.
+/// Arms for the earliest of: the next lease end, pending grants and the
+/// other work only an unpaused primary does (not before
+/// `writes_not_before`), and the next wait timeout and the lease index's
+/// trims (at their own time: `firing::next_firing`).
 pub fn arm_not_before(state: &mut ModuleState, writes_not_before: u64) {
-    let leases = state
-        .deadlines
-        .next_deadline_within(ARM_POPS)
-        .map(|deadline| deadline.max(writes_not_before));
+    let leases = state.deadlines.next_deadline_within(ARM_POPS);
     let waits = state.wait_deadlines.next_deadline_within(ARM_POPS);
     // Pending grants: at once (0 is in the past of any monotonic reading).
-    let grants = (!state.pending_grants.is_empty() || !state.undelivered.is_empty())
-        .then_some(writes_not_before);
+    let grants = (!state.pending_grants.is_empty() || !state.undelivered.is_empty()).then_some(0);
     // `ms` from now (the clock is read only for what is pending).
-    let soon = |ms: u64| {
-        CLOCK
-            .monotonic_ms()
-            .saturating_add(ms)
-            .max(writes_not_before)
-    };
+    let soon = |ms: u64| CLOCK.monotonic_ms().saturating_add(ms);
     let foreign = (!state.behind_foreign.is_empty()).then(|| soon(FOREIGN_RECHECK_MS));
-    let recovered = state
-        .waits_for_recovery
-        .then(|| recovery::ends_at().max(writes_not_before));
+    let recovered = state.waits_for_recovery.then(recovery::ends_at);
     let sweep = sweep::wanted(state).then(|| soon(SWEEP_INTERVAL_MS));
-    // The lease index's memory after a spike: a chunk or so per firing.
+    // The lease index's memory after a spike, or its sweep: a chunk or so
+    // per firing, on any node.
     let trim = state
         .deadlines
         .trim_wanted()
         .then(|| soon(TRIM_INTERVAL_MS));
-    let Some(fire_at) = [leases, waits, grants, foreign, recovered, sweep, trim]
+    let held = [leases, grants, foreign, recovered, sweep]
         .into_iter()
         .flatten()
-        .min()
-    else {
+        .min();
+    let own = [waits, trim].into_iter().flatten().min();
+    let Some(fire_at) = firing::next_firing(held, writes_not_before, own) else {
         return;
     };
     arm_at(state, fire_at);

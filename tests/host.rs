@@ -701,8 +701,9 @@ fn released_leases_are_swept_from_the_index_in_steps_never_rebuilt_whole() {
 /// sweep forever, and the timer fired every millisecond, spending its
 /// whole 2 ms budget each time, until those leases end (half an hour
 /// here), on an otherwise idle server. Now a shrunk lease is filed anew
-/// (its old item stale, swept), and a sweep that cannot remove what it
-/// finds ends anyway: the timer goes idle, nothing is rebuilt whole.
+/// (its old item stale, swept, and every item beyond the live entries is
+/// one a sweep can remove): the sweep ends, the timer goes idle, nothing
+/// is rebuilt whole.
 #[test]
 fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
     let server = RedisServer::start();

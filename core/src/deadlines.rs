@@ -22,10 +22,9 @@
 //!   lease has not ended, files the lock again. That is one heap push per
 //!   TTL instead of a write to a cold slot per renewal (9% of a re-entry).
 //!   A lease that shrinks is filed anew under a new id
-//!   ([`DeadlineIndex::refile`]), its old item stale; or it gets an earlier
-//!   item ([`DeadlineIndex::file_earlier`]): the first of an entry's items
-//!   to surface ends the entry, which makes the others stale (but until
-//!   then they are live: no sweep removes them, only a whole rebuild).
+//!   ([`DeadlineIndex::refile`]), its old item stale like a released
+//!   lock's. So a live entry has one heap item, and every other item is
+//!   stale: the sweep can remove it.
 //! - Removal does not touch the heap. A removed entry's items go stale and
 //!   are skipped when they surface. Stale items are bounded: once they
 //!   outnumber the live entries (plus a slack), the heap is rebuilt in O(n),
@@ -110,9 +109,6 @@ impl SlabKey for usize {
 const LIVE: u8 = 1;
 /// The live entry's key is in `spilled`; the slot holds its place there.
 const SPILLED: u8 = 2;
-/// The live entry has more than one heap item (its lease shrank): a
-/// rebuild keeps only its earliest.
-const SEVERAL: u8 = 4;
 
 /// 24 bytes: a key of a lock name up to 17 bytes lives here whole.
 #[derive(Debug)]
@@ -194,16 +190,9 @@ pub struct DeadlineIndex<K> {
     /// `sweep_at`, a step per [`DeadlineIndex::trim`]).
     sweeping: bool,
     sweep_at: usize,
-    /// Stale items the pass under way removed.
-    sweep_removed: usize,
-    /// Items beyond the live entries that the last pass left because it
-    /// could not remove them (a shrunk lease's other items are live, see
-    /// [`SEVERAL`]): a sweep starts again only once stale items come on
-    /// top of them, so that a heap full of such items is not swept pass
-    /// after pass for nothing. 0 after a pass that did its work.
-    unswept: usize,
-    /// A sweep started since the caller last asked ([`DeadlineIndex::take_wake`]):
-    /// the timer that runs trims is to be armed.
+    /// A release started a sweep since the caller last asked
+    /// ([`DeadlineIndex::take_wake`]): the timer that runs trims is to be
+    /// armed.
     wake: bool,
     /// Whole rebuilds of the heap by a removal, the backstop (tests: the
     /// sweep keeps them away).
@@ -222,8 +211,6 @@ impl<K> Default for DeadlineIndex<K> {
             generation_floor: 1,
             sweeping: false,
             sweep_at: 0,
-            sweep_removed: 0,
-            unswept: 0,
             wake: false,
             rebuilds: 0,
         }
@@ -365,36 +352,55 @@ impl<K: SlabKey> DeadlineIndex<K> {
     }
 
     /// Drops entry `id` (the lock was released or deleted) and returns its
-    /// key; `None` if there is no such entry.
+    /// key; `None` if there is no such entry. When that starts a sweep,
+    /// [`DeadlineIndex::take_wake`] says so.
     pub fn remove(&mut self, id: u64) -> Option<K> {
+        self.remove_entry::<true>(id)
+    }
+
+    /// [`DeadlineIndex::remove`]; a sweep it starts sets the wake only if
+    /// `WAKE` (the index's own removals, `pop_due` and `refile`, do not:
+    /// see [`DeadlineIndex::take_wake`]). (A constant: no work added.)
+    #[inline(always)]
+    fn remove_entry<const WAKE: bool>(&mut self, id: u64) -> Option<K> {
         let (slot, _) = parts_of(id);
         self.slot_mut(id)?;
         let key = self.free_slot(slot);
-        // (With no entry left, the shrink drops the heap whole.)
-        if self.live > 0 && self.heap.len() > 2 * self.live + STALE_SLACK {
+        if self.live == 0 {
+            // Every item left is stale: the shrink below drops a small
+            // heap whole, trims a big one. A sweep under way ends.
+            self.sweeping = false;
+            self.sweep_at = 0;
+        } else if self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuilds += 1;
             self.rebuild_heap();
         } else if !self.sweeping && self.sweep_due() {
             self.sweeping = true;
-            self.wake = true;
+            if WAKE {
+                self.wake = true;
+            }
         }
         self.shrink_top();
         key
     }
 
     /// Whether the heap holds stale items enough to sweep: more than half
-    /// as many as live entries, beyond the slack (and beyond the items the
-    /// last pass could not remove, by the slack).
+    /// as many as live entries, beyond the slack. (Every item beyond the
+    /// live entries is stale, and a pass removes those it meets, so a
+    /// sweep ends: see [`DeadlineIndex::sweep_step`].)
     fn sweep_due(&self) -> bool {
         let excess = self.heap.len().saturating_sub(self.live);
-        self.live > 0
-            && excess > self.live / 2 + STALE_SLACK
-            && excess > self.unswept.saturating_add(STALE_SLACK)
+        self.live > 0 && excess > self.live / 2 + STALE_SLACK
     }
 
-    /// Whether a sweep started since the last call: the caller arms the
-    /// timer that runs [`DeadlineIndex::trim`] (a removal does not arm it
-    /// otherwise). Cheap: a flag.
+    /// Whether a removal ([`DeadlineIndex::remove`]) started a sweep since
+    /// the last call: the caller arms the timer that runs
+    /// [`DeadlineIndex::trim`] (a release does not arm it otherwise).
+    /// Cheap: a flag. A sweep that [`DeadlineIndex::pop_due`] or
+    /// [`DeadlineIndex::refile`] starts sets no wake: their callers arm the
+    /// timer in full after them (the timer's firing; a shrunk lease's
+    /// filing), which asks [`DeadlineIndex::trim_wanted`], and a wake left
+    /// behind would be taken by a later release that started nothing.
     pub fn take_wake(&mut self) -> bool {
         std::mem::take(&mut self.wake)
     }
@@ -402,7 +408,18 @@ impl<K: SlabKey> DeadlineIndex<K> {
     /// One step of the sweep: up to [`SWEEP_STEP`] heap items looked at
     /// from where the last step stopped, the stale ones removed in place
     /// (O(log n) each). At the end of a pass the sweep ends, unless
-    /// stale items are still due a sweep (then another pass starts).
+    /// stale items are still due a sweep (then another pass starts: items
+    /// that went stale during the pass, or that a removal's sift moved
+    /// behind it).
+    ///
+    /// A pass removes every stale item it meets: a live entry has one
+    /// item (a shrunk lease is filed anew, [`DeadlineIndex::refile`]). The
+    /// only item a sweep takes for live and is not is one whose slot was
+    /// reused a multiple of 2^20 times while it waited (see [`Item`]): a
+    /// stale item that escaped every pass and rebuild through a million
+    /// reuses of its slot, live-looking for one generation of that slot
+    /// in 2^20. Such items are far fewer than the [`STALE_SLACK`] a sweep
+    /// needs to start, so they cannot keep one going.
     fn sweep_step(&mut self) {
         // A small heap is rebuilt at once: no more work than a step, and
         // less than removing its stale items one by one.
@@ -420,22 +437,11 @@ impl<K: SlabKey> DeadlineIndex<K> {
             } else {
                 // The last item takes its place: looked at next.
                 self.heap.remove_at(at);
-                self.sweep_removed += 1;
             }
         }
         if at >= self.heap.len() {
-            // Another pass only after one that found stale items enough:
-            // a pass that could remove few of the items over the live
-            // entries (shrunk leases' items are live) leaves them be until
-            // stale items come on top of them.
-            let did_its_work = std::mem::take(&mut self.sweep_removed) > STALE_SLACK;
             self.sweep_at = 0;
-            self.unswept = 0;
             self.sweeping = self.sweep_due();
-            if self.sweeping && !did_its_work {
-                self.unswept = self.heap.len().saturating_sub(self.live);
-                self.sweeping = false;
-            }
         } else {
             self.sweep_at = at;
         }
@@ -543,33 +549,16 @@ impl<K: SlabKey> DeadlineIndex<K> {
     /// Entry `id`'s lease now ends at `deadline`, earlier than it did: the
     /// entry is filed anew, under the id returned, and its old item goes
     /// stale like a released lock's (the sweep removes it in steps). `None`
-    /// (nothing changes) when `id` names no entry. Unlike
-    /// [`DeadlineIndex::file_earlier`], no entry gets a second live item,
-    /// which no sweep could remove and only a whole rebuild drops (a
-    /// million leases shrunk once, then ~500 releases: one release of
-    /// 180 ms, sorting them out).
+    /// (nothing changes) when `id` names no entry. (A second live item per
+    /// entry instead, as this index once filed a shrunk lease, is one no
+    /// sweep can remove: only a whole rebuild dropped those, a million
+    /// leases shrunk once, then ~500 releases: one release of 180 ms.)
     pub fn refile(&mut self, id: u64, deadline: u64, key: impl FnOnce() -> K) -> Option<u64> {
         if !self.contains(id) {
             return None;
         }
-        let key = self.remove(id).unwrap_or_else(key);
+        let key = self.remove_entry::<false>(id).unwrap_or_else(key);
         Some(self.insert(deadline, key))
-    }
-
-    /// Entry `id`'s lease now ends at `deadline`, earlier than it did: an
-    /// item that surfaces then. (Rare, unlike a lease that grows, so it may
-    /// touch the slot.) Nothing for an id that names no entry.
-    pub fn file_earlier(&mut self, id: u64, deadline: u64) {
-        let (slot, generation) = parts_of(id);
-        let Some(entry) = self.slot_mut(id) else {
-            return;
-        };
-        entry.flags |= SEVERAL;
-        self.heap.push(item(deadline, slot, generation));
-        if self.heap.len() > 2 * self.live + STALE_SLACK {
-            self.rebuilds += 1;
-            self.rebuild_heap();
-        }
     }
 
     /// The earliest deadline, if any. Drops stale heap items on the way, so
@@ -629,7 +618,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
             let id = self.live_id_of_item(top);
             self.heap.pop();
             if let Some(id) = id {
-                if let Some(key) = self.remove(id) {
+                if let Some(key) = self.remove_entry::<false>(id) {
                     due.push((id, key));
                 }
             }
@@ -673,7 +662,6 @@ impl<K: SlabKey> DeadlineIndex<K> {
                 self.free_slot(slot);
                 continue;
             };
-            let several = flags & SEVERAL;
             let Some((flags, packed)) = self.place_key(slot, mapped) else {
                 if let Some(entry) = self.slots.get_mut(slot as usize) {
                     entry.flags &= !SPILLED;
@@ -682,7 +670,7 @@ impl<K: SlabKey> DeadlineIndex<K> {
                 continue;
             };
             if let Some(entry) = self.slots.get_mut(slot as usize) {
-                entry.flags = flags | several;
+                entry.flags = flags;
                 entry.key = packed;
             }
         }
@@ -690,44 +678,17 @@ impl<K: SlabKey> DeadlineIndex<K> {
         self.shrink_top();
     }
 
-    /// The heap again without stale items: for each live entry, only its
-    /// earliest item (the one that will end the entry). O(items), whatever
-    /// the slab's size: with a thousand live locks in a slab that once held
-    /// millions this runs every couple of thousand releases.
+    /// The heap again without stale items: each live entry's one item.
+    /// O(items), whatever the slab's size: with a thousand live locks in a
+    /// slab that once held millions this runs every couple of thousand
+    /// releases.
     fn rebuild_heap(&mut self) {
         // In place: no copy of the heap (a copy to one `Vec` and back made
         // a rebuild at two million items 4x slower: 47 ms against 11).
         self.sweeping = false;
         self.sweep_at = 0;
-        self.sweep_removed = 0;
-        self.unswept = 0;
         let mut heap = std::mem::take(&mut self.heap);
-        // Entries with more than one item, sorted apart: few unless leases
-        // shrink all the time.
-        let mut several: Vec<(u32, Item)> = Vec::new();
-        heap.retain(|item| {
-            let Some(id) = self.live_id_of_item(item) else {
-                return false;
-            };
-            let (slot, _) = parts_of(id);
-            match self.slots.get(slot as usize) {
-                Some(entry) if entry.flags & SEVERAL != 0 => {
-                    several.push((slot, *item));
-                    false
-                }
-                _ => true,
-            }
-        });
-        // By slot, then earliest item first (an item's order is its
-        // deadline's, reversed).
-        several.sort_unstable_by(|(a, x), (b, y)| a.cmp(b).then(y.cmp(x)));
-        several.dedup_by_key(|&mut (slot, _)| slot);
-        for (slot, item) in several {
-            if let Some(entry) = self.slots.get_mut(slot as usize) {
-                entry.flags &= !SEVERAL;
-            }
-            heap.push(item);
-        }
+        heap.retain(|item| self.live_id_of_item(item).is_some());
         self.heap = heap;
     }
 
@@ -983,7 +944,8 @@ mod tests {
         let new = index.insert(7, "new");
         assert_ne!(old, new, "same slot, new generation");
         assert_eq!(index.remove(old), None, "the old id no longer matches");
-        index.file_earlier(old, 1);
+        assert_eq!(index.refile(old, 1, || "x"), None, "nor is it filed anew");
+        assert_eq!(index.len(), 1);
         assert_eq!(index.next_deadline(), Some(7), "the old id's item is stale");
         assert_eq!(index.pop_due(10, 10), vec![(new, "new")]);
     }
@@ -1007,9 +969,11 @@ mod tests {
     fn a_shortened_lease_comes_due_at_its_new_end() {
         let mut index = DeadlineIndex::new();
         let a = index.insert(100, "a");
-        index.file_earlier(a, 20);
+        let b = index.refile(a, 20, || "lost").unwrap();
+        assert_ne!(a, b);
+        assert!(!index.contains(a) && index.contains(b));
         assert_eq!(index.next_deadline(), Some(20));
-        assert_eq!(index.pop_due(20, 10), vec![(a, "a")]);
+        assert_eq!(index.pop_due(20, 10), vec![(b, "a")]);
         assert_eq!(index.pop_due(100, 10), vec![], "the old item is stale");
         assert_eq!(index.next_deadline(), None);
     }
@@ -1018,10 +982,11 @@ mod tests {
     fn shortened_twice_pops_exactly_once() {
         let mut index = DeadlineIndex::new();
         let a = index.insert(100, "a");
-        index.file_earlier(a, 60);
-        index.file_earlier(a, 20);
+        let b = index.refile(a, 60, || "lost").unwrap();
+        let c = index.refile(b, 20, || "lost").unwrap();
+        assert_eq!(index.refile(a, 10, || "lost"), None, "a's id is gone");
         assert_eq!(index.pop_due(19, 10), vec![]);
-        assert_eq!(index.pop_due(1_000, 10), vec![(a, "a")]);
+        assert_eq!(index.pop_due(1_000, 10), vec![(c, "a")]);
         assert!(index.is_empty());
         assert_eq!(index.next_deadline(), None);
     }
@@ -1043,7 +1008,7 @@ mod tests {
         let kept: Vec<u64> = (0..100).map(|i| index.insert(1_000_000 + i, i)).collect();
         for round in 0..100_000u64 {
             let id = index.insert(500_000 + round, round);
-            index.file_earlier(id, 400_000 + round);
+            let id = index.refile(id, 400_000 + round, || u64::MAX).unwrap();
             assert_eq!(index.remove(id), Some(round));
         }
         assert_eq!(index.len(), 100);
@@ -1062,16 +1027,17 @@ mod tests {
     }
 
     #[test]
-    fn a_rebuild_keeps_each_entry_at_its_earliest_item() {
+    fn a_rebuild_keeps_each_entry_at_its_item_and_drops_a_shrunk_leases_old_one() {
         let mut index = DeadlineIndex::new();
         let a = index.insert(100, "a");
-        index.file_earlier(a, 30);
+        let a = index.refile(a, 30, || "lost").unwrap();
         let b = index.insert(50, "b");
         // Churn enough to force a rebuild.
         for round in 0..(2 * STALE_SLACK as u64) {
             let id = index.insert(10, "churn");
             assert_eq!(index.remove(id), Some("churn"), "round {round}");
         }
+        assert!(index.rebuilds() >= 1, "no rebuild");
         assert!(index.queued_items() <= 2 * index.len() + STALE_SLACK + 1);
         // The stale churn items (due at 10) go first; no limit for them.
         assert_eq!(index.pop_due(29, usize::MAX), vec![]);
@@ -1082,12 +1048,13 @@ mod tests {
     #[test]
     fn leases_shortened_again_and_again_stay_bounded() {
         let mut index = DeadlineIndex::new();
-        let a = index.insert(u64::MAX, "a");
+        let mut a = index.insert(u64::MAX, "a");
         for deadline in (1_000..100_000u64).rev() {
-            index.file_earlier(a, deadline);
+            a = index.refile(a, deadline, || "lost").unwrap();
         }
         assert!(index.queued_items() <= 2 * index.len() + STALE_SLACK + 1);
         assert_eq!(index.pop_due(1_000, 10), vec![(a, "a")]);
+        assert!(index.is_empty());
     }
 
     #[test]
@@ -1119,8 +1086,9 @@ mod tests {
     }
 
     /// Random operations against a plain model: an entry pops at its
-    /// earliest item, exactly once, in deadline order, and never after it
-    /// was removed; the heap stays bounded.
+    /// deadline (a shrunk lease's new one), exactly once, in deadline
+    /// order, and never after it was removed or filed anew; the heap stays
+    /// bounded.
     #[test]
     fn random_operations_agree_with_a_model() {
         agree_with_a_model(|step| step, false);
@@ -1128,9 +1096,9 @@ mod tests {
 
     /// The same with the timer's trims at random moments: the sweep
     /// removes stale items from the middle of the heap while entries come
-    /// and go, leases shrink and items surface; arming drops a bounded
-    /// number of stale items. Every entry still surfaces at its earliest
-    /// deadline, in order, and its earliest item is always in the heap.
+    /// and go, leases shrink (filed anew) and items surface; arming drops a
+    /// bounded number of stale items. Every entry still surfaces at its
+    /// deadline, in order, and its item is always in the heap.
     #[test]
     fn random_operations_with_sweeps_agree_with_a_model() {
         agree_with_a_model(|step| step, true);
@@ -1163,7 +1131,7 @@ mod tests {
         use std::collections::HashMap;
         let mut next = crate::testing::below(0x9e37_79b9_7f4a_7c15);
         let mut index = DeadlineIndex::new();
-        // id -> (key, earliest item)
+        // id -> (key, deadline)
         let mut model: HashMap<u64, (K, u64)> = HashMap::new();
         let mut ids: Vec<u64> = Vec::new();
         let mut now = 0;
@@ -1197,9 +1165,10 @@ mod tests {
                         rebuilds += 1;
                     }
                 }
-                // With sweeps, a shrunk lease is also filed anew (as the
-                // module does): a new id, the old item stale.
-                6 if sweeps && !ids.is_empty() && next(2) == 0 => {
+                // A shrunk lease is filed anew (as the module does): a new
+                // id, the old item stale. (A model id may be gone: then
+                // nothing changes.)
+                6 if !ids.is_empty() => {
                     let id = ids[next(ids.len() as u64) as usize];
                     let deadline = now + next(100_000);
                     let refiled = index.refile(id, deadline, || panic!("step {step}: key lost"));
@@ -1211,14 +1180,6 @@ mod tests {
                             ids.push(new);
                         }
                         None => assert_eq!(refiled, None, "step {step}"),
-                    }
-                }
-                6 if !ids.is_empty() => {
-                    let id = ids[next(ids.len() as u64) as usize];
-                    let deadline = now + next(100_000);
-                    index.file_earlier(id, deadline);
-                    if let Some((_, earliest)) = model.get_mut(&id) {
-                        *earliest = (*earliest).min(deadline);
                     }
                 }
                 _ => {
@@ -1321,6 +1282,7 @@ mod tests {
                 assert_eq!(place_of_spilled(&entry.key), Some(place));
             }
             assert!(self.heap.len() <= 2 * self.live + STALE_SLACK + 1 || self.live == 0);
+            assert!(!self.sweeping || self.live > 0, "a sweep with no entry");
             // The heap property, parent by parent (a sweep removes items
             // in the middle of the heap).
             if let Some(i) = self.heap.out_of_order() {
@@ -1330,28 +1292,127 @@ mod tests {
     }
 
     impl<K: SlabKey> DeadlineIndex<K> {
-        /// Each live entry's earliest heap item is at its earliest filed
-        /// deadline (`earliest`: id -> deadline), and no item speaks for an
-        /// entry that `earliest` does not name.
-        fn check_items(&self, earliest: &std::collections::HashMap<u64, u64>) {
-            let mut first: std::collections::HashMap<u64, u64> = Default::default();
+        /// Each live entry has one heap item, at its filed deadline
+        /// (`filed`: id -> deadline), and no item speaks for an entry that
+        /// `filed` does not name.
+        fn check_items(&self, filed: &std::collections::HashMap<u64, u64>) {
+            let mut items: std::collections::HashMap<u64, Vec<u64>> = Default::default();
             for i in 0..self.heap.len() {
                 let item = self.heap.get(i).unwrap();
                 if let Some(id) = self.live_id_of_item(item) {
-                    let deadline = parts_of_item(item).0;
-                    let at = first.entry(id).or_insert(deadline);
-                    *at = (*at).min(deadline);
+                    items.entry(id).or_default().push(parts_of_item(item).0);
                 }
             }
-            for (id, &deadline) in earliest {
+            for (id, &deadline) in filed {
                 assert_eq!(
-                    first.get(id),
-                    Some(&deadline.min(LATEST_DEADLINE)),
-                    "entry {id:#x}: its earliest item"
+                    items.get(id),
+                    Some(&vec![deadline.min(LATEST_DEADLINE)]),
+                    "entry {id:#x}: its one item"
                 );
             }
-            assert_eq!(first.len(), earliest.len(), "items of entries gone");
+            assert_eq!(items.len(), filed.len(), "items of entries gone");
         }
+    }
+
+    /// A sweep under way ends when the last lease goes, released or ended
+    /// (every item left is stale then, and the index drops them whole or
+    /// in trims): the next lease filed asks for no trim. (The sweep flag
+    /// used to stay set: the next lock made the timer fire for a sweep
+    /// step over a heap of one entry, or resume a pass at a place in a
+    /// heap that had since changed.)
+    #[test]
+    fn a_sweep_ends_when_the_last_lease_goes() {
+        for ended in [false, true] {
+            let mut index = DeadlineIndex::new();
+            let last = index.insert(10, u64::MAX);
+            // Long leases, released: the last release starts a sweep (1,025
+            // stale items over one live entry; the rebuild's bound, 1,026
+            // items, is not passed).
+            let long: Vec<u64> = (0..=STALE_SLACK as u64)
+                .map(|i| index.insert(1_000_000 + i, i))
+                .collect();
+            for &id in &long {
+                index.remove(id);
+            }
+            assert_eq!((index.len(), index.queued_items()), (1, long.len() + 1));
+            assert!(index.sweeping && index.trim_wanted(), "no sweep started");
+            assert_eq!(index.rebuilds(), 0);
+            // The last lease goes.
+            if ended {
+                assert_eq!(index.pop_due(10, 1), vec![(last, u64::MAX)]);
+            } else {
+                assert_eq!(index.remove(last), Some(u64::MAX));
+            }
+            assert!(index.is_empty());
+            assert!(!index.sweeping, "ended {ended}: the sweep goes on");
+            let mut steps = 0;
+            while index.trim() {
+                steps += 1;
+                assert!(steps < 100, "trim does not end");
+            }
+            index.insert(2_000_000, 7);
+            assert!(
+                !index.trim_wanted(),
+                "ended {ended}: a trim wanted for one new lease"
+            );
+            index.check_invariants();
+        }
+    }
+
+    /// Only a release (`remove`, which arms nothing else in the module)
+    /// that starts a sweep tells the caller to arm the timer for it
+    /// (`take_wake`). A sweep started by the index's own removals, an
+    /// entry surfacing (`pop_due`: the timer's firing, which arms in full
+    /// after) or a shrunk lease filed anew (`refile`: its filing arms in
+    /// full), leaves no wake behind: the module takes it on the release
+    /// path only, so a later release that starts nothing would take it
+    /// and arm the timer for a trim nobody wants.
+    #[test]
+    fn only_a_release_that_starts_a_sweep_wakes_the_timer() {
+        // 10,000 long leases and 100 short ones; 4,030 of the long ones
+        // released: just below a sweep's start (excess > live / 2 + slack:
+        // 4,030 > 6,070 / 2 + 1,024 is false), and 100 fewer live entries
+        // pass it (4,030 > 5,970 / 2 + 1,024).
+        let setup = || {
+            let mut index = DeadlineIndex::new();
+            let long: Vec<u64> = (0..10_000u64)
+                .map(|i| index.insert(1_000_000 + i, i))
+                .collect();
+            let short: Vec<u64> = (0..100u64).map(|i| index.insert(10, 20_000 + i)).collect();
+            for &id in &long[..4_030] {
+                index.remove(id);
+            }
+            assert!(!index.trim_wanted(), "a sweep already");
+            assert!(!index.take_wake());
+            (index, long, short)
+        };
+        // A release starts it: a wake, taken once.
+        let (mut index, _, short) = setup();
+        for &id in &short {
+            index.remove(id);
+        }
+        assert!(index.trim_wanted(), "no sweep");
+        assert!(index.take_wake(), "a release started a sweep: no wake");
+        assert!(!index.take_wake());
+        // The short leases end: the sweep starts in pop_due.
+        let (mut index, long, _) = setup();
+        assert_eq!(index.pop_due(10, usize::MAX).len(), 100);
+        assert!(index.trim_wanted(), "no sweep");
+        assert!(!index.take_wake(), "a wake from pop_due");
+        index.remove(long[9_999]);
+        assert!(!index.take_wake(), "a release that started nothing woke");
+        // The short leases shrink: the sweep starts in refile.
+        let (mut index, long, short) = setup();
+        for &id in &short {
+            index.refile(id, 5, || u64::MAX).unwrap();
+        }
+        for &id in &long[4_030..4_050] {
+            index.refile(id, 5, || u64::MAX).unwrap();
+        }
+        assert!(index.trim_wanted(), "no sweep");
+        assert!(!index.take_wake(), "a wake from refile");
+        index.remove(long[9_999]);
+        assert!(!index.take_wake(), "a release that started nothing woke");
     }
 
     /// Steady churn (releases, expiries and acquisitions at a constant
@@ -1387,28 +1448,30 @@ mod tests {
         }
     }
 
-    /// Leases that shrank (`LOCK.EXTEND` to a shorter TTL) keep two items
-    /// each, both live: a sweep cannot remove either, yet they count as
-    /// heap items. One release then makes the heap look due a sweep
-    /// (items > 1.5 × live + slack) that no pass can bring down: the sweep
-    /// must end after a pass that removed what it could, rather than
-    /// start pass after pass (the module's timer would run its whole 2 ms
-    /// budget of trims every millisecond until those leases end).
+    /// Leases that shrank (`LOCK.EXTEND` to a shorter TTL), every one of
+    /// them: each is filed anew, its old item stale. A sweep starts, and
+    /// ends in a bounded number of steps with the stale items gone (at
+    /// 643c471 a shrunk lease kept a second live item, which no pass could
+    /// remove, and the sweep started pass after pass: the module's timer
+    /// ran its whole 2 ms budget of trims every millisecond until those
+    /// leases ended). Nothing is rebuilt whole; releases start a sweep
+    /// again only once new stale items are due one; every lease surfaces
+    /// at its new deadline, in order.
     #[test]
-    fn a_sweep_over_items_it_cannot_remove_ends() {
+    fn a_sweep_over_shrunk_leases_ends() {
         let mut index = DeadlineIndex::new();
         let live = 3 * crate::chunked::CHUNK + 777;
         let far = 1_000_000_000;
-        let ids: Vec<u64> = (0..live as u64)
+        let mut ids: Vec<u64> = (0..live as u64)
             .map(|i| index.insert(far + 10 * i, i))
             .collect();
-        for (i, &id) in ids.iter().enumerate() {
-            index.file_earlier(id, far / 2 + i as u64);
+        for (i, id) in ids.iter_mut().enumerate() {
+            *id = index.refile(*id, far / 2 + i as u64, || u64::MAX).unwrap();
         }
-        assert_eq!(index.queued_items(), 2 * live);
-        assert!(!index.trim_wanted());
-        assert_eq!(index.remove(ids[7]), Some(7));
-        assert!(index.take_wake(), "the sweep did not start");
+        // (No trim ran: every old item is still there, below the whole
+        // rebuild's bound.)
+        assert_eq!((index.len(), index.queued_items()), (live, 2 * live));
+        assert!(index.trim_wanted(), "the sweep did not start");
         let mut steps = 0;
         while index.trim() {
             steps += 1;
@@ -1419,19 +1482,91 @@ mod tests {
                 index.len()
             );
         }
-        // The stale item is gone; every live entry still has both items.
-        assert_eq!(index.queued_items(), 2 * live - 2);
+        assert!(!index.sweeping);
+        // The stale items are gone, at most the slack of them left behind.
+        assert!(
+            index.queued_items() <= live + STALE_SLACK,
+            "{} items for {live} leases",
+            index.queued_items()
+        );
         assert_eq!(index.rebuilds(), 0);
+        index.check_invariants();
         // Releases start a sweep again only once new stale items are due
         // one, and that sweep ends too.
-        for &id in &ids[8..8 + 100] {
+        for &id in &ids[..100] {
             index.remove(id);
         }
         assert!(!index.trim_wanted(), "a sweep for 100 stale items");
         let popped = index.pop_due(u64::MAX, usize::MAX);
-        assert_eq!(popped.len(), live - 101);
-        let deadlines: Vec<u64> = popped.iter().map(|&(_, key)| key).collect();
-        assert!(deadlines.windows(2).all(|w| w[0] < w[1]), "out of order");
+        assert_eq!(popped.len(), live - 100);
+        assert_eq!(popped.first().map(|&(id, _)| id), Some(ids[100]));
+        let keys: Vec<u64> = popped.iter().map(|&(_, key)| key).collect();
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "out of order");
+    }
+
+    /// A stale item whose slot was reused a multiple of 2^20 times while it
+    /// waited looks live (the one item a pass cannot remove, now that a
+    /// live entry has one item). A sweep over a heap with a thousand such
+    /// items (more than any real run could make: each escaped every pass
+    /// through a million reuses of its slot) removes the stale items it
+    /// can and ends; the live-looking ones make their entries surface
+    /// early, never late.
+    #[test]
+    fn a_sweep_over_items_it_cannot_remove_ends() {
+        let mut index = DeadlineIndex::new();
+        let aliased = 1_000u64;
+        let far = 1_000_000_000;
+        // The slots of the first thousand entries: each entry removed and
+        // its slot's generation moved on by 2^20 before the next entry in
+        // it, whose id then matches the old item.
+        let old: Vec<u64> = (0..aliased).map(|i| index.insert(far / 2 + i, i)).collect();
+        let live = 4 * crate::chunked::CHUNK;
+        let rest: Vec<u64> = (0..live as u64)
+            .map(|i| index.insert(far + i, aliased + i))
+            .collect();
+        for &id in &old {
+            index.remove(id);
+            let slot = index.slots.get_mut(parts_of(id).0 as usize).unwrap();
+            slot.generation = parts_of(id).1 + (1 << GENERATION_BITS);
+        }
+        // (Slots are handed out lowest first: the aliased ones.)
+        let new: Vec<u64> = (0..aliased)
+            .map(|i| index.insert(far + far / 2 + i, 10 * aliased + i))
+            .collect();
+        for (&old, &new) in old.iter().zip(&new) {
+            assert_eq!(parts_of(old).0, parts_of(new).0);
+        }
+        assert!(!index.trim_wanted());
+        // Releases enough to start a sweep (below the whole rebuild's
+        // bound).
+        let released = live / 3 + STALE_SLACK;
+        for &id in &rest[..released] {
+            index.remove(id);
+        }
+        assert!(index.trim_wanted(), "the sweep did not start");
+        let total = index.queued_items();
+        let mut steps = 0;
+        while index.trim() {
+            steps += 1;
+            assert!(
+                steps <= 2 * (total / SWEEP_STEP + 1),
+                "the sweep never ends: {steps} steps over {} items, {} live",
+                index.queued_items(),
+                index.len()
+            );
+        }
+        let left = live - released + aliased as usize;
+        assert_eq!(index.len(), left);
+        // Every stale item that does not alias went; at most the slack's
+        // worth of them behind the pass.
+        assert!(index.queued_items() >= left + aliased as usize);
+        assert!(index.queued_items() <= left + aliased as usize + STALE_SLACK);
+        assert_eq!(index.rebuilds(), 0);
+        // An aliased entry surfaces at its slot's old item's deadline:
+        // early (the caller files it again), never late.
+        let first = index.pop_due(far, usize::MAX);
+        assert_eq!(first.len(), aliased as usize);
+        assert_eq!(first.first(), Some(&(new[0], 10 * aliased)));
     }
 
     /// Locks released in the order they were taken leave every top item
@@ -1526,12 +1661,12 @@ mod tests {
     }
 
     /// A hostile model check across chunks: random insert / remove /
-    /// file_earlier / pop_due / next_due_batch / next_deadline / has_due /
-    /// trim / remap against a model of the live entries (earliest filed
-    /// deadline and key), with spikes of several chunks of live entries
+    /// refile / pop_due / next_due_batch / next_deadline / has_due /
+    /// trim / remap against a model of the live entries (deadline and
+    /// key), with spikes of several chunks of live entries
     /// that fall to zero and back, packed and spilled keys, and ids of
     /// removed entries kept to check that they never match again. Every
-    /// live entry surfaces by its earliest deadline and never before it,
+    /// live entry surfaces by its deadline and never before it,
     /// exactly once; `len()` is the model's; trim ends in bounded steps;
     /// an emptied, trimmed index holds no memory.
     #[test]
@@ -1540,7 +1675,7 @@ mod tests {
         use std::collections::{BTreeSet, HashMap};
         let mut next = crate::testing::below(0x51f1_5e3d_c0ff_ee11);
         let mut index: DeadlineIndex<KeyId> = DeadlineIndex::new();
-        // id -> (key, earliest deadline, place in `ids`)
+        // id -> (key, deadline, place in `ids`)
         let mut model: HashMap<u64, (KeyId, u64, usize)> = HashMap::new();
         let mut ids: Vec<u64> = Vec::new();
         let mut by_deadline: BTreeSet<(u64, u64)> = BTreeSet::new();
@@ -1618,19 +1753,25 @@ mod tests {
                     let id = dead[next(dead.len() as u64) as usize];
                     assert!(!index.contains(id), "step {step}: old id {id:#x}");
                     assert_eq!(index.remove(id), None, "step {step}");
-                    index.file_earlier(id, now);
+                    let refiled = index.refile(id, now, || panic!("step {step}: old id"));
+                    assert_eq!(refiled, None, "step {step}");
                 }
-                // A lease shortened (sometimes to the past, sometimes filed
-                // later than it is: the earliest item still rules).
+                // A lease shortened (sometimes to the past), filed anew as
+                // the module does (only when it ends earlier than it did):
+                // a new id, the old one dead.
                 75..=78 if !ids.is_empty() => {
                     let id = ids[next(ids.len() as u64) as usize];
                     let deadline = now.saturating_sub(5) + next(30_000);
-                    index.file_earlier(id, deadline);
-                    let entry = model.get_mut(&id).expect("live");
-                    if deadline < entry.1 {
-                        assert!(by_deadline.remove(&(entry.1, id)));
-                        entry.1 = deadline;
-                        by_deadline.insert((deadline, id));
+                    if deadline < model[&id].1 {
+                        let new = index.refile(id, deadline, || panic!("step {step}: key lost"));
+                        let new = new.expect("a live entry is filed anew");
+                        let (key, _) =
+                            forget(id, &mut model, &mut ids, &mut by_deadline, &mut dead);
+                        assert!(!index.contains(id), "step {step}: old id still live");
+                        assert!(!model.contains_key(&new), "step {step}: id {new:#x} reused");
+                        model.insert(new, (key, deadline, ids.len()));
+                        ids.push(new);
+                        by_deadline.insert((deadline, new));
                     }
                 }
                 // Time passes; one bounded batch.

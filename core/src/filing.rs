@@ -8,10 +8,11 @@
 //!   entry surfaces at the old end, the holder is found still running and
 //!   is filed again then ([`on_surfaced`]). One heap push per TTL instead
 //!   of one per renewal.
-//! - A lease that shrinks is filed anew, under a new entry: the old
-//!   entry's item goes stale, as a released lock's, and the sweep removes
-//!   it (a second live item per entry, `DeadlineIndex::file_earlier`, is
-//!   removed only by a whole rebuild of the index).
+//! - A lease that shrinks is filed anew, under a new entry
+//!   ([`DeadlineIndex::refile`]): the old entry's item goes stale, as a
+//!   released lock's, and the sweep removes it. (A second live item for
+//!   the same entry, as shrunk leases once got, is one no sweep can
+//!   remove: only a whole rebuild of the index dropped those.)
 //! - A lock that arrives from elsewhere (RDB, `RESTORE`, `RENAME`, `MOVE`,
 //!   an async load) gets an entry per holder, and the node's counter rises
 //!   above its tokens so that every later grant here is above them.

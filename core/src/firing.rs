@@ -92,6 +92,35 @@ pub fn plan(primary: bool, writes_paused: bool) -> Plan {
     }
 }
 
+impl Plan {
+    /// The earliest the timer is armed (lease clock, ms, at `now`) for
+    /// the work this plan holds off, a primary's (lease ends, grants):
+    /// the recheck on a replica or a paused primary, no bound (0) on an
+    /// unpaused primary.
+    pub fn held_until(&self, now: u64) -> u64 {
+        self.recheck_ms.map_or(0, |ms| now.saturating_add(ms))
+    }
+}
+
+/// When the timer fires next (lease clock, ms): the earliest of `held`,
+/// the primary's work (lease ends, grants, a recheck of names held by
+/// another type, the end of recovery, the arrivals sweep), not before
+/// `held_until` ([`Plan::held_until`]), and `own`, work a firing does on
+/// any node at its own time (wait timeouts, the lease index's trims).
+/// `None`: nothing is due.
+///
+/// A replica or a paused primary does not end a lease that is over, so
+/// its deadline stays in the past: were the trims held with it (or the
+/// timer armed for it unheld), a firing that trims would arm the next at
+/// once, back to back, for as long as the index has memory to give back.
+pub fn next_firing(held: Option<u64>, held_until: u64, own: Option<u64>) -> Option<u64> {
+    let held = held.map(|at| at.max(held_until));
+    match (held, own) {
+        (Some(held), Some(own)) => Some(held.min(own)),
+        (held, own) => held.or(own),
+    }
+}
+
 /// Runs `step` until it reports that nothing is left (`false`) or
 /// `elapsed` (time since the work started) reaches `budget`. Returns
 /// whether work was left over. At least one step runs.
@@ -148,6 +177,51 @@ mod tests {
         assert_eq!(plan(false, false).recheck_ms, Some(REPLICA_RECHECK_MS));
         assert_eq!(plan(true, true).recheck_ms, Some(PAUSE_RECHECK_MS));
         assert_eq!(plan(true, false).recheck_ms, None);
+    }
+
+    /// On a replica or a paused primary a lease that is over stays in the
+    /// index (its primary, or the end of the pause, ends it): the timer is
+    /// armed for it no sooner than the recheck, while the lease index's
+    /// trims (any role) keep their own pace, 1 ms apart, not back to back
+    /// (what the firing that trimmed armed, at 2141ec7: the overdue lease's
+    /// time, so at once) and not at the recheck's pace.
+    #[test]
+    fn a_held_overdue_lease_waits_for_the_recheck_and_trims_keep_their_pace() {
+        let now = 1_000_000;
+        let overdue = Some(now - 5_000);
+        let trim = Some(now + 1);
+        for (primary, paused, recheck) in [
+            (false, false, REPLICA_RECHECK_MS),
+            (false, true, REPLICA_RECHECK_MS),
+            (true, true, PAUSE_RECHECK_MS),
+        ] {
+            let held_until = plan(primary, paused).held_until(now);
+            assert_eq!(held_until, now + recheck);
+            assert_eq!(
+                next_firing(overdue, held_until, trim),
+                trim,
+                "primary {primary}, paused {paused}: trims not 1 ms apart"
+            );
+            assert_eq!(
+                next_firing(overdue, held_until, None),
+                Some(now + recheck),
+                "primary {primary}, paused {paused}: the overdue lease"
+            );
+            // A lease that ends after the recheck is armed for its end.
+            let later = Some(now + 60_000);
+            assert_eq!(next_firing(later, held_until, trim), trim);
+            assert_eq!(next_firing(later, held_until, None), later);
+        }
+        // An unpaused primary ends the overdue lease at once.
+        let held_until = plan(true, false).held_until(now);
+        assert_eq!(held_until, 0);
+        assert_eq!(next_firing(overdue, held_until, trim), overdue);
+        assert_eq!(next_firing(None, held_until, trim), trim);
+        assert_eq!(next_firing(None, held_until, None), None);
+        // A wait timeout (own) earlier than the recheck keeps its time.
+        let wait = Some(now + 7);
+        assert_eq!(next_firing(overdue, now + 100, wait), wait);
+        assert_eq!(plan(true, true).held_until(u64::MAX), u64::MAX);
     }
 
     #[test]
