@@ -764,10 +764,13 @@ fn a_sweep_over_shrunk_leases_ends_and_the_timer_goes_idle() {
 }
 
 /// Locks released in the order they were taken leave their items stale at
-/// the top of the lease index. Arming the timer (a new lock arms it) drops
-/// at most 256 of them (`ARM_POPS`), not all: at 600,000 such releases,
-/// popping them all took 58 ms inside one command. (The rest wait for the
-/// timer, which fires at the stale top's time: an hour away here.)
+/// the top of the lease index. Arming the timer drops at most 256 of them
+/// (`ARM_POPS`), not all: at 600,000 such releases, popping them all took
+/// 58 ms inside one command. (The rest wait for the timer, which fires at
+/// the stale top's time: an hour away here.) A new lock whose lease ends
+/// after the armed firing (the first lock armed it a minute ahead, the
+/// longest a firing is armed) does not arm it at all; a rearm (the debug
+/// clock-rate command's) arms it in full.
 #[test]
 fn arming_the_timer_drops_a_bounded_number_of_stale_items() {
     let server = RedisServer::start();
@@ -788,6 +791,16 @@ fn arming_the_timer_drops_a_bounded_number_of_stale_items() {
     // (2,000 stale items for 3,000 locks: below the sweep's start.)
     assert_eq!(lease_index(&mut c), (held, held - released, 0));
     acquire(&mut c, "ordered:new", "o", 3_600_000).unwrap();
+    assert_eq!(
+        lease_index(&mut c),
+        (held + 1, held - released + 1, 0),
+        "a lock ending after the armed firing armed the timer"
+    );
+    let _: () = redis::cmd("LOCK.DEBUG")
+        .arg("MONOTONIC-RATE")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
     let (items, live, _) = lease_index(&mut c);
     assert_eq!(live, held - released + 1);
     assert_eq!(
