@@ -30,6 +30,38 @@ fn fresh_token(c: &mut redis::Connection, key: &str) -> i64 {
     token
 }
 
+/// A grant's token is its node's wall clock (µs) while the counter is
+/// behind it: the floor that keeps tokens rising across a restart that
+/// lost the counter. The node reads it as the command runs (the server's
+/// cached time of the command, where it tells one: never a stale one), with
+/// the debug wall-clock offset applied; once the counter leads the clock,
+/// the next token is the counter's next.
+#[test]
+fn a_fresh_token_is_the_wall_clock_of_its_grant() {
+    // The client's and the server's clocks are the machine's: a token read
+    // between two client readings lies between them (1 ms for rounding).
+    const SLACK_US: i64 = 1_000;
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let mut within = |c: &mut redis::Connection, key: &str, offset_us: i64| {
+        let before = now_us() + offset_us;
+        let token = fresh_token(c, key);
+        let after = now_us() + offset_us;
+        assert!(
+            before - SLACK_US <= token && token <= after + SLACK_US,
+            "{key}: token {token} not within [{before}, {after}] (offset {offset_us} µs)"
+        );
+        token
+    };
+    for round in 0..5 {
+        within(&mut c, &format!("k{round}"), 0);
+    }
+    set_wall_offset(&mut c, DAY_US / 1000);
+    let ahead = within(&mut c, "ahead", DAY_US);
+    set_wall_offset(&mut c, 0);
+    assert_eq!(fresh_token(&mut c, "back"), ahead + 1);
+}
+
 #[test]
 fn a_floor_raises_the_counter_and_replies_it() {
     let server = RedisServer::start();

@@ -168,7 +168,16 @@ impl Clock for SystemClock {
             // A wall clock set before 1970 still orders tokens; use it negative.
             Err(before) => i64::try_from(before.duration().as_micros()).map_or(i64::MIN, |us| -us),
         };
-        real.saturating_add(self.wall_offset_ms().saturating_mul(1000))
+        self.wall_us_of(real)
+    }
+}
+
+impl SystemClock {
+    /// The wall clock as this clock reads it, from `real_us`, a reading of
+    /// the machine's (Unix µs) taken elsewhere: the server's cached time of
+    /// the command under way, which saves reading the clock again.
+    pub fn wall_us_of(&self, real_us: i64) -> i64 {
+        real_us.saturating_add(self.wall_offset_ms().saturating_mul(1000))
     }
 }
 
@@ -198,6 +207,13 @@ impl<'a> Now<'a> {
             wall_us: Cell::new(None),
             clock,
         }
+    }
+
+    /// This instant with its wall-clock reading given (Unix µs, taken
+    /// before it by the caller): the wall clock is not read then.
+    pub fn with_wall_us(self, wall_us: i64) -> Self {
+        self.wall_us.set(Some(wall_us));
+        self
     }
 }
 
