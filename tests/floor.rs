@@ -43,7 +43,7 @@ fn a_fresh_token_is_the_wall_clock_of_its_grant() {
     const SLACK_US: i64 = 1_000;
     let server = RedisServer::start();
     let mut c = server.conn();
-    let mut within = |c: &mut redis::Connection, key: &str, offset_us: i64| {
+    let within = |c: &mut redis::Connection, key: &str, offset_us: i64| {
         let before = now_us() + offset_us;
         let token = fresh_token(c, key);
         let after = now_us() + offset_us;
