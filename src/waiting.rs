@@ -254,6 +254,11 @@ pub fn commit(key: &mut LockKey, change: ops::Change) {
 /// Ends a lock whose lease is over (announcing it), then serves the queue.
 /// Every path that may find a free lock calls this first.
 pub fn settle(target: &Target, key: &mut LockKey) {
+    // A key that held nothing has no lease to end (most acquires).
+    if key.opened_empty() {
+        grant_waiters(target, key);
+        return;
+    }
     let ended = with_state(|state| {
         let ended = ops::expire_if_due(&mut state.node, key, &target.now)?;
         // Holders that left a lock others hold drop their entries now;

@@ -33,6 +33,8 @@ pub struct LockKey {
     /// The stored lock, opened for changes (a compact one read out), until
     /// its changes are written back.
     access: Option<Access>,
+    /// The key held nothing when it was opened.
+    opened_empty: bool,
 }
 
 impl LockKey {
@@ -56,10 +58,11 @@ impl LockKey {
         };
         let key =
             rm!(RedisModule_OpenKey(ctx, name, mode as c_int)).unwrap_or(std::ptr::null_mut());
-        let opened = LockKey {
+        let mut opened = LockKey {
             key,
             pending: Pending::Nothing,
             access: None,
+            opened_empty: true,
         };
         if key.is_null() {
             return Ok(opened);
@@ -67,11 +70,17 @@ impl LockKey {
         if key_type(key) == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
             return Ok(opened);
         }
+        opened.opened_empty = false;
         if is_lock(key) {
             Ok(opened)
         } else {
             Err(WrongType)
         }
+    }
+
+    /// The key held nothing when it was opened (no lock, no lease to end).
+    pub fn opened_empty(&self) -> bool {
+        self.opened_empty
     }
 
     /// The lock in a key opened by someone else (a scan), if it holds one.
