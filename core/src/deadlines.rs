@@ -190,6 +190,15 @@ pub struct DeadlineIndex<K> {
     /// `sweep_at`, a step per [`DeadlineIndex::trim`]).
     sweeping: bool,
     sweep_at: usize,
+    /// Stale items the pass under way removed.
+    sweep_removed: usize,
+    /// Items beyond the live entries that the last pass left because it
+    /// could not remove them (they match a live entry: a slot made again
+    /// at a generation 2^20 on, see [`Item`]): a sweep starts again only
+    /// once stale items come on top of them, so that such items are not
+    /// swept pass after pass for nothing. 0 after a pass that did its
+    /// work.
+    unswept: usize,
     /// A release started a sweep since the caller last asked
     /// ([`DeadlineIndex::take_wake`]): the timer that runs trims is to be
     /// armed.
@@ -211,6 +220,8 @@ impl<K> Default for DeadlineIndex<K> {
             generation_floor: 1,
             sweeping: false,
             sweep_at: 0,
+            sweep_removed: 0,
+            unswept: 0,
             wake: false,
             rebuilds: 0,
         }
@@ -371,6 +382,8 @@ impl<K: SlabKey> DeadlineIndex<K> {
             // heap whole, trims a big one. A sweep under way ends.
             self.sweeping = false;
             self.sweep_at = 0;
+            self.sweep_removed = 0;
+            self.unswept = 0;
         } else if self.heap.len() > 2 * self.live + STALE_SLACK {
             self.rebuilds += 1;
             self.rebuild_heap();
@@ -386,11 +399,14 @@ impl<K: SlabKey> DeadlineIndex<K> {
 
     /// Whether the heap holds stale items enough to sweep: more than half
     /// as many as live entries, beyond the slack. (Every item beyond the
-    /// live entries is stale, and a pass removes those it meets, so a
-    /// sweep ends: see [`DeadlineIndex::sweep_step`].)
+    /// live entries is stale; a pass removes those it meets, but for
+    /// items that match a live entry's generation, which start no new
+    /// sweep on their own: `unswept`, see [`DeadlineIndex::sweep_step`].)
     fn sweep_due(&self) -> bool {
         let excess = self.heap.len().saturating_sub(self.live);
-        self.live > 0 && excess > self.live / 2 + STALE_SLACK
+        self.live > 0
+            && excess > self.live / 2 + STALE_SLACK
+            && excess > self.unswept.saturating_add(STALE_SLACK)
     }
 
     /// Whether a removal ([`DeadlineIndex::remove`]) started a sweep since
@@ -418,8 +434,13 @@ impl<K: SlabKey> DeadlineIndex<K> {
     /// reused a multiple of 2^20 times while it waited (see [`Item`]): a
     /// stale item that escaped every pass and rebuild through a million
     /// reuses of its slot, live-looking for one generation of that slot
-    /// in 2^20. Such items are far fewer than the [`STALE_SLACK`] a sweep
-    /// needs to start, so they cannot keep one going.
+    /// in 2^20. Those need not be few: slots given back at the top of the
+    /// slab all come again at the generation floor, so one slot filled
+    /// and emptied 2^20 times at the top makes every given-back slot's
+    /// stale items match the entries made there next. A pass that removed
+    /// no more than [`STALE_SLACK`] items ends the sweep even when it is
+    /// still due (`unswept`), else such items would keep it going, pass
+    /// after pass, until their deadlines.
     fn sweep_step(&mut self) {
         // A small heap is rebuilt at once: no more work than a step, and
         // less than removing its stale items one by one.
@@ -437,11 +458,22 @@ impl<K: SlabKey> DeadlineIndex<K> {
             } else {
                 // The last item takes its place: looked at next.
                 self.heap.remove_at(at);
+                self.sweep_removed += 1;
             }
         }
         if at >= self.heap.len() {
+            // Another pass only after one that found stale items enough:
+            // a pass that could remove few of the items over the live
+            // entries (they alias live ones) leaves them be until stale
+            // items come on top of them.
+            let did_its_work = std::mem::take(&mut self.sweep_removed) > STALE_SLACK;
             self.sweep_at = 0;
+            self.unswept = 0;
             self.sweeping = self.sweep_due();
+            if self.sweeping && !did_its_work {
+                self.unswept = self.heap.len().saturating_sub(self.live);
+                self.sweeping = false;
+            }
         } else {
             self.sweep_at = at;
         }
@@ -687,6 +719,8 @@ impl<K: SlabKey> DeadlineIndex<K> {
         // a rebuild at two million items 4x slower: 47 ms against 11).
         self.sweeping = false;
         self.sweep_at = 0;
+        self.sweep_removed = 0;
+        self.unswept = 0;
         let mut heap = std::mem::take(&mut self.heap);
         heap.retain(|item| self.live_id_of_item(item).is_some());
         self.heap = heap;
@@ -803,6 +837,69 @@ mod tests {
         assert_eq!(index.pop_due(1_000, 10), vec![(again, 2)]);
         assert_eq!(index.pop_due(u64::MAX, 10), vec![(above, 3)]);
         assert!(index.is_empty());
+    }
+
+    /// Slots given back at the top of the slab come again at the
+    /// generation floor, the same generation for all of them: after the
+    /// floor rose 2^20 (one slot at the top filled and emptied that many
+    /// times, a lease that ends there each time), every slot made again
+    /// at once matches the stale items its last entries left (see
+    /// [`Item`]). A sweep cannot remove those items; thousands of them
+    /// must not keep it going (each pass ends due again, and the module's
+    /// timer then runs a trim every millisecond, its whole budget, until
+    /// the items' deadlines: hours).
+    #[test]
+    fn a_sweep_over_items_that_alias_live_entries_ends() {
+        let mut index = DeadlineIndex::new();
+        let far = 1_000_000_000;
+        let (anchors, targets) = (4_000u64, 3_000u64);
+        let anchor_ids: Vec<u64> = (0..anchors).map(|i| index.insert(far + i, i)).collect();
+        let target_ids: Vec<u64> = (0..targets)
+            .map(|i| index.insert(far, anchors + i))
+            .collect();
+        let generation = parts_of(target_ids[0]).1;
+        for &id in &target_ids {
+            assert!(index.remove(id).is_some());
+        }
+        // Given back at the top, their items stale, below a sweep's start.
+        assert_eq!(index.slots.len(), anchors as usize);
+        assert!(!index.sweeping && index.queued_items() == (anchors + targets) as usize);
+        // One slot at the top, filled and emptied: the floor rises by one
+        // each time.
+        let mut churns = 0u64;
+        while index.generation_floor & GENERATION_MASK != generation & GENERATION_MASK {
+            let id = index.insert(5, u64::MAX);
+            assert_eq!(index.pop_due(5, 1), vec![(id, u64::MAX)]);
+            churns += 1;
+            assert!(churns <= 1 << GENERATION_BITS, "the floor does not rise");
+        }
+        // The targets again, in the same slots: every old item matches.
+        let again: Vec<u64> = (0..targets)
+            .map(|i| index.insert(far + 1, anchors + i))
+            .collect();
+        for (&old, &new) in target_ids.iter().zip(&again) {
+            assert_eq!(parts_of(old).0, parts_of(new).0, "the same slot");
+            let stale = item(far, parts_of(old).0, parts_of(old).1);
+            assert_eq!(index.live_id_of_item(&stale), Some(new), "aliases");
+        }
+        for id in anchor_ids {
+            assert!(index.remove(id).is_some());
+        }
+        index.take_wake();
+        // Stale items of released locks are swept; the aliasing ones stay
+        // until they surface, and the sweep ends anyway.
+        let mut trims = 0;
+        while index.trim_wanted() {
+            index.trim();
+            trims += 1;
+            assert!(trims <= 1_000, "the sweep never ends ({trims} steps)");
+        }
+        assert_eq!(index.len(), targets as usize);
+        // Each target surfaces early once (its stale twin), then at its own
+        // deadline.
+        let early = index.pop_due(far, usize::MAX);
+        assert_eq!(early.len(), targets as usize);
+        assert_eq!(index.len(), 0);
     }
 
     #[test]
