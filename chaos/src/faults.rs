@@ -128,21 +128,29 @@ pub struct FaultCounts {
     pub skew_resets_failed: u64,
 }
 
-/// A fault that started: which draw of the schedule, its kind, and when
-/// (ms after the injector began; the schedule's moments are kept to the
-/// injector's clock, so two runs with one seed start each fault at nearly
-/// the same moment).
+/// A fault that started: which draw of the schedule, its kind, the
+/// schedule's moment it was started for (`due_ms`: the draw's wait, plus
+/// half the mean interval for each retry of a skipped prelude fault; the
+/// same in two runs with one seed that started it at the same turn), and
+/// when it began to act (`at_ms`: once it had claimed its nodes, which may
+/// wait for a fault that overran its booking; ms after the injector began).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartedFault {
     pub draw: usize,
     pub kind: FaultKind,
+    pub due_ms: u64,
     pub at_ms: u64,
 }
 
-/// How far apart two runs of one schedule may start the same fault: the
-/// injector sleeps to the schedule's moments, so only a late timer (a
-/// loaded machine) moves one.
-pub const SAME_START_MS: u64 = 250;
+/// How far apart two runs of one schedule may begin the same fault, started
+/// for the same moment: the injector sleeps to the schedule's moments, but
+/// a fault claims its nodes first, waiting for one that overran its
+/// booking (a restart that took longer), and the injector's own timer runs
+/// late on a loaded machine: 292, 441 and 617 ms apart were seen on this
+/// project's 2-core machine with benchmarks running beside the tests. A
+/// fault skipped or retried in one run differs by its schedule moment
+/// (`due_ms`), compared exactly.
+pub const SAME_START_MS: u64 = 2_000;
 
 /// Whether two runs with one seed and fault settings started the same
 /// faults, by kind and time, over the part of the schedule both reached:
@@ -167,14 +175,20 @@ pub fn same_faults_started(
     };
     let (a, b) = (within(a), within(b));
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        if x.draw != y.draw || x.kind != y.kind || x.at_ms.abs_diff(y.at_ms) > tolerance_ms {
+        if x.draw != y.draw
+            || x.kind != y.kind
+            || x.due_ms != y.due_ms
+            || x.at_ms.abs_diff(y.at_ms) > tolerance_ms
+        {
             return Err(format!(
-                "started fault {i} differs: draw {} ({}) at {} ms and draw {} ({}) at {} ms",
+                "started fault {i} differs: draw {} ({}) due at {} ms, began at {} ms, and draw {} ({}) due at {} ms, began at {} ms",
                 x.draw,
                 x.kind.name(),
+                x.due_ms,
                 x.at_ms,
                 y.draw,
                 y.kind.name(),
+                y.due_ms,
                 y.at_ms
             ));
         }
@@ -621,7 +635,7 @@ impl Injector {
                 let i = calendar.book_one(&candidates, due, booking)?;
                 Some(Box::pin(async move {
                     let claim = claim(&cluster, i).await?;
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     let dir = cluster.nodes[i].dir().to_path_buf();
                     let watch = cluster.clone();
                     let claim = cluster::blocking(claim, move |s| {
@@ -670,7 +684,7 @@ impl Injector {
                     for &i in &nodes {
                         claims.push((i, claim(&cluster, i).await?));
                     }
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     let led = if lead {
                         format!(", {}", lead_clocks(&cluster, &nodes, &checker).await?)
                     } else {
@@ -734,7 +748,7 @@ impl Injector {
                 let i = calendar.book_one(&candidates, due, ms_of(duration))?;
                 Some(Box::pin(async move {
                     let claim = claim(&cluster, i).await?;
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     let proxy = cluster
                         .proxy(i)
                         .ok_or_else(|| Error::Fault(format!("node {i} has no client proxy")))?;
@@ -764,7 +778,7 @@ impl Injector {
                 let i = calendar.book_one(&candidates, due, held.map_or(0, ms_of))?;
                 Some(Box::pin(async move {
                     let claim = claim(&cluster, i).await?;
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     let proxy = cluster
                         .proxy(i)
                         .ok_or_else(|| Error::Fault(format!("node {i} has no client proxy")))?;
@@ -799,7 +813,7 @@ impl Injector {
                 let i = calendar.book_one(&candidates, due, ms_of(duration))?;
                 Some(Box::pin(async move {
                     let mut claim = claim(&cluster, i).await?;
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     cluster.check_server(i, &mut claim, "when a SIGSTOP came");
                     claim.pause();
                     log.record(
@@ -817,7 +831,7 @@ impl Injector {
                 let i = calendar.book_one(&candidates, due, length)?;
                 Some(Box::pin(async move {
                     let claim = claim(&cluster, i).await?;
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     let url = cluster.nodes[i].url.clone();
                     let total: Duration = bursts.iter().map(|(s, _)| *s).sum();
                     log.record(
@@ -851,7 +865,7 @@ impl Injector {
                 let offset = if reset { 0 } else { offset_in(&range, unit) };
                 Some(Box::pin(async move {
                     let claim = claim(&cluster, i).await?;
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     lock_debug(&cluster.nodes[i].url, "WALLCLOCK-OFFSET", offset).await?;
                     cluster.nodes[i].offset_ms.store(offset, Ordering::Relaxed);
                     log.record(kind, vec![i], format!("offset {offset:+} ms"));
@@ -871,7 +885,7 @@ impl Injector {
                     for &i in &nodes {
                         claims.push(claim(&cluster, i).await?);
                     }
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     let urls: Vec<String> = nodes
                         .iter()
                         .map(|&i| cluster.nodes[i].url.clone())
@@ -922,7 +936,7 @@ impl Injector {
                     for &(g, n) in &links {
                         claims.push(claim_link(&cluster, g, n).await?);
                     }
-                    starts.note(draw, kind);
+                    starts.note(draw, kind, due);
                     let shaped = shapes.clone();
                     let on = lab.clone();
                     let shaping = tokio::task::spawn_blocking(move || {
@@ -958,7 +972,7 @@ impl Injector {
                 }))
             }
             Planned::Pause => {
-                starts.note(draw, kind);
+                starts.note(draw, kind, due);
                 self.pause_requests.fetch_add(1, Ordering::Relaxed);
                 log.record(
                     kind,
@@ -1067,12 +1081,17 @@ pub struct Starts {
 }
 
 impl Starts {
-    fn note(&self, draw: usize, kind: FaultKind) {
+    fn note(&self, draw: usize, kind: FaultKind, due_ms: u64) {
         let at_ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.list
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(StartedFault { draw, kind, at_ms });
+            .push(StartedFault {
+                draw,
+                kind,
+                due_ms,
+                at_ms,
+            });
     }
 }
 
@@ -1302,11 +1321,17 @@ fn cut_aof_tail(dir: &Path, bytes: u64) -> Result<u64, Error> {
 mod tests {
     use super::*;
 
-    fn started(list: &[(usize, FaultKind, u64)], reached: usize) -> FaultCounts {
+    /// Faults started as `(draw, kind, due, began)` (ms).
+    fn started(list: &[(usize, FaultKind, u64, u64)], reached: usize) -> FaultCounts {
         FaultCounts {
             started: list
                 .iter()
-                .map(|&(draw, kind, at_ms)| StartedFault { draw, kind, at_ms })
+                .map(|&(draw, kind, due_ms, at_ms)| StartedFault {
+                    draw,
+                    kind,
+                    due_ms,
+                    at_ms,
+                })
                 .collect(),
             reached,
             ..FaultCounts::default()
@@ -1317,22 +1342,36 @@ mod tests {
     fn two_runs_started_the_same_faults_only_if_none_was_dropped() {
         use FaultKind::{ClockOffset, Kill9Restart, RestartMajority};
         let run = [
-            (0, RestartMajority, 700),
-            (1, Kill9Restart, 1_500),
-            (2, ClockOffset, 2_300),
-            (3, Kill9Restart, 3_000),
+            (0, RestartMajority, 700, 702),
+            (1, Kill9Restart, 1_500, 1_501),
+            (2, ClockOffset, 2_300, 2_300),
+            (3, Kill9Restart, 3_000, 3_004),
         ];
         let a = started(&run, 4);
-        // The same faults, a few ms apart.
-        let later: Vec<_> = run.iter().map(|&(d, k, t)| (d, k, t + 40)).collect();
+        // The same faults, begun a few ms apart.
+        let later: Vec<_> = run
+            .iter()
+            .map(|&(d, k, due, t)| (d, k, due, t + 40))
+            .collect();
         assert_eq!(
             same_faults_started(&a, &started(&later, 4), SAME_START_MS),
             Ok(4)
         );
+        // Begun 617 ms late (a claim that waited for an overrun restart,
+        // a late timer on a loaded machine): the same fault.
+        let mut late = run.to_vec();
+        late[3].3 += 617;
+        assert_eq!(
+            same_faults_started(&a, &started(&late, 4), SAME_START_MS),
+            Ok(4)
+        );
+        // ...but not seconds late.
+        late[3].3 += SAME_START_MS;
+        assert!(same_faults_started(&a, &started(&late, 4), SAME_START_MS).is_err());
         // A run that reached one draw more (it ran a little longer) is
         // compared over the draws both reached.
         let mut longer = run.to_vec();
-        longer.push((4, ClockOffset, 3_600));
+        longer.push((4, ClockOffset, 3_600, 3_600));
         assert_eq!(
             same_faults_started(&a, &started(&longer, 5), SAME_START_MS),
             Ok(4)
@@ -1348,10 +1387,11 @@ mod tests {
             );
             assert!(same_faults_started(&started(&fewer, 4), &a, SAME_START_MS).is_err());
         }
-        // Started at another moment (a prelude fault retried later), or as
+        // Started for another moment of the schedule (a prelude fault
+        // retried, half an interval later), however close it began, or as
         // another kind.
         let mut moved = run.to_vec();
-        moved[2].2 += 350;
+        moved[2].2 += 150;
         assert!(same_faults_started(&a, &started(&moved, 4), SAME_START_MS).is_err());
         let mut other = run.to_vec();
         other[1].1 = ClockOffset;
