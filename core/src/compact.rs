@@ -233,30 +233,11 @@ fn hex16(bytes: [u8; 8], alpha: u8) -> [u8; 16] {
     digits
 }
 
-/// A hex digit's class in [`DIGITS`]: 0 for a byte that is none.
-const DECIMAL: u8 = 1 << 4;
-const LOWER: u8 = 2 << 4;
-const UPPER: u8 = 4 << 4;
-
-/// Per byte: its class in the high bits, its value in the low four.
-const DIGITS: [u8; 256] = {
-    let mut table = [0u8; 256];
-    let mut i = 0;
-    while i < 10 {
-        table[b'0' as usize + i] = DECIMAL | i as u8;
-        i += 1;
-    }
-    let mut i = 0;
-    while i < 6 {
-        table[b'a' as usize + i] = LOWER | (10 + i as u8);
-        table[b'A' as usize + i] = UPPER | (10 + i as u8);
-        i += 1;
-    }
-    table
-};
-
 /// The bytes a UUID spells.
 const UUID_BYTES: usize = 16;
+
+/// A hex id's text padded to whole words of eight digits (36 at most).
+const HEX_PADDED: usize = 40;
 
 /// Per byte of `word` (each below 0x80): 0x80 where the byte is in
 /// `lo..=hi` (1 ≤ `lo` ≤ `hi` < 0x80), else 0. No byte's sum carries into
@@ -294,44 +275,52 @@ fn hex8(word: u64) -> Option<([u8; 4], bool, bool)> {
     Some((bytes, lower != 0, upper != 0))
 }
 
+/// Hex digits, eight to a little-endian word, as the bytes they spell
+/// into `out` (four a word), and whether they have lowercase and
+/// uppercase letters; `None` if one is not a hex digit.
+fn hex_words(words: &[u64], out: &mut [u8]) -> Option<(bool, bool)> {
+    let (mut lower, mut upper) = (false, false);
+    for (four_out, &word) in out.chunks_exact_mut(4).zip(words) {
+        let (four, has_lower, has_upper) = hex8(word)?;
+        four_out.copy_from_slice(&four);
+        lower |= has_lower;
+        upper |= has_upper;
+    }
+    Some((lower, upper))
+}
+
+/// The little-endian word of the eight bytes of `text` from `from`.
+fn word_at(text: &[u8], from: usize) -> Option<u64> {
+    let bytes = text.get(from..from.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
 /// A UUID's text (dashes at their places) as the 16 bytes it spells, and
 /// whether it has lowercase and uppercase letters; `None` if a digit is
-/// not a hex digit. Eight digits at a time (what
-/// `LOCK.ACQUIRE` does for every new lock with a UUID owner: 336
-/// instructions a digit pair at a time).
+/// not a hex digit. Eight digits at a time (`LOCK.ACQUIRE` does this for
+/// every new lock with a UUID owner).
 fn uuid_bytes(text: &[u8; TEXT_OWNER]) -> Option<([u8; UUID_BYTES], bool, bool)> {
-    // The digits as four little-endian words: 8 | 4 + 4 | 4 + 4 | 8 (the
-    // dashes at 8, 13, 18 and 23 left out).
-    let at = |from: usize| -> u64 {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&text[from..from + 8]);
-        u64::from_le_bytes(word)
-    };
+    // The digits as four words: 8 | 4 + 4 | 4 + 4 | 8 (the dashes at 8,
+    // 13, 18 and 23 left out).
     let half = |from: usize| -> u64 {
         let mut word = [0u8; 4];
         word.copy_from_slice(&text[from..from + 4]);
         u64::from(u32::from_le_bytes(word))
     };
     let words = [
-        at(0),
+        word_at(text, 0)?,
         half(9) | (half(14) << 32),
         half(19) | (half(24) << 32),
-        at(28),
+        word_at(text, 28)?,
     ];
     let mut bytes = [0u8; UUID_BYTES];
-    let (mut lower, mut upper) = (false, false);
-    for (i, word) in words.into_iter().enumerate() {
-        let (four, has_lower, has_upper) = hex8(word)?;
-        bytes[4 * i..4 * i + 4].copy_from_slice(&four);
-        lower |= has_lower;
-        upper |= has_upper;
-    }
+    let (lower, upper) = hex_words(&words, &mut bytes)?;
     Some((bytes, lower, upper))
 }
 
 /// `owner` as `(spelling, length, bytes)`, if the compact form holds it.
-/// It runs for every lock made: two digits at a time, at fixed places for
-/// a UUID, with no branch per digit.
+/// It runs for every lock made: eight digits at a time ([`hex8`]), at
+/// fixed places for a UUID, with no branch per digit.
 fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
     if let Some((len, bytes)) = crate::inline::pack::<OWNER_BYTES>(owner) {
         return Some((Spelling::Raw, len, bytes));
@@ -342,11 +331,7 @@ fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
     // An owner that is neither a UUID nor a hex id (`host:pid:thread`, a
     // name) nearly always shows it in its first two bytes, which are
     // hex digits in both: the scan below runs only for likely ones.
-    if owner
-        .iter()
-        .take(2)
-        .any(|&byte| DIGITS[usize::from(byte)] == 0)
-    {
+    if owner.iter().take(2).any(|byte| !byte.is_ascii_hexdigit()) {
         return None;
     }
     // A UUID, the commonest owner: eight digits at a time ([`uuid_bytes`]).
@@ -364,27 +349,20 @@ fn pack_owner(owner: &[u8]) -> Option<(Spelling, u8, [u8; OWNER_BYTES])> {
         bytes[..UUID_BYTES].copy_from_slice(&digits);
         return Some((spelling, UUID_BYTES as u8, bytes));
     }
-    // A hex id: a digit pair at a time.
-    let mut bytes = [0; OWNER_BYTES];
-    let mut classes = 0u8;
-    let mut digits_only = true;
-    for (out, pair) in bytes.iter_mut().zip(owner.chunks_exact(2)) {
-        if let [high, low] = pair {
-            let (high, low) = (DIGITS[usize::from(*high)], DIGITS[usize::from(*low)]);
-            digits_only &= high != 0 && low != 0;
-            classes |= high | low;
-            // The shift drops `high`'s class bits.
-            *out = (high << 4) | (low & 0xf);
-        }
-    }
-    if !digits_only {
-        return None;
-    }
-    let spelling = match (classes & LOWER != 0, classes & UPPER != 0) {
+    // A hex id: eight digits at a time too, its text padded with `0`
+    // digits (which spell zero bytes) to whole words.
+    let mut text = [b'0'; HEX_PADDED];
+    text.get_mut(..owner.len())?.copy_from_slice(owner);
+    // (Every word is inside the text; a missing one would be 0, no digit.)
+    let words = [0, 8, 16, 24, 32].map(|from| word_at(&text, from).unwrap_or(0));
+    let mut decoded = [0u8; HEX_PADDED / 2];
+    let spelling = match hex_words(&words, &mut decoded)? {
         (true, true) => return None,
         (_, false) => Spelling::Hex,
         (false, true) => Spelling::HexUpper,
     };
+    let mut bytes = [0; OWNER_BYTES];
+    bytes.copy_from_slice(decoded.get(..OWNER_BYTES)?);
     Some((spelling, u8::try_from(owner.len() / 2).ok()?, bytes))
 }
 
