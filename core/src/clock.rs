@@ -189,9 +189,17 @@ impl SystemClock {
 /// commands never need it, and a clock read was a few per cent of them.
 pub struct Now<'a> {
     pub monotonic_ms: u64,
-    wall_us: Cell<Option<i64>>,
+    /// The wall clock's reading, or [`NOT_READ`] (a word, not an `Option`
+    /// of two: a command's opened key, which holds a `Now`, is moved by
+    /// register stores at its size).
+    wall_us: Cell<i64>,
     clock: &'a dyn Clock,
 }
+
+/// No wall-clock reading yet. A reading of exactly this value (only a
+/// debug offset that saturates the clock gives one) is kept as one
+/// microsecond later.
+const NOT_READ: i64 = i64::MIN;
 
 impl<'a> Now<'a> {
     pub fn of(clock: &'a impl Clock) -> Self {
@@ -204,7 +212,7 @@ impl<'a> Now<'a> {
     pub fn at(monotonic_ms: u64, clock: &'a impl Clock) -> Self {
         Now {
             monotonic_ms,
-            wall_us: Cell::new(None),
+            wall_us: Cell::new(NOT_READ),
             clock,
         }
     }
@@ -212,7 +220,7 @@ impl<'a> Now<'a> {
     /// This instant with its wall-clock reading given (Unix µs, taken
     /// before it by the caller): the wall clock is not read then.
     pub fn with_wall_us(self, wall_us: i64) -> Self {
-        self.wall_us.set(Some(wall_us));
+        self.wall_us.set(wall_us.max(NOT_READ + 1));
         self
     }
 }
@@ -224,12 +232,12 @@ impl Clock for Now<'_> {
 
     fn wall_us(&self) -> i64 {
         match self.wall_us.get() {
-            Some(wall_us) => wall_us,
-            None => {
-                let wall_us = self.clock.wall_us();
-                self.wall_us.set(Some(wall_us));
+            NOT_READ => {
+                let wall_us = self.clock.wall_us().max(NOT_READ + 1);
+                self.wall_us.set(wall_us);
                 wall_us
             }
+            wall_us => wall_us,
         }
     }
 }
@@ -406,6 +414,30 @@ mod tests {
         assert_eq!(now.wall_ms(), 1_005);
         clock.advance_ms(5);
         assert_eq!((now.monotonic_ms(), now.wall_ms()), (10, 1_005));
+    }
+
+    #[test]
+    fn a_wall_reading_at_the_clocks_floor_is_still_read_once() {
+        // A debug offset far enough back saturates the wall clock at its
+        // floor, the value that marks "not read": the reading is kept as
+        // one microsecond later, and not taken again.
+        struct Floor(Cell<u32>);
+        impl Clock for Floor {
+            fn monotonic_ms(&self) -> u64 {
+                0
+            }
+            fn wall_us(&self) -> i64 {
+                self.0.set(self.0.get() + 1);
+                i64::MIN
+            }
+        }
+        let clock = Floor(Cell::new(0));
+        let now = Now::of(&clock);
+        assert_eq!((now.wall_us(), now.wall_us()), (i64::MIN + 1, i64::MIN + 1));
+        assert_eq!(clock.0.get(), 1, "the wall clock was read once");
+        let given = Now::of(&clock).with_wall_us(i64::MIN);
+        assert_eq!(given.wall_us(), i64::MIN + 1);
+        assert_eq!(clock.0.get(), 1, "a given reading is not read again");
     }
 
     #[test]
