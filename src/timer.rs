@@ -112,9 +112,9 @@ fn arm_at(state: &mut ModuleState, fire_at: u64) {
 }
 
 /// Drops lease index entry `entry` (a holder left, a lock went), and arms
-/// the timer when that started a sweep of the index's stale items (run in
-/// steps by the timer's trims: a removal never rebuilds the index whole in
-/// practice, `DeadlineIndex::trim`).
+/// the timer when that started a sweep of the index's stale items, or left
+/// memory to give back (run in steps by the timer's trims: a removal never
+/// rebuilds the index whole in practice, `DeadlineIndex::trim`).
 pub fn remove_lease(state: &mut ModuleState, entry: u64) {
     state.deadlines.remove(entry);
     if state.deadlines.take_wake() {
