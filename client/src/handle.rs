@@ -53,8 +53,11 @@ pub(crate) struct LockCore {
     ops: Arc<tokio::sync::Mutex<()>>,
     /// Ticks whenever the ledger changed (an extension, a re-entry, a
     /// release), so that a watchdog re-plans at once (a shortened lease
-    /// must not wait for a renewal planned for the longer one).
-    changes: tokio::sync::watch::Sender<()>,
+    /// must not wait for a renewal planned for the longer one). Made when
+    /// a watchdog first subscribes: most handles have none, and a channel
+    /// (its allocation, its wake-up list walked on every change) was a
+    /// part of each lock+unlock of the language packages.
+    changes: std::sync::OnceLock<tokio::sync::watch::Sender<()>>,
 }
 
 /// The guard of a handle's operation lock.
@@ -76,18 +79,25 @@ impl LockCore {
             kind,
             state: Mutex::new(State::default()),
             ops: Arc::new(tokio::sync::Mutex::new(())),
-            changes: tokio::sync::watch::Sender::new(()),
+            changes: std::sync::OnceLock::new(),
         }
     }
 
-    /// Tells the watchdog (if any) that the ledger changed.
+    /// Tells the watchdog (if any) that the ledger changed. Before one
+    /// subscribed there is no one to tell: a subscriber starts from the
+    /// ledger as it is then.
     pub fn changed(&self) {
-        self.changes.send_modify(|_| {});
+        if let Some(changes) = self.changes.get() {
+            changes.send_modify(|_| {});
+        }
     }
 
-    /// A receiver that wakes on each [`LockCore::changed`].
+    /// A receiver that wakes on each [`LockCore::changed`] after this
+    /// call.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<()> {
-        self.changes.subscribe()
+        self.changes
+            .get_or_init(|| tokio::sync::watch::Sender::new(()))
+            .subscribe()
     }
 
     /// Whether the handle holds the lock (released or not: its validity
