@@ -33,7 +33,8 @@
 #                          [--servers redis7,valkey8,redis8,valkey9]
 #                          [--rounds N] [--ops N] [--time-ops N]
 #                          [--module PATH] [--tsv FILE]
-#   QUICK=1 bench/callgrind-ops.sh      1 round, 2000 ops, 20000 timed ops
+#   QUICK=1 bench/callgrind-ops.sh      1 round, 2000 ops, 20000 timed ops,
+#                                       the base phases on a second server at once
 #   KEEP_DUMPS=DIR bench/callgrind-ops.sh   keeps every phase's callgrind dump in DIR
 #                                       (SERVER-ops-ROUND.PHASE.PID), for callgrind_annotate
 #
@@ -53,10 +54,12 @@ OPS=5000
 TIME_OPS=200000
 MODULE="$ROOT/target/release/libredis_lock.so"
 TSV=""
+PARALLEL=0
 if [ -n "${QUICK:-}" ] && [ "${QUICK}" != 0 ]; then
     ROUNDS=1
     OPS=2000
     TIME_OPS=20000
+    PARALLEL=1
 fi
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -207,14 +210,35 @@ for name in "${names[@]}"; do
                 supports "$port" "$base" && rows+=("$row")
             done
         fi
-        for row in "${rows[@]}"; do
-            read -r _ ours base _ <<<"$row"
-            if [ $((round % 2)) = 1 ]; then order="$ours $base"; else order="$base $ours"; fi
-            for phase in $order; do
-                read -r count _ < <(measure_ir "$pid" "$port" "$WORK/ir/$phase" "$WORK/$name-ops-$round")
-                ir[$row/$phase]+="$count "
+        if [ "$PARALLEL" = 1 ]; then
+            # QUICK: the base phases on a second server, at the same time
+            # as ours (callgrind counts instructions, not time; each
+            # phase's setup starts from an empty server).
+            start "$name-base-$round" "$binary" 1 1
+            bpid="$SPID" bport="$SPORT"
+            for row in "${rows[@]}"; do
+                read -r _ ours base _ <<<"$row"
+                measure_ir "$pid" "$port" "$WORK/ir/$ours" "$WORK/$name-ops-$round" >"$WORK/ours.ir" &
+                ours_job=$!
+                measure_ir "$bpid" "$bport" "$WORK/ir/$base" "$WORK/$name-base-$round" >"$WORK/base.ir" &
+                base_job=$!
+                wait "$ours_job" && wait "$base_job" || { echo "a measured phase failed" >&2; exit 1; }
+                read -r count _ <"$WORK/ours.ir"
+                ir[$row/$ours]+="$count "
+                read -r count _ <"$WORK/base.ir"
+                ir[$row/$base]+="$count "
             done
-        done
+            stop "$bpid" "$bport"
+        else
+            for row in "${rows[@]}"; do
+                read -r _ ours base _ <<<"$row"
+                if [ $((round % 2)) = 1 ]; then order="$ours $base"; else order="$base $ours"; fi
+                for phase in $order; do
+                    read -r count _ < <(measure_ir "$pid" "$port" "$WORK/ir/$phase" "$WORK/$name-ops-$round")
+                    ir[$row/$phase]+="$count "
+                done
+            done
+        fi
         stop "$pid" "$port"
     done
     start "$name-ops-native" "$binary" 1 0

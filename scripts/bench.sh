@@ -40,7 +40,11 @@ args=()
 if [ -n "${QUICK:-}" ] && [ "${QUICK}" != 0 ]; then
     args+=(--quick)
 fi
-cargo build --release -p redis-lock -p bench
+# Two builds, not one: built together, the bench's dependencies would
+# unify features with the module's and the module would be relinked here
+# and again by the next plain `cargo build --release -p redis-lock`.
+cargo build --release -p redis-lock
+cargo build --release -p bench
 # The Node.js package's section (12) is run by the bench program
 # (scripts/node-bench.sh). The Python package's is a script appended after
 # (it does not yet run per server).
