@@ -150,19 +150,13 @@ for name in "${names[@]}"; do
         for command in "${COMMANDS[@]}"; do
             file="$WORK/ir/${command//\//_}"
             if [ "$PARALLEL" = 1 ]; then
-                # Both servers' phases at once (QUICK): callgrind counts
-                # instructions, not time, so they do not see each other;
-                # how a pipe's input is split into reads may differ a
-                # little, which a quick run accepts for half the time.
-                measure_ir "$wpid" "$wport" "$file" "$WORK/$name-with-$round" >"$WORK/with.ir" &
-                local_with=$!
-                measure_ir "$opid" "$oport" "$file" "$WORK/$name-without-$round" >"$WORK/without.ir" &
-                local_without=$!
-                wait "$local_with" && wait "$local_without" || { echo "a measured phase failed" >&2; exit 1; }
-                read -r ir all <"$WORK/with.ir"
+                # Both servers' phases at once (QUICK).
+                measure_pair "$wpid" "$wport" "$file" "$WORK/$name-with-$round" \
+                    "$opid" "$oport" "$file" "$WORK/$name-without-$round"
+                read -r ir all <<<"$PAIR_A"
                 ir_with[$command]+="$ir "
                 all_with[$command]+="$all "
-                read -r ir all <"$WORK/without.ir"
+                read -r ir all <<<"$PAIR_B"
                 ir_without[$command]+="$ir "
                 all_without[$command]+="$all "
                 continue

@@ -151,3 +151,18 @@ measure_ns() {
 median() {
     sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
+
+# Two measured phases at once, on two callgrind servers (QUICK runs):
+# measure_pair PID PORT FILE DIR  PID PORT FILE DIR sets PAIR_A and PAIR_B
+# to their `measure_ir` lines. Callgrind counts instructions, not time, so
+# the two do not see each other (how a pipe's input is split into reads
+# may differ a little, which a quick run accepts for half the time).
+measure_pair() {
+    measure_ir "$1" "$2" "$3" "$4" >"$WORK/pair.a" &
+    local a=$!
+    measure_ir "$5" "$6" "$7" "$8" >"$WORK/pair.b" &
+    local b=$!
+    wait "$a" && wait "$b" || { echo "a measured phase failed" >&2; return 1; }
+    PAIR_A="$(cat "$WORK/pair.a")"
+    PAIR_B="$(cat "$WORK/pair.b")"
+}

@@ -212,20 +212,16 @@ for name in "${names[@]}"; do
         fi
         if [ "$PARALLEL" = 1 ]; then
             # QUICK: the base phases on a second server, at the same time
-            # as ours (callgrind counts instructions, not time; each
-            # phase's setup starts from an empty server).
+            # as ours (each phase's setup starts from an empty server).
             start "$name-base-$round" "$binary" 1 1
             bpid="$SPID" bport="$SPORT"
             for row in "${rows[@]}"; do
                 read -r _ ours base _ <<<"$row"
-                measure_ir "$pid" "$port" "$WORK/ir/$ours" "$WORK/$name-ops-$round" >"$WORK/ours.ir" &
-                ours_job=$!
-                measure_ir "$bpid" "$bport" "$WORK/ir/$base" "$WORK/$name-base-$round" >"$WORK/base.ir" &
-                base_job=$!
-                wait "$ours_job" && wait "$base_job" || { echo "a measured phase failed" >&2; exit 1; }
-                read -r count _ <"$WORK/ours.ir"
+                measure_pair "$pid" "$port" "$WORK/ir/$ours" "$WORK/$name-ops-$round" \
+                    "$bpid" "$bport" "$WORK/ir/$base" "$WORK/$name-base-$round"
+                read -r count _ <<<"$PAIR_A"
                 ir[$row/$ours]+="$count "
-                read -r count _ <"$WORK/base.ir"
+                read -r count _ <<<"$PAIR_B"
                 ir[$row/$base]+="$count "
             done
             stop "$bpid" "$bport"
