@@ -162,7 +162,13 @@ measure_pair() {
     local a=$!
     measure_ir "$5" "$6" "$7" "$8" >"$WORK/pair.b" &
     local b=$!
-    wait "$a" && wait "$b" || { echo "a measured phase failed" >&2; return 1; }
+    if ! wait "$a"; then
+        kill "$b" 2>/dev/null || true
+        wait "$b" 2>/dev/null || true
+        echo "a measured phase failed" >&2
+        return 1
+    fi
+    wait "$b" || { echo "a measured phase failed" >&2; return 1; }
     PAIR_A="$(cat "$WORK/pair.a")"
     PAIR_B="$(cat "$WORK/pair.b")"
 }

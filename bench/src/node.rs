@@ -64,12 +64,22 @@ pub fn run(plan: &Plan, report: &mut Report) -> Result<()> {
     // like), which build scripts read (`ring`'s does) and would otherwise
     // see change between this build and every other, rebuilding the TLS
     // stack and the client on each side (a minute of every `make bench`).
+    // The user's own Cargo settings (`CARGO_HOME`, `CARGO_NET_*`,
+    // `CARGO_PROFILE_*`, ...) are kept.
     for (name, _) in std::env::vars_os() {
         let name_str = name.to_string_lossy();
-        if name_str.starts_with("CARGO_")
-            && name_str != "CARGO_HOME"
-            && name_str != "CARGO_TARGET_DIR"
-        {
+        let set_by_cargo_run = name_str.starts_with("CARGO_PKG_")
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_RUSTC_CURRENT_DIR",
+            ]
+            .contains(&name_str.as_ref());
+        if set_by_cargo_run {
             command.env_remove(&name);
         }
     }

@@ -19,7 +19,10 @@
 // its arena locks. mimalloc frees them into the owning thread's page
 // without a lock: on one node, 16 and 64 tasks, 9-12% less process CPU
 // per lock+unlock cycle and 7-9% more cycles/s (bench/analysis.md, section
-// 12).
+// 12). Its thread-locals use the local-dynamic TLS model, as a library
+// loaded with dlopen needs (the initial-exec default takes room from
+// glibc's static TLS surplus, which a process with many native addons may
+// not have: "cannot allocate memory in static TLS block" at require()).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
