@@ -78,6 +78,65 @@ thread_local! {
     static SHAPES: RefCell<FastMap<Vec<(usize, u32)>>> = RefCell::new(FastMap::default());
 }
 
+thread_local! {
+    /// The last allowed command without subcommands, by its name exactly
+    /// as sent: a client fences the same write again and again, and this
+    /// answers it without folding the name's case or hashing it.
+    static RECENT: RefCell<Option<Recent>> = const { RefCell::new(None) };
+}
+
+/// The longest name `RECENT` keeps.
+const RECENT_NAME_MAX: usize = 24;
+
+/// An allowed command's verdict and the keys of its last line's shape.
+struct Recent {
+    name: [u8; RECENT_NAME_MAX],
+    len: usize,
+    keys: Keys,
+    /// The argument count of its last line whose keys were asked, and
+    /// those keys (for a command whose keys are at fixed places).
+    shape: Option<(usize, Vec<(usize, u32)>)>,
+}
+
+impl Recent {
+    fn is(&self, command: &[u8]) -> bool {
+        self.name.get(..self.len) == Some(command)
+    }
+
+    /// Remembers allowed `command` (as sent) with its keys, keeping the
+    /// shape when it is the same command.
+    fn remember(command: &[u8], keys: Keys) {
+        let mut name = [0u8; RECENT_NAME_MAX];
+        let Some(room) = name.get_mut(..command.len()) else {
+            return;
+        };
+        room.copy_from_slice(command);
+        RECENT.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            if recent.as_ref().is_some_and(|r| r.is(command)) {
+                return;
+            }
+            *recent = Some(Recent {
+                name,
+                len: command.len(),
+                keys,
+                shape: None,
+            });
+        });
+    }
+
+    /// The verdict on `command` if it is the recent one.
+    fn keys(command: &[u8]) -> Option<Keys> {
+        RECENT.with(|recent| {
+            recent
+                .borrow()
+                .as_ref()
+                .filter(|r| r.is(command))
+                .map(|r| r.keys)
+        })
+    }
+}
+
 /// Lines longer than this are not remembered by shape.
 const SHAPE_MAX_ARGS: usize = 32;
 /// The most shapes remembered (the cache starts again when full).
@@ -149,15 +208,41 @@ fn report_inner_keys(ctx: Ctx, inner: &[RString], command: &[u8], sub: Option<&[
             call::key_at(ctx, pos.saturating_add(3), flags);
         }
     };
+    let recent = RECENT.with(|recent| match recent.borrow().as_ref() {
+        Some(r) if r.is(command) => match &r.shape {
+            Some((argc, keys)) if *argc == inner.len() => {
+                report(keys);
+                Some(true)
+            }
+            _ => Some(false),
+        },
+        _ => None,
+    });
+    if recent == Some(true) {
+        return;
+    }
     let shape = (inner.len() <= SHAPE_MAX_ARGS)
         .then(|| Shape::of(inner.len(), command, sub))
         .flatten();
+    // The recent command's shape, kept for the next line like this one.
+    let keep = |keys: &[(usize, u32)]| {
+        if recent.is_some() && shape.is_some() {
+            RECENT.with(|recent| {
+                if let Some(r) = recent.borrow_mut().as_mut().filter(|r| r.is(command)) {
+                    r.shape = Some((inner.len(), keys.to_vec()));
+                }
+            });
+        }
+    };
     if let Some(shape) = &shape {
         let known = SHAPES.with(|shapes| {
             shapes
                 .borrow()
                 .get(shape.key())
-                .map(|keys| report(keys))
+                .map(|keys| {
+                    report(keys);
+                    keep(keys);
+                })
                 .is_some()
         });
         if known {
@@ -168,6 +253,7 @@ fn report_inner_keys(ctx: Ctx, inner: &[RString], command: &[u8], sub: Option<&[
         return;
     };
     report(&keys);
+    keep(&keys);
     if let Some(shape) = shape {
         SHAPES.with(|shapes| {
             let mut shapes = shapes.borrow_mut();
@@ -211,6 +297,9 @@ fn lookup(ctx: Ctx, name: &[u8]) -> Option<Cached> {
 /// Whether `LOCK.FENCED` may run `command` (with `sub` its first
 /// argument, for a container command), and where its keys are.
 fn inner_allowed(ctx: Ctx, command: &[u8], sub: Option<&[u8]>) -> Result<Keys, FenceError> {
+    if let Some(keys) = Recent::keys(command) {
+        return Ok(keys);
+    }
     let name = command.to_ascii_lowercase();
     let verdict = match fence::refused_by_name(&name) {
         Some(refusal) => Err(refusal),
@@ -228,6 +317,9 @@ fn inner_allowed(ctx: Ctx, command: &[u8], sub: Option<&[u8]>) -> Result<Keys, F
             }
         },
     };
+    if let (Ok(keys), Some(Cached::Verdict(_))) = (&verdict, peek(&name)) {
+        Recent::remember(command, *keys);
+    }
     verdict.map_err(|reason| FenceError::Refused {
         command: command.to_vec(),
         reason,
@@ -243,6 +335,7 @@ extern "C" fn on_module_change(
     guard::callback(ctx, "module change event", (), || {
         VERDICTS.with(|cache| cache.borrow_mut().clear());
         SHAPES.with(|shapes| shapes.borrow_mut().clear());
+        RECENT.with(|recent| recent.borrow_mut().take());
     });
 }
 
@@ -312,26 +405,33 @@ fn reply_fence_error(ctx: Ctx, error: &FenceError) -> c_int {
     ffi::reply_error(ctx, &error.to_string())
 }
 
+/// The arguments `fenced_keys` reads as bytes: up to the inner command's
+/// first argument (a container command's subcommand).
+pub const KEYS_HEAD: usize = 5;
+
+/// `LOCK.FENCED`'s answer to the server's question where its keys are
+/// (`args` holds the bytes of the first `KEYS_HEAD` arguments only).
+pub fn fenced_keys(ctx: Ctx, args: &Argv) -> c_int {
+    call::key_at(ctx, 1, FENCE_KEY_FLAGS);
+    // The server is asked for the inner command's keys only when the
+    // inner command can run at all: a nested `LOCK.FENCED` (refused by
+    // name) would have the server call us back for its own inner
+    // command, level after level, until the stack overflowed (a crash
+    // any client could cause with `COMMAND GETKEYS` or a cluster
+    // routing check). The guard stops any other way back in.
+    let argv = args.bytes();
+    let command = argv
+        .get(3)
+        .copied()
+        .filter(|name| fence::refused_by_name(name).is_none());
+    if let (Some(command), Some(_lookup)) = (command, KeyLookup::enter()) {
+        report_inner_keys(ctx, args.strings_from(3), command, argv.get(4).copied());
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
 /// `LOCK.FENCED fence-key token command [arg ...]`
 pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
-    if call::is_keys_position_request(ctx) {
-        call::key_at(ctx, 1, FENCE_KEY_FLAGS);
-        // The server is asked for the inner command's keys only when the
-        // inner command can run at all: a nested `LOCK.FENCED` (refused by
-        // name) would have the server call us back for its own inner
-        // command, level after level, until the stack overflowed (a crash
-        // any client could cause with `COMMAND GETKEYS` or a cluster
-        // routing check). The guard stops any other way back in.
-        let argv = args.bytes();
-        let command = argv
-            .get(3)
-            .copied()
-            .filter(|name| fence::refused_by_name(name).is_none());
-        if let (Some(command), Some(_lookup)) = (command, KeyLookup::enter()) {
-            report_inner_keys(ctx, args.strings_from(3), command, argv.get(4).copied());
-        }
-        return raw::REDISMODULE_OK as c_int;
-    }
     let argv = args.bytes();
     let (Some(name), Some(&key_name), Some(&token), Some(&command)) =
         (args.string(1), argv.get(1), argv.get(2), argv.get(3))

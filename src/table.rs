@@ -42,7 +42,21 @@ mod entry {
     entry_point!(counter, "LOCK.COUNTER", commands::counter);
     entry_point!(floor, "LOCK.FLOOR", commands::floor);
     entry_point!(debug, "LOCK.DEBUG", commands::debug);
-    entry_point!(fenced, "LOCK.FENCED", fence::fenced);
+    /// `LOCK.FENCED`: the server's question where its keys are reads
+    /// only the head of the line (the inner command's name and first
+    /// argument); the rest goes to the server as it came.
+    pub extern "C" fn fenced(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+        guard::command(ctx, "LOCK.FENCED", || {
+            crate::activation::activate();
+            if ffi::call::is_keys_position_request(ctx) {
+                ffi::with_argv_head(argv, argc, fence::KEYS_HEAD, |args| {
+                    fence::fenced_keys(ctx, args)
+                })
+            } else {
+                ffi::with_argv(argv, argc, |args| fence::fenced(ctx, args))
+            }
+        })
+    }
     entry_point!(fencecheck, "LOCK.FENCECHECK", fence::fencecheck);
     entry_point!(fenceget, "LOCK.FENCEGET", fence::fenceget);
     entry_point!(fenceapply, "LOCK.FENCEAPPLY", fence::fenceapply);

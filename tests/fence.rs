@@ -722,3 +722,59 @@ fn a_fenced_write_reports_the_inner_command_s_keys() {
         }
     }
 }
+
+/// The module answers a repeated fenced write from the last command it
+/// ran (its verdict, and the keys of its last line's shape) without
+/// looking it up: a line of the same command with another number of
+/// arguments, or the same name in other letters, still reports exactly
+/// its own keys, and each runs as itself.
+#[test]
+fn the_last_command_s_remembered_keys_fit_only_its_own_shape() {
+    let server = RedisServer::start();
+    let mut c = server.conn();
+    let keys_of = |c: &mut Connection, line: &[&str]| -> Vec<Value> {
+        let mut args = vec!["COMMAND", "GETKEYS"];
+        args.extend_from_slice(line);
+        match run(c, &args) {
+            Ok(Value::Array(keys)) => keys,
+            Ok(other) => panic!("{line:?}: {other:?}"),
+            Err(_) => Vec::new(),
+        }
+    };
+    let lines: &[&[&str]] = &[
+        &["MSET", "a", "1"],
+        &["MSET", "a", "1", "b", "2", "c", "3"],
+        &["mset", "a", "1", "b", "2"],
+        &["MSET", "a"],
+        &["MSET", "a", "1", "b", "2"],
+    ];
+    // MSET is run first, so it is the command the module remembers.
+    assert_eq!(
+        run(&mut c, &["LOCK.FENCED", "f", "1", "MSET", "a", "0"]).unwrap(),
+        Value::Okay
+    );
+    for round in 0..3 {
+        for line in lines {
+            let mut fenced = vec!["LOCK.FENCED", "f", "1"];
+            fenced.extend_from_slice(line);
+            let mut expected = vec![data("f")];
+            expected.extend(keys_of(&mut c, line));
+            assert_eq!(
+                keys_of(&mut c, &fenced),
+                expected,
+                "round {round}, {line:?}"
+            );
+            if round == 1 {
+                let ran = run(&mut c, &fenced);
+                if line.len() % 2 == 0 {
+                    assert!(ran.is_err(), "{line:?}: {ran:?}");
+                } else {
+                    assert_eq!(ran.unwrap(), Value::Okay, "{line:?}");
+                    for pair in line[1..].chunks(2) {
+                        assert_eq!(get(&mut c, pair[0]), data(pair[1]), "{line:?}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -91,6 +91,25 @@ fn call_format(propagate: bool) -> &'static std::ffi::CStr {
     }
 }
 
+/// The most arguments passed one by one (`s` each) rather than as a
+/// vector.
+const SPELLED_OUT: usize = 6;
+
+/// `count` times `s`, then the call flags (`flags` without the leading
+/// `v`), NUL-terminated: `None` for no argument or more than
+/// `SPELLED_OUT`.
+fn each_string_format(count: usize, flags: &[u8]) -> Option<[u8; 16]> {
+    if count == 0 || count > SPELLED_OUT {
+        return None;
+    }
+    let mut format = [0u8; 16];
+    let (strings, rest) = format.split_at_mut(count);
+    strings.fill(b's');
+    rest.get_mut(..flags.len())?.copy_from_slice(flags);
+    // The byte after the flags stays 0 (at most 6 + 7 of 16 are used).
+    (rest.get(flags.len()) == Some(&0)).then_some(format)
+}
+
 /// The longest command name passed on the stack (longer ones are copied
 /// to the heap).
 const NAME_ON_STACK: usize = 64;
@@ -123,15 +142,58 @@ pub fn call_as_caller(
         }
     };
     let rest = args.get(1..).unwrap_or(&[]);
-    let format = call_format(propagate);
+    let flags = call_format(propagate).to_bytes();
     clear_errno();
-    let reply = rm!(RedisModule_Call(
-        ctx,
-        name_ptr,
-        format.as_ptr(),
-        rest.as_ptr().cast_mut(),
-        rest.len()
-    ))
+    let reply = match each_string_format(rest.len(), flags.get(1..).unwrap_or_default()) {
+        // Up to SPELLED_OUT arguments, one `s` each: a vector (`v`) costs
+        // the server a second allocation of the argument array.
+        Some(format) => {
+            let at = |i: usize| rest.get(i).copied().unwrap_or(std::ptr::null_mut());
+            let f = format.as_ptr().cast::<c_char>();
+            match rest.len() {
+                1 => rm!(RedisModule_Call(ctx, name_ptr, f, at(0))),
+                2 => rm!(RedisModule_Call(ctx, name_ptr, f, at(0), at(1))),
+                3 => rm!(RedisModule_Call(ctx, name_ptr, f, at(0), at(1), at(2))),
+                4 => rm!(RedisModule_Call(
+                    ctx,
+                    name_ptr,
+                    f,
+                    at(0),
+                    at(1),
+                    at(2),
+                    at(3)
+                )),
+                5 => rm!(RedisModule_Call(
+                    ctx,
+                    name_ptr,
+                    f,
+                    at(0),
+                    at(1),
+                    at(2),
+                    at(3),
+                    at(4)
+                )),
+                _ => rm!(RedisModule_Call(
+                    ctx,
+                    name_ptr,
+                    f,
+                    at(0),
+                    at(1),
+                    at(2),
+                    at(3),
+                    at(4),
+                    at(5)
+                )),
+            }
+        }
+        None => rm!(RedisModule_Call(
+            ctx,
+            name_ptr,
+            flags.as_ptr().cast::<c_char>(),
+            rest.as_ptr().cast_mut(),
+            rest.len()
+        )),
+    }
     .unwrap_or(std::ptr::null_mut());
     if reply.is_null() {
         Err(CallFailed(
@@ -305,4 +367,25 @@ pub fn command_keys(ctx: Ctx, args: &[RString]) -> Result<Vec<(usize, u32)>, Cal
         rm!(RedisModule_Free(flags.cast::<c_void>()));
     }
     Ok(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_line_is_spelled_out_one_string_each() {
+        let format = each_string_format(3, b"!CMS0E").expect("three arguments");
+        assert_eq!(
+            CStr::from_bytes_until_nul(&format).unwrap().to_bytes(),
+            b"sss!CMS0E"
+        );
+        let format = each_string_format(SPELLED_OUT, b"!CMS0E").expect("the most");
+        assert_eq!(
+            CStr::from_bytes_until_nul(&format).unwrap().to_bytes(),
+            b"ssssss!CMS0E"
+        );
+        assert!(each_string_format(0, b"CMS0").is_none());
+        assert!(each_string_format(SPELLED_OUT + 1, b"CMS0").is_none());
+    }
 }

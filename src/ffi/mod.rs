@@ -97,6 +97,19 @@ impl<'a> Argv<'a> {
 /// Runs `f` with the arguments Redis passed to a command; they cannot
 /// outlive `f`, which runs within the command's call.
 pub fn with_argv<R>(argv: *mut RString, argc: c_int, f: impl for<'a> FnOnce(&Argv<'a>) -> R) -> R {
+    with_argv_head(argv, argc, usize::MAX, f)
+}
+
+/// As [`with_argv`], but [`Argv::bytes`] holds only the first `head`
+/// arguments (all of them when there are fewer): for a call that reads a
+/// few and hands the rest on as Redis strings ([`Argv::strings_from`]),
+/// each argument's bytes cost an API call.
+pub fn with_argv_head<R>(
+    argv: *mut RString,
+    argc: c_int,
+    head: usize,
+    f: impl for<'a> FnOnce(&Argv<'a>) -> R,
+) -> R {
     let count = usize::try_from(argc).unwrap_or(0);
     let strings: &[RString] = if argv.is_null() {
         &[]
@@ -105,14 +118,15 @@ pub fn with_argv<R>(argv: *mut RString, argc: c_int, f: impl for<'a> FnOnce(&Arg
         // alive for the call; the slice is lent to `f` only.
         unsafe { std::slice::from_raw_parts(argv, count) }
     };
-    let bytes = if count > INLINE_ARGS {
-        ArgvBytes::Heap(strings.iter().map(|&s| bytes(s)).collect())
+    let read = strings.get(..head).unwrap_or(strings);
+    let bytes = if read.len() > INLINE_ARGS {
+        ArgvBytes::Heap(read.iter().map(|&s| bytes(s)).collect())
     } else {
         let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
-        for (slot, &s) in inline.iter_mut().zip(strings) {
+        for (slot, &s) in inline.iter_mut().zip(read) {
             *slot = bytes(s);
         }
-        ArgvBytes::Inline(inline, strings.len())
+        ArgvBytes::Inline(inline, read.len())
     };
     f(&Argv { strings, bytes })
 }
