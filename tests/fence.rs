@@ -29,6 +29,18 @@ fn stale(token: i64, key: &str, accepted: i64) -> String {
     format!("STALE fencing token {token} refused: {key} has accepted {accepted}")
 }
 
+/// `COMMAND GETKEYS` of `line`: the keys the server finds in it (none for
+/// a line the server cannot read).
+fn keys_of(c: &mut Connection, line: &[&str]) -> Vec<Value> {
+    let mut args = vec!["COMMAND", "GETKEYS"];
+    args.extend_from_slice(line);
+    match run(c, &args) {
+        Ok(Value::Array(keys)) => keys,
+        Ok(other) => panic!("{line:?}: {other:?}"),
+        Err(_) => Vec::new(),
+    }
+}
+
 #[test]
 fn a_paused_holder_is_refused_after_its_successor_wrote() {
     let server = RedisServer::start();
@@ -688,16 +700,6 @@ fn a_fenced_write_reports_the_inner_command_s_keys() {
         &["HSET", "h"],
         &["GETSET", "d", "v", "x"],
     ];
-    let keys_of = |c: &mut Connection, line: &[&str]| -> Vec<Value> {
-        let mut args = vec!["COMMAND", "GETKEYS"];
-        args.extend_from_slice(line);
-        match run(c, &args) {
-            Ok(Value::Array(keys)) => keys,
-            Ok(other) => panic!("{line:?}: {other:?}"),
-            // A line the server cannot read has no keys.
-            Err(_) => Vec::new(),
-        }
-    };
     for round in 0..3 {
         for line in lines {
             let expected = keys_of(&mut c, line);
@@ -732,21 +734,13 @@ fn a_fenced_write_reports_the_inner_command_s_keys() {
 fn the_last_command_s_remembered_keys_fit_only_its_own_shape() {
     let server = RedisServer::start();
     let mut c = server.conn();
-    let keys_of = |c: &mut Connection, line: &[&str]| -> Vec<Value> {
-        let mut args = vec!["COMMAND", "GETKEYS"];
-        args.extend_from_slice(line);
-        match run(c, &args) {
-            Ok(Value::Array(keys)) => keys,
-            Ok(other) => panic!("{line:?}: {other:?}"),
-            Err(_) => Vec::new(),
-        }
-    };
     let lines: &[&[&str]] = &[
         &["MSET", "a", "1"],
         &["MSET", "a", "1", "b", "2", "c", "3"],
         &["mset", "a", "1", "b", "2"],
         &["MSET", "a"],
         &["MSET", "a", "1", "b", "2"],
+        &["MSET", "a", "1", "b", "2", "c", "3", "d", "4"],
     ];
     // MSET is run first, so it is the command the module remembers.
     assert_eq!(
@@ -776,5 +770,22 @@ fn the_last_command_s_remembered_keys_fit_only_its_own_shape() {
                 }
             }
         }
+    }
+    // Every count of inner arguments reaches the command whole: one by
+    // one up to six, as a vector beyond.
+    for count in 1..=9 {
+        let list = format!("list{count}");
+        let mut line = vec!["LOCK.FENCED", "f", "1", "RPUSH", list.as_str()];
+        let items: Vec<String> = (1..count).map(|i| format!("item{i}")).collect();
+        line.extend(items.iter().map(String::as_str));
+        let ran = run(&mut c, &line);
+        if count == 1 {
+            assert!(ran.is_err(), "RPUSH without items: {ran:?}");
+            continue;
+        }
+        assert_eq!(ran.unwrap(), Value::Int(count - 1), "{line:?}");
+        let stored = run(&mut c, &["LRANGE", &list, "0", "-1"]).unwrap();
+        let expected: Vec<Value> = items.iter().map(|item| data(item)).collect();
+        assert_eq!(stored, Value::Array(expected), "{line:?}");
     }
 }

@@ -150,40 +150,18 @@ pub fn call_as_caller(
         Some(format) => {
             let at = |i: usize| rest.get(i).copied().unwrap_or(std::ptr::null_mut());
             let f = format.as_ptr().cast::<c_char>();
+            macro_rules! call_with {
+                ($($i:literal),*) => {
+                    rm!(RedisModule_Call(ctx, name_ptr, f, $(at($i)),*))
+                };
+            }
             match rest.len() {
-                1 => rm!(RedisModule_Call(ctx, name_ptr, f, at(0))),
-                2 => rm!(RedisModule_Call(ctx, name_ptr, f, at(0), at(1))),
-                3 => rm!(RedisModule_Call(ctx, name_ptr, f, at(0), at(1), at(2))),
-                4 => rm!(RedisModule_Call(
-                    ctx,
-                    name_ptr,
-                    f,
-                    at(0),
-                    at(1),
-                    at(2),
-                    at(3)
-                )),
-                5 => rm!(RedisModule_Call(
-                    ctx,
-                    name_ptr,
-                    f,
-                    at(0),
-                    at(1),
-                    at(2),
-                    at(3),
-                    at(4)
-                )),
-                _ => rm!(RedisModule_Call(
-                    ctx,
-                    name_ptr,
-                    f,
-                    at(0),
-                    at(1),
-                    at(2),
-                    at(3),
-                    at(4),
-                    at(5)
-                )),
+                1 => call_with!(0),
+                2 => call_with!(0, 1),
+                3 => call_with!(0, 1, 2),
+                4 => call_with!(0, 1, 2, 3),
+                5 => call_with!(0, 1, 2, 3, 4),
+                _ => call_with!(0, 1, 2, 3, 4, 5),
             }
         }
         None => rm!(RedisModule_Call(
