@@ -31,9 +31,19 @@ use crate::propagation;
 #[derive(Clone, Copy)]
 enum Keys {
     /// At fixed places (no `movablekeys` flag): found without asking.
-    Range(KeyRange),
+    /// `PerLine`: their key-spec flags depend on the line's arguments
+    /// (`variable_flags`, e.g. `SET … GET` reads, `SET … NX` does not),
+    /// so the server is asked for them on each keys request.
+    Range(KeyRange, KeyFlags),
     /// Only the server can say, for each command line.
     Movable,
+}
+
+/// Whether a command's key-spec flags are fixed by the line's shape.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeyFlags {
+    ByShape,
+    PerLine,
 }
 
 /// A command's verdict, or "a container: ask for its subcommand".
@@ -72,9 +82,10 @@ type FastMap<V> = HashMap<Vec<u8>, V, BuildHasherDefault<Fnv>>;
 thread_local! {
     static VERDICTS: RefCell<FastMap<Cached>> = RefCell::new(FastMap::default());
     /// The keys (positions and key-spec flags) of the command lines of a
-    /// command whose keys are at fixed places, by the line's shape: its
-    /// number of arguments (one byte) and the command's cache name, which
-    /// decide them. Learned from the server once per shape.
+    /// command whose keys are at fixed places and whose key specs have no
+    /// `variable_flags`, by the line's shape: its number of arguments (one
+    /// byte) and the command's cache name, which decide them. Learned from
+    /// the server once per shape.
     static SHAPES: RefCell<FastMap<Vec<(usize, u32)>>> = RefCell::new(FastMap::default());
 }
 
@@ -193,7 +204,11 @@ impl Shape {
             }
             verdict => verdict,
         };
-        matches!(cached, Cached::Verdict(Ok(Keys::Range(_)))).then_some(shape)
+        matches!(
+            cached,
+            Cached::Verdict(Ok(Keys::Range(_, KeyFlags::ByShape)))
+        )
+        .then_some(shape)
     }
 }
 
@@ -279,13 +294,21 @@ fn lookup(ctx: Ctx, name: &[u8]) -> Option<Cached> {
             .flags
             .iter()
             .any(|flag| flag.eq_ignore_ascii_case(b"movablekeys"));
+        let flags = if info.variable_key_flags {
+            KeyFlags::PerLine
+        } else {
+            KeyFlags::ByShape
+        };
         let keys = match (movable, info.arity, info.key_range) {
-            (false, Some(arity), Some([first, last, step])) => Keys::Range(KeyRange {
-                arity,
-                first,
-                last,
-                step,
-            }),
+            (false, Some(arity), Some([first, last, step])) => Keys::Range(
+                KeyRange {
+                    arity,
+                    first,
+                    last,
+                    step,
+                },
+                flags,
+            ),
             _ => Keys::Movable,
         };
         Cached::Verdict(fence::allowed(name, Some(&info.flags)).map(|()| keys))
@@ -452,7 +475,7 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
     // answers it as the server would.
     let inner_line = argv.get(3..).unwrap_or_default();
     let judged = match keys {
-        Keys::Range(range) => range
+        Keys::Range(range, _) => range
             .positions(inner.len())
             .map(|positions| fence::check_inner_keys(inner_line, positions, key_name)),
         Keys::Movable => call::command_keys(ctx, inner).ok().map(|keys| {

@@ -789,3 +789,37 @@ fn the_last_command_s_remembered_keys_fit_only_its_own_shape() {
         assert_eq!(stored, Value::Array(expected), "{line:?}");
     }
 }
+
+/// A command whose keys' flags depend on its other arguments (key spec
+/// `variable_flags`: `SET k v GET` reads and writes `k`, `SET k v NX` only
+/// writes it) gets them from the server for each line, never from an
+/// earlier line of the same length: a user who may only write `k` can
+/// fence `SET k v NX` whatever lines were asked about before, and still
+/// not `SET k v GET`.
+#[test]
+fn key_flags_that_vary_by_line_are_asked_for_each_line() {
+    let server = RedisServer::start();
+    let mut admin = server.conn();
+    let rules = [
+        "ACL", "SETUSER", "writer", "on", ">pw", "+@all", "~f", "%W~k",
+    ];
+    assert_eq!(run(&mut admin, &rules).unwrap(), Value::Okay);
+    let url = format!("redis://writer:pw@127.0.0.1:{}/", server.port());
+    let mut writer = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let nx = ["LOCK.FENCED", "f", "1", "SET", "k", "v", "NX"];
+    let with_get = ["LOCK.FENCED", "f", "1", "SET", "k", "v", "GET"];
+    for round in 0..3 {
+        run(&mut admin, &["DEL", "k"]).unwrap();
+        assert_eq!(run(&mut writer, &nx).unwrap(), Value::Okay, "round {round}");
+        assert_eq!(get(&mut admin, "k"), data("v"), "round {round}");
+        // Its line's keys, asked with the other line of the same length
+        // in between.
+        let mut args = vec!["COMMAND", "GETKEYS"];
+        args.extend_from_slice(&with_get);
+        run(&mut admin, &args).unwrap();
+        run(&mut admin, &["DEL", "k"]).unwrap();
+        assert_eq!(run(&mut writer, &nx).unwrap(), Value::Okay, "round {round}");
+        let err = error_of(&mut writer, &with_get);
+        assert!(err.starts_with("NOPERM"), "round {round}: {err}");
+    }
+}

@@ -196,6 +196,34 @@ pub struct CommandInfo {
     /// Arity, first key, last key and step, as listed.
     pub arity: Option<i64>,
     pub key_range: Option<[i64; 3]>,
+    /// A key spec says `variable_flags`: its keys' flags depend on the
+    /// line's other arguments, not only on their number (`SET … GET`).
+    pub variable_key_flags: bool,
+}
+
+/// Whether any key spec in `specs` (`COMMAND INFO`'s list, each spec as
+/// name/value pairs in RESP2) has the flag `variable_flags`.
+fn any_variable_key_flags(specs: *mut raw::RedisModuleCallReply) -> bool {
+    if specs.is_null() {
+        return false;
+    }
+    (0..length(specs)).any(|i| {
+        let spec = element(specs, i);
+        if spec.is_null() {
+            return false;
+        }
+        (0..length(spec) / 2).any(|pair| {
+            let name = reply_bytes(element(spec, pair * 2));
+            if !name.is_some_and(|name| name.eq_ignore_ascii_case(b"flags")) {
+                return false;
+            }
+            let flags = element(spec, pair * 2 + 1);
+            (0..length(flags)).any(|f| {
+                reply_bytes(element(flags, f))
+                    .is_some_and(|flag| flag.eq_ignore_ascii_case(b"variable_flags"))
+            })
+        })
+    })
 }
 
 fn integer(reply: *mut raw::RedisModuleCallReply) -> Option<i64> {
@@ -244,6 +272,7 @@ pub fn command_info(ctx: Ctx, name: &[u8]) -> Option<CommandInfo> {
         has_subcommands,
         arity: at(1),
         key_range,
+        variable_key_flags: any_variable_key_flags(element(entry, 8)),
     })
 }
 
