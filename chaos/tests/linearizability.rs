@@ -11,7 +11,9 @@
 //! last two, and a reader's and a writer's places swapped, when the
 //! history has them; a copy whose check runs out of the budget is
 //! undecided, and the next copy is checked: up to `SCOUT_TRIES` copies
-//! with a tenth of the budget, then up to `COPY_TRIES` with the whole). Nor may
+//! with a tenth of the budget, then up to `COPY_TRIES` with the whole; when
+//! every copy of the grants' or the waiters' swap is undecided, another
+//! history is recorded, up to `RECORDINGS`). Nor may
 //! the history of a node that forgets its locks on restart, or whose leases
 //! end early or late.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -26,13 +28,35 @@ fn a_shared_one(keys: &[usize]) -> bool {
         .any(|&key| Kind::of(key, true) != Kind::Exclusive)
 }
 
+/// How many histories are recorded, at most, while a copy that must be
+/// rejected is undecided in each (its check ran out of the budget: it
+/// proves nothing either way, and never counts as rejected).
+const RECORDINGS: usize = 3;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn histories_under_kill_9_are_linearizable_and_a_corrupted_one_is_not() {
     let settings = recorder::Settings::default();
-    let report = linear::run(&settings).await.unwrap();
-    println!("{report}");
+    let undecided = |copy: Option<(usize, linear::CopyCheck)>| {
+        matches!(copy, Some((_, linear::CopyCheck::Undecided)))
+    };
+    let mut recorded = 0;
+    let report = loop {
+        recorded += 1;
+        let report = linear::run(&settings).await.unwrap();
+        println!("{report}");
+        // Every history recorded must be linearizable.
+        assert!(report.verdict.linearizable(), "not linearizable:\n{report}");
+        // A copy whose every check ran out of the budget (the waiters'
+        // swap on a key whose history before it has many lost replies:
+        // a Redis 8.6 CI run had every copy of its one waited-on
+        // exclusive key undecided) is looked for in a new history.
+        if (undecided(report.corrupted) || undecided(report.skipped)) && recorded < RECORDINGS {
+            println!("a control copy was undecided: recording another history");
+            continue;
+        }
+        break report;
+    };
     let verdict = &report.verdict;
-    assert!(verdict.linearizable(), "not linearizable:\n{report}");
     assert!(
         matches!(report.corrupted, Some((_, linear::CopyCheck::Rejected))),
         "the corrupted history must be rejected:\n{report}"
