@@ -22,6 +22,10 @@ fn reply_type(reply: *mut raw::RedisModuleCallReply) -> c_int {
 }
 
 fn reply_bytes(reply: *mut raw::RedisModuleCallReply) -> Option<Vec<u8>> {
+    // The server reads a null reply (an element that is not there).
+    if reply.is_null() {
+        return None;
+    }
     let mut len: usize = 0;
     let ptr = rm!(RedisModule_CallReplyStringPtr(reply, &mut len))?;
     if ptr.is_null() {
@@ -32,10 +36,16 @@ fn reply_bytes(reply: *mut raw::RedisModuleCallReply) -> Option<Vec<u8>> {
 }
 
 fn element(reply: *mut raw::RedisModuleCallReply, index: usize) -> *mut raw::RedisModuleCallReply {
+    if reply.is_null() {
+        return std::ptr::null_mut();
+    }
     rm!(RedisModule_CallReplyArrayElement(reply, index)).unwrap_or(std::ptr::null_mut())
 }
 
 fn length(reply: *mut raw::RedisModuleCallReply) -> usize {
+    if reply.is_null() {
+        return 0;
+    }
     rm!(RedisModule_CallReplyLength(reply)).unwrap_or(0)
 }
 
