@@ -114,8 +114,9 @@ impl Recent {
         self.name.get(..self.len) == Some(command)
     }
 
-    /// Remembers allowed `command` (as sent) with its keys, keeping the
-    /// shape when it is the same command.
+    /// Remembers allowed `command` (as sent) with its keys in place of
+    /// the command remembered before (called only when `keys` did not
+    /// know `command`).
     fn remember(command: &[u8], keys: Keys) {
         let mut name = [0u8; RECENT_NAME_MAX];
         let Some(room) = name.get_mut(..command.len()) else {
@@ -123,11 +124,7 @@ impl Recent {
         };
         room.copy_from_slice(command);
         RECENT.with(|recent| {
-            let mut recent = recent.borrow_mut();
-            if recent.as_ref().is_some_and(|r| r.is(command)) {
-                return;
-            }
-            *recent = Some(Recent {
+            *recent.borrow_mut() = Some(Recent {
                 name,
                 len: command.len(),
                 keys,
