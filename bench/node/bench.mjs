@@ -7,6 +7,11 @@
 //   node bench/node/bench.mjs --five URL,URL,URL,URL,URL --one URL \
 //       [--warmup MS] [--window MS] [--rounds N]
 //
+// A fourth client, "redislock-native floor", is the addon's own floor on
+// one node: each cycle is two operations through its runtime and completion
+// queue that do no network work (the bench hook `_roundTrip`), on a handle
+// held since the task's first cycle: what a cycle costs before any command.
+//
 // Prints one JSON object per line: {client, nodes, tasks, cyclesPerSec,
 // cpuUsPerCycle, cycles, failed} (failed cycles are not counted). Every task
 // locks and unlocks a key of its own (no contention: the clients' own cost is
@@ -69,6 +74,16 @@ function makeClients() {
   const redlock = new redlockPackage.Redlock(fiveRedis, { retryCount: 0, automaticExtensionThreshold: 500 });
   const nativeFive = new Native(five, { ttl: TTL, retryCount: 0 });
   const nativeOne = new Native([one], { ttl: TTL, retryCount: 0 });
+  const floorLocks = new Map();
+  /** The floor's handle for `key`, taken once. */
+  function floorLock(key) {
+    let lock = floorLocks.get(key);
+    if (!lock) {
+      lock = nativeOne.lock(`${key}:floor`);
+      floorLocks.set(key, lock);
+    }
+    return lock;
+  }
   return [
     {
       client: "redislock-native",
@@ -92,6 +107,18 @@ function makeClients() {
       cycle: async (key) => {
         const lock = await nativeOne.lock(key);
         await lock.release();
+      },
+    },
+    {
+      // The floor of the addon's design: the two operations of a cycle
+      // through its runtime and completion queue, without the network (a
+      // handle held since the task's first cycle).
+      client: "redislock-native floor",
+      nodes: 1,
+      cycle: async (key) => {
+        const lock = await floorLock(key);
+        await lock._roundTrip();
+        await lock._roundTrip();
       },
     },
     {

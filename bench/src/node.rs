@@ -3,7 +3,9 @@
 //! CPU per cycle at 1, 16 and 64 concurrent tasks, redislock-native against
 //! `redlock` on five masters and against `redis-semaphore`'s Mutex on one
 //! node, in one run of `bench/node/bench.mjs` (through
-//! `scripts/node-bench.sh`, which builds the package and installs the others).
+//! `scripts/node-bench.sh`, which builds the package and installs the others);
+//! beside the one-node rows, the addon's floor: a cycle's two operations
+//! through its runtime and completion queue without the network.
 
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -117,9 +119,17 @@ pub fn run(plan: &Plan, report: &mut Report) -> Result<()> {
         return Err(format!("scripts/node-bench.sh failed ({}):\n{tail}", output.status).into());
     }
     let figures: Vec<Figure> = stdout.lines().filter_map(parse).collect();
-    let find = |native: bool, nodes: u32, tasks: u32| {
+    const NATIVE: &str = "redislock-native";
+    const FLOOR: &str = "redislock-native floor";
+    // The other client of a row: any but ours and our floor.
+    let find = |client: Option<&str>, nodes: u32, tasks: u32| {
         figures.iter().find(|f| {
-            f.nodes == nodes && f.tasks == tasks && (f.client == "redislock-native") == native
+            f.nodes == nodes
+                && f.tasks == tasks
+                && match client {
+                    Some(name) => f.client == name,
+                    None => f.client != NATIVE && f.client != FLOOR,
+                }
         })
     };
     let mut table = String::from(
@@ -140,7 +150,8 @@ pub fn run(plan: &Plan, report: &mut Report) -> Result<()> {
     }
     for (nodes, base_name) in [(5, "redlock"), (1, "redis-semaphore Mutex")] {
         for tasks in [1, 16, 64] {
-            let (Some(ours), Some(base)) = (find(true, nodes, tasks), find(false, nodes, tasks))
+            let (Some(ours), Some(base)) =
+                (find(Some(NATIVE), nodes, tasks), find(None, nodes, tasks))
             else {
                 return Err(format!(
                     "bench.mjs printed no figure for {nodes} node(s), {tasks} tasks"
@@ -169,6 +180,19 @@ pub fn run(plan: &Plan, report: &mut Report) -> Result<()> {
                 "µs",
                 targeted.then_some(Target::RatioAtMost(0.5)),
             );
+            if let (1, Some(floor)) = (nodes, find(Some(FLOOR), nodes, tasks)) {
+                report.row(
+                    12,
+                    format!(
+                        "(figure) CPU per cycle, 1 node(s), {tasks} tasks: the addon's floor \
+                         (two operations through its runtime, no network) vs {base_label}"
+                    ),
+                    floor.cpu_us_per_cycle,
+                    Some(base.cpu_us_per_cycle),
+                    "µs",
+                    None,
+                );
+            }
         }
     }
     report.detail(12, table);

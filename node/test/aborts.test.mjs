@@ -109,6 +109,52 @@ describe("review", () => {
     await lock.release();
   });
 
+  test("every outcome reaches its own promise with its own fields, failures among them", async () => {
+    // Outcomes cross from the addon as flat records (8 numbers each) with
+    // the failures' messages beside them; hundreds settled in one turn
+    // share drains, so a record read at the wrong offset, or a message
+    // taken by the wrong index, gives some promise another's outcome.
+    const rl = new Redlock([server.url], { ttl: 10_000, nodeTimeout: 1_000 });
+    const lock = rl.handle("rev:records");
+    const cases = Array.from({ length: 300 }, (_, i) => {
+      switch (i % 5) {
+        case 0:
+          return { kind: 1, fields: [i + 0.25, 0xffffffff - i, i], want: { validity: i + 0.25, holds: 0xffffffff - i, attempts: i } };
+        case 1:
+          return {
+            kind: 2,
+            fields: [i, i + 1, i + 2, i + 3, i + 4, 1],
+            want: { holdsLeft: i, released: i + 1, notHeld: i + 2, failed: i + 3, quorum: i + 4, lapsed: true },
+          };
+        case 2:
+          return { kind: 3, fields: [i / 8, i + 1, i + 2, i + 3], want: { validity: i / 8, confirmed: i + 1, notHeld: i + 2, quorum: i + 3 } };
+        case 3:
+          return { kind: 0, fields: [], error: `failure number ${i}` };
+        default:
+          return {
+            kind: 2,
+            fields: [0, 1, 0, 0, 1, 0],
+            want: { holdsLeft: 0, released: 1, notHeld: 0, failed: 0, quorum: 1, lapsed: false },
+          };
+      }
+    });
+    const settled = await Promise.race([
+      Promise.all(cases.map((c) => lock._settle(c.kind, c.fields, c.error).then((value) => ({ value }), (error) => ({ error })))),
+      sleep(20_000).then(() => "still pending after 20 s"),
+    ]);
+    assert.ok(Array.isArray(settled), String(settled));
+    settled.forEach((got, i) => {
+      const c = cases[i];
+      if (c.error !== undefined) {
+        assert.ok(got.error instanceof RedisLockError, `case ${i}: ${JSON.stringify(got)}`);
+        assert.equal(got.error.code, "RUNTIME");
+        assert.match(got.error.message, new RegExp(`failure number ${i}(?![0-9])`), `case ${i}`);
+      } else {
+        assert.deepStrictEqual(got, { value: c.want }, `case ${i}`);
+      }
+    });
+  });
+
   test("outcomes that cannot be handed to JavaScript reject their promises instead of leaving them pending", async () => {
     const rl = new Redlock([server.url], { ttl: 60_000, nodeTimeout: 1_000 });
     const lock = rl.handle("rev:drain-fails");

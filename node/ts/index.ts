@@ -175,14 +175,50 @@ function theHub(): Binding.NativeHub {
   return hub;
 }
 
+// A drain's records: RECORD numbers per finished operation (the addon's
+// `record`): its promise's id, its kind, then the kind's fields.
+const RECORD = 8;
+const KIND_ERROR = 0;
+const KIND_ACQUIRED = 1;
+const KIND_RELEASED = 2;
+const KIND_EXTENDED = 3;
+
+/** The outcome in the record at `i`. */
+function outcomeAt(r: number[], i: number): Acquired | Released | Extended {
+  switch (r[i + 1]) {
+    case KIND_ACQUIRED:
+      return { validity: r[i + 2], holds: r[i + 3], attempts: r[i + 4] };
+    case KIND_RELEASED:
+      return {
+        holdsLeft: r[i + 2],
+        released: r[i + 3],
+        notHeld: r[i + 4],
+        failed: r[i + 5],
+        quorum: r[i + 6],
+        lapsed: r[i + 7] !== 0,
+      };
+    case KIND_EXTENDED:
+      return { validity: r[i + 2], confirmed: r[i + 3], notHeld: r[i + 4], quorum: r[i + 5] };
+    default:
+      throw new Error(`an outcome of unknown kind ${r[i + 1]}`);
+  }
+}
+
 function drain(): void {
-  let done: Binding.NativeDone[];
+  let records: number[];
+  let errors: string[] = [];
   try {
-    done = hub?.drain() ?? [];
+    records = hub?.drain() ?? [];
+    for (let i = 0; i < records.length; i += RECORD) {
+      if (records[i + 1] === KIND_ERROR) {
+        errors = hub?.errors() ?? [];
+        break;
+      }
+    }
   } catch (e) {
     // Nothing may escape into the addon's callback. The outcomes taken
-    // did not arrive: the addon settles them again, as errors (the next
-    // drain brings those).
+    // did not arrive (none is settled yet): the addon settles them again,
+    // as errors (the next drain brings those).
     try {
       hub?.failDrained(String(e));
     } catch {
@@ -191,12 +227,19 @@ function drain(): void {
     process.emitWarning(`redislock-native: draining completions failed: ${String(e)}`, "RedisLockWarning");
     return;
   }
-  for (const d of done) {
-    const settle = settles.get(d.id);
+  for (let i = 0; i + RECORD <= records.length; i += RECORD) {
+    const settle = settles.get(records[i]);
     if (settle === undefined) continue;
-    settles.delete(d.id);
-    if (d.error != null) settle.reject(new Error(d.error));
-    else settle.resolve(d.acquired ?? d.released ?? d.extended);
+    settles.delete(records[i]);
+    if (records[i + 1] === KIND_ERROR) {
+      settle.reject(new Error(errors[records[i + 2]] ?? "the operation failed (its message was lost)"));
+    } else {
+      try {
+        settle.resolve(outcomeAt(records, i));
+      } catch (e) {
+        settle.reject(e);
+      }
+    }
   }
   if (settles.size === 0) keepAlive?.unref();
 }
@@ -335,6 +378,20 @@ export class Lock extends EventEmitter {
   /** @internal Test hook: an operation that panics in the addon. */
   _panicInAddon(): Promise<void> {
     return wrap(submit<void>((id) => this.#native.testPanic(id)));
+  }
+
+  /** @internal Test hook: an operation that settles through the addon's
+   * runtime and completion queue with the outcome of `kind` (1 acquired,
+   * 2 released, 3 extended) made of `fields`, or with `error`. */
+  _settle(kind: number, fields: number[], error?: string): Promise<unknown> {
+    return wrap(submit<unknown>((id) => this.#native.testSettle(id, kind, fields, error)));
+  }
+
+  /** @internal Bench hook: one operation through the addon's runtime and
+   * completion queue that does no network work (`make bench` section 12's
+   * floor). */
+  _roundTrip(): Promise<unknown> {
+    return wrap(submit<unknown>((id) => this.#native.benchRoundTrip(id)));
   }
 
   /** Renews the lease (to `ttl` ms if given) on every node still holding it. */
