@@ -75,12 +75,16 @@ function makeClients() {
   const nativeFive = new Native(five, { ttl: TTL, retryCount: 0 });
   const nativeOne = new Native([one], { ttl: TTL, retryCount: 0 });
   const floorLocks = new Map();
-  /** The floor's handle for `key`, taken once. */
+  /** The floor's handle for `key` (a promise of it), taken once; an
+   * acquisition that failed is forgotten, and the next cycle tries again. */
   function floorLock(key) {
     let lock = floorLocks.get(key);
     if (!lock) {
       lock = nativeOne.lock(`${key}:floor`);
       floorLocks.set(key, lock);
+      lock.catch(() => {
+        if (floorLocks.get(key) === lock) floorLocks.delete(key);
+      });
     }
     return lock;
   }

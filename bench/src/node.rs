@@ -134,7 +134,8 @@ pub fn run(plan: &Plan, report: &mut Report) -> Result<()> {
     };
     let mut table = String::from(
         "`bench/node/bench.mjs`, one Node process, all clients interleaved per task count. \
-         Every task locks and unlocks a key of its own (no contention), TTL 10 s, no retries; \
+         Every task locks and unlocks a key of its own (no contention), TTL 10 s, no retries \
+         (the floor: two operations that send nothing, on a handle each task took once); \
          redis-semaphore's Mutex without its refresh timer (none of the clients renews). \
          CPU is the whole Node process's (`process.cpuUsage()`, the addon's runtime threads \
          included) per cycle; medians of the rounds. The other clients' versions are pinned \
