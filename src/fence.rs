@@ -495,7 +495,8 @@ pub fn fenced(ctx: Ctx, args: &Argv) -> c_int {
         Ok(reply) => reply,
         Err(failed) => return ffi::reply_error(ctx, &failed.message(command)),
     };
-    if !reply.is_error() && raises && raise(ctx, name, token, propagates).is_none() {
+    // `raises` first: a token equal to the fence needs no look at the reply.
+    if raises && !reply.is_error() && raise(ctx, name, token, propagates).is_none() {
         // The write ran and propagated; the fence did not move (the inner
         // command changed the fence key behind keys it never reported,
         // e.g. through a command filter). Say so rather than succeed.
