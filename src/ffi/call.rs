@@ -212,16 +212,12 @@ pub struct CommandInfo {
 }
 
 /// Whether any key spec in `specs` (`COMMAND INFO`'s list, each spec as
-/// name/value pairs in RESP2) has the flag `variable_flags`.
+/// name/value pairs in RESP2) has the flag `variable_flags`. A missing
+/// list or element reads as empty (`length`, `element` and `reply_bytes`
+/// take a null reply as nothing).
 fn any_variable_key_flags(specs: *mut raw::RedisModuleCallReply) -> bool {
-    if specs.is_null() {
-        return false;
-    }
     (0..length(specs)).any(|i| {
         let spec = element(specs, i);
-        if spec.is_null() {
-            return false;
-        }
         (0..length(spec) / 2).any(|pair| {
             let name = reply_bytes(element(spec, pair * 2));
             if !name.is_some_and(|name| name.eq_ignore_ascii_case(b"flags")) {
